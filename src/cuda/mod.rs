@@ -1,0 +1,1 @@
+//! CUDA providers (in progress).

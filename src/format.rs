@@ -1,0 +1,200 @@
+//! The numeric contract: block sizes, the e4m3 format, scale layouts and shape rules.
+//!
+//! Everything here is plain data and arithmetic, shared by the CPU path, the CUDA launchers
+//! and the checkpoint loader, so that every layer agrees on one definition.
+//!
+//! | tensor | shape | dtype | layout |
+//! |---|---|---|---|
+//! | activation `x` | `[M, K]` | bf16 / f32 | row-major |
+//! | quantized activation `qa` | `[M, K]` | e4m3 (fn) | row-major |
+//! | activation scales `sa` | `[M, ceil(K/128)]` | f32 | MN-major: strides `(1, round_up(M, 4))` |
+//! | weight `w` | `[N, K]` | e4m3 (fn) | row-major |
+//! | weight scales `sw` | `[ceil(N/128), ceil(K/128)]` | f32 | row-major |
+//! | output `y` | `[M, N]` | bf16 | row-major |
+
+use candle_core::{bail, Result};
+pub use float8::F8E4M3;
+
+/// Width of a quantization group along K, and the side of a weight scale block.
+pub const BLOCK: usize = 128;
+
+/// Largest finite e4m3 (fn) magnitude; quantization saturates to ±this value.
+pub const E4M3_MAX: f32 = 448.0;
+
+/// Lower bound on a group's absolute maximum before computing its scale, so that an
+/// all-zero group gets a finite, non-zero scale (and quantizes to zeros).
+pub const SCALE_EPS: f32 = 1e-4;
+
+/// Alignment, in elements along M, of each K-block column of the activation scales. Each
+/// column must start on a 16-byte boundary for TMA, i.e. a multiple of 4 f32.
+pub const SCALE_M_ALIGN: usize = 4;
+
+/// `ceil(a / b)`.
+#[inline]
+pub const fn ceil_div(a: usize, b: usize) -> usize {
+    a.div_ceil(b)
+}
+
+/// `a` rounded up to a multiple of `b`.
+#[inline]
+pub const fn round_up(a: usize, b: usize) -> usize {
+    ceil_div(a, b) * b
+}
+
+/// Stride, in elements, between consecutive K-block columns of the activation scales.
+#[inline]
+pub const fn act_scale_m_stride(m: usize) -> usize {
+    round_up(m, SCALE_M_ALIGN)
+}
+
+/// Number of 128-wide groups along a dimension of `len` elements.
+#[inline]
+pub const fn num_blocks(len: usize) -> usize {
+    ceil_div(len, BLOCK)
+}
+
+/// Shape `[ceil(N/128), ceil(K/128)]` of the weight scales for an `[N, K]` weight.
+#[inline]
+pub const fn weight_scale_shape(n: usize, k: usize) -> (usize, usize) {
+    (num_blocks(n), num_blocks(k))
+}
+
+/// Saturating, round-to-nearest-even f32 → e4m3 (fn) conversion (NaN stays NaN), the same
+/// rounding as the GPU's `cvt.rn.satfinite.e4m3x2.f32`.
+#[inline]
+pub fn f32_to_e4m3(x: f32) -> F8E4M3 {
+    F8E4M3::from_f32(x)
+}
+
+/// All 256 e4m3 (fn) values as f32, indexed by bit pattern (0x7f / 0xff are NaN).
+pub static E4M3_TO_F32: [f32; 256] = build_e4m3_table();
+
+const fn build_e4m3_table() -> [f32; 256] {
+    let mut t = [0f32; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = F8E4M3::from_bits(i as u8).to_f32();
+        i += 1;
+    }
+    t
+}
+
+/// e4m3 (fn) → f32, exactly.
+#[inline]
+pub fn e4m3_to_f32(x: F8E4M3) -> f32 {
+    E4M3_TO_F32[x.to_bits() as usize]
+}
+
+/// Scale of one quantization group from its absolute maximum: `max(amax, eps) / 448`.
+/// A NaN amax propagates, so a NaN in the input is never hidden.
+#[inline]
+pub fn group_scale(amax: f32) -> f32 {
+    if amax.is_nan() {
+        return f32::NAN;
+    }
+    amax.max(SCALE_EPS) / E4M3_MAX
+}
+
+/// Which GEMM shapes the Hopper kernels take directly (the "fast path").
+///
+/// The rule, checked in one place:
+/// - `K % 128 == 0` (every K block is a full scale block and a full 128-byte TMA box);
+/// - `N % 16 == 0` (the bf16 output rows are 32-byte multiples, so every TMA / vector store
+///   stays aligned, and weight rows are 16-byte aligned for TMA);
+/// - `M ≥ 1`, `N ≥ 1`, `K ≥ 128`.
+///
+/// Other shapes are still computed correctly through a slower path.
+pub fn is_fast_path_shape(m: usize, n: usize, k: usize) -> bool {
+    m >= 1 && n >= 16 && k >= BLOCK && k % BLOCK == 0 && n % 16 == 0
+}
+
+/// The reason a shape is not on the fast path, for a one-time log line.
+pub fn fast_path_refusal(m: usize, n: usize, k: usize) -> Option<String> {
+    if is_fast_path_shape(m, n, k) {
+        return None;
+    }
+    let mut why = Vec::new();
+    if m == 0 {
+        why.push("M == 0".to_string());
+    }
+    if k % BLOCK != 0 || k < BLOCK {
+        why.push(format!("K = {k} is not a non-zero multiple of {BLOCK}"));
+    }
+    if n % 16 != 0 || n < 16 {
+        why.push(format!("N = {n} is not a non-zero multiple of 16"));
+    }
+    Some(why.join(", "))
+}
+
+/// Validates a weight scale shape against its weight shape, naming `name` in the error.
+pub fn check_weight_scale_shape(name: &str, n: usize, k: usize, dims: &[usize]) -> Result<()> {
+    let (nb, kb) = weight_scale_shape(n, k);
+    if dims != [nb, kb] {
+        bail!(
+            "{name}: weight scale shape {dims:?} does not match weight [{n}, {k}]: \
+             expected [{nb}, {kb}] = [ceil({n}/{BLOCK}), ceil({k}/{BLOCK})]"
+        )
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn e4m3_saturates_and_rounds() {
+        assert_eq!(e4m3_to_f32(f32_to_e4m3(1000.0)), 448.0);
+        assert_eq!(e4m3_to_f32(f32_to_e4m3(-1000.0)), -448.0);
+        assert_eq!(e4m3_to_f32(f32_to_e4m3(448.0)), 448.0);
+        // 464 is exactly half-way between 448 and the (non-existent) 480: saturates.
+        assert_eq!(e4m3_to_f32(f32_to_e4m3(464.0)), 448.0);
+        // Between 1.0 and 1.125, the midpoint 1.0625 rounds to even (1.0).
+        assert_eq!(e4m3_to_f32(f32_to_e4m3(1.0625)), 1.0);
+        assert_eq!(e4m3_to_f32(f32_to_e4m3(1.07)), 1.125);
+        assert!(e4m3_to_f32(f32_to_e4m3(f32::NAN)).is_nan());
+        // Infinity saturates (satfinite), as on the GPU.
+        assert_eq!(e4m3_to_f32(f32_to_e4m3(f32::INFINITY)), 448.0);
+    }
+
+    #[test]
+    fn e4m3_subnormals_and_signed_zero() {
+        let min_sub = 2f32.powi(-9);
+        assert_eq!(e4m3_to_f32(f32_to_e4m3(min_sub)), min_sub);
+        assert_eq!(e4m3_to_f32(f32_to_e4m3(3.0 * min_sub)), 3.0 * min_sub);
+        // Below half the smallest subnormal: flushes to zero.
+        assert_eq!(e4m3_to_f32(f32_to_e4m3(min_sub * 0.4)), 0.0);
+        let nz = f32_to_e4m3(-0.0);
+        assert_eq!(nz.to_bits(), 0x80);
+        assert!(e4m3_to_f32(nz).is_sign_negative());
+    }
+
+    #[test]
+    fn table_matches_every_finite_code() {
+        for b in 0u16..256 {
+            let v = E4M3_TO_F32[b as usize];
+            if v.is_nan() {
+                assert!(b & 0x7f == 0x7f, "NaN only at 0x7f/0xff, got {b:#x}");
+                continue;
+            }
+            // Every finite code round-trips through the converter.
+            assert_eq!(f32_to_e4m3(v).to_bits(), b as u8, "code {b:#x} = {v}");
+        }
+    }
+
+    #[test]
+    fn shapes_and_layout_rules() {
+        assert_eq!(act_scale_m_stride(1), 4);
+        assert_eq!(act_scale_m_stride(4), 4);
+        assert_eq!(act_scale_m_stride(5), 8);
+        assert_eq!(weight_scale_shape(200, 300), (2, 3));
+        assert!(is_fast_path_shape(1, 4096, 4096));
+        assert!(!is_fast_path_shape(1, 4096, 4000));
+        assert!(!is_fast_path_shape(1, 4090, 4096));
+        assert!(fast_path_refusal(1, 4096, 4000).unwrap().contains("K = 4000"));
+        let e = check_weight_scale_shape("w", 256, 512, &[2, 3]).unwrap_err().to_string();
+        assert!(e.contains("expected [2, 4]"), "{e}");
+        assert_eq!(group_scale(0.0), SCALE_EPS / E4M3_MAX);
+        assert!(group_scale(f32::NAN).is_nan());
+    }
+}
