@@ -1,1 +1,303 @@
-//! (in progress)
+//! Which provider runs a blocked-FP8 GEMM, and which of our schedules (kernel configuration)
+//! runs it: small pure functions, unit-tested on the CPU.
+//!
+//! Providers:
+//!
+//! | provider | when | what |
+//! |---|---|---|
+//! | [`Provider::Hopper`] | sm_90 device, fast-path shape | our own kernels (default on H100/H200) |
+//! | [`Provider::CublasLt`] | CUDA ≥ 12.9 cuBLASLt | vendor blockwise FP8 (`VEC128_32F` × `BLK128x128_32F`) |
+//! | [`Provider::Dequant`] | any CUDA device | W → bf16 once, bf16 GEMM (2× weight memory) |
+//! | [`Provider::Cpu`] | CPU tensors | blocked FP8 GEMM on the CPU (rayon) |
+//!
+//! `CANDLE_FP8_BACKEND={auto,hopper,cublaslt,dequant}` overrides the automatic choice; an
+//! unusable choice is an error, never a silent fallback.
+
+use candle_core::{bail, Result};
+
+/// Environment variable that overrides the provider choice.
+pub const BACKEND_ENV: &str = "CANDLE_FP8_BACKEND";
+
+/// A GEMM implementation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Provider {
+    /// Our sm_90a kernels (`kernels/`).
+    Hopper,
+    /// cuBLASLt with 1×128 / 128×128 block scaling.
+    CublasLt,
+    /// Dequantize the weight to bf16 and run a bf16 GEMM.
+    Dequant,
+    /// The CPU blocked-FP8 kernel.
+    Cpu,
+}
+
+impl Provider {
+    /// The name used in logs and in `CANDLE_FP8_BACKEND`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Provider::Hopper => "hopper",
+            Provider::CublasLt => "cublaslt",
+            Provider::Dequant => "dequant",
+            Provider::Cpu => "cpu",
+        }
+    }
+}
+
+impl std::fmt::Display for Provider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the user asked for: automatic choice or one forced provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendRequest {
+    /// Pick the best usable provider for the device and shape.
+    Auto,
+    /// Use exactly this provider or fail.
+    Force(Provider),
+}
+
+/// Parses a `CANDLE_FP8_BACKEND` value (case-insensitive, surrounding spaces ignored).
+pub fn parse_backend(value: &str) -> Result<BackendRequest> {
+    Ok(match value.trim().to_ascii_lowercase().as_str() {
+        "" | "auto" => BackendRequest::Auto,
+        "hopper" => BackendRequest::Force(Provider::Hopper),
+        "cublaslt" => BackendRequest::Force(Provider::CublasLt),
+        "dequant" => BackendRequest::Force(Provider::Dequant),
+        "cpu" => BackendRequest::Force(Provider::Cpu),
+        other => bail!(
+            "{BACKEND_ENV}={other:?} is not a backend: expected one of auto, hopper, cublaslt, \
+             dequant, cpu"
+        ),
+    })
+}
+
+/// Reads `CANDLE_FP8_BACKEND` (unset means `auto`).
+pub fn backend_from_env() -> Result<BackendRequest> {
+    match std::env::var(BACKEND_ENV) {
+        Ok(v) => parse_backend(&v),
+        Err(std::env::VarError::NotPresent) => Ok(BackendRequest::Auto),
+        Err(e) => bail!("{BACKEND_ENV}: {e}"),
+    }
+}
+
+/// What a device can run, as far as the provider choice is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceCaps {
+    /// `false` for the CPU.
+    pub is_cuda: bool,
+    /// Compute capability as `major * 10 + minor` (90 for H100/H200); 0 for the CPU.
+    pub compute_cap: u32,
+    /// Whether our kernels were compiled into this build (`cuda` feature).
+    pub have_hopper_kernels: bool,
+    /// Whether cuBLASLt with block scaling (CUDA ≥ 12.9) is loadable.
+    pub have_cublaslt_blockwise: bool,
+}
+
+impl DeviceCaps {
+    /// Capabilities of a CPU device.
+    pub const CPU: DeviceCaps = DeviceCaps {
+        is_cuda: false,
+        compute_cap: 0,
+        have_hopper_kernels: false,
+        have_cublaslt_blockwise: false,
+    };
+
+    /// Why `p` cannot run on this device, or `None` when it can.
+    pub fn unusable_reason(&self, p: Provider) -> Option<String> {
+        match p {
+            Provider::Cpu if self.is_cuda => Some("the tensors are on a CUDA device".into()),
+            Provider::Cpu => None,
+            _ if !self.is_cuda => Some("the tensors are on the CPU".into()),
+            Provider::Hopper if !self.have_hopper_kernels => {
+                Some("this build has no Hopper kernels".into())
+            }
+            Provider::Hopper if self.compute_cap != 90 => Some(format!(
+                "our kernels need compute capability 9.0 (sm_90a), the device has {}.{}",
+                self.compute_cap / 10,
+                self.compute_cap % 10
+            )),
+            Provider::CublasLt if !self.have_cublaslt_blockwise => {
+                Some("cuBLASLt with 128-block scaling needs CUDA >= 12.9 on sm_90+".into())
+            }
+            Provider::CublasLt if self.compute_cap < 90 => Some(format!(
+                "cuBLASLt block-scaled FP8 needs sm_90+, the device is sm_{}",
+                self.compute_cap
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// Chooses the provider for a GEMM of shape `m × n × k` on a device, honouring `request`.
+///
+/// `auto` prefers our kernels on Hopper for fast-path shapes, then cuBLASLt, then dequant.
+/// A forced provider that cannot run is an error naming the reason.
+pub fn choose_provider(
+    request: BackendRequest,
+    caps: &DeviceCaps,
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Result<Provider> {
+    if !caps.is_cuda {
+        return match request {
+            BackendRequest::Auto | BackendRequest::Force(Provider::Cpu) => Ok(Provider::Cpu),
+            BackendRequest::Force(p) => bail!(
+                "{BACKEND_ENV}={p} cannot run: {}",
+                caps.unusable_reason(p).unwrap_or_default()
+            ),
+        };
+    }
+    let fast = crate::format::is_fast_path_shape(m, n, k);
+    match request {
+        BackendRequest::Force(p) => {
+            if let Some(why) = caps.unusable_reason(p) {
+                bail!("{BACKEND_ENV}={p} cannot run: {why}")
+            }
+            if matches!(p, Provider::Hopper | Provider::CublasLt) && !fast {
+                bail!(
+                    "{BACKEND_ENV}={p} cannot run shape m={m} n={n} k={k}: {}",
+                    crate::format::fast_path_refusal(m, n, k).unwrap_or_default()
+                )
+            }
+            Ok(p)
+        }
+        BackendRequest::Auto => {
+            if fast && caps.unusable_reason(Provider::Hopper).is_none() {
+                Ok(Provider::Hopper)
+            } else if fast && caps.unusable_reason(Provider::CublasLt).is_none() {
+                Ok(Provider::CublasLt)
+            } else {
+                Ok(Provider::Dequant)
+            }
+        }
+    }
+}
+
+/// Schedule kinds of our kernels (mirrors `enum fp8gemm_kind` in `kernels/api.h`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum ScheduleKind {
+    /// Single-partition multistage: one CTA per output tile, deep TMA ring.
+    SmallM = 1,
+    /// Transposed (swap-AB): weight rows on the wgmma M side, the few tokens on its N side.
+    SwapAb = 2,
+    /// Non-persistent warp-specialized: producer warp + consumer warpgroups.
+    WarpSpecialized = 3,
+    /// Persistent warp-specialized, two M waves per tile.
+    Persistent = 4,
+}
+
+/// One kernel configuration (mirrors `fp8gemm_config` in `kernels/api.h`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(C)]
+pub struct GemmConfig {
+    /// [`ScheduleKind`] as its C value.
+    pub kind: i32,
+    /// Tile rows of y (tokens per tile for swap-AB).
+    pub block_m: i32,
+    /// Tile columns of y (weight rows per tile for swap-AB).
+    pub block_n: i32,
+    /// Shared-memory pipeline depth.
+    pub stages: i32,
+    /// K split factor (1 = none).
+    pub split_k: i32,
+    /// SMs a persistent grid may use (0 = all).
+    pub num_sms: i32,
+}
+
+impl GemmConfig {
+    /// The schedule kind, if `kind` is a known value.
+    pub fn schedule(&self) -> Option<ScheduleKind> {
+        match self.kind {
+            1 => Some(ScheduleKind::SmallM),
+            2 => Some(ScheduleKind::SwapAb),
+            3 => Some(ScheduleKind::WarpSpecialized),
+            4 => Some(ScheduleKind::Persistent),
+            _ => None,
+        }
+    }
+}
+
+/// Chooses our kernel configuration for an `m × n × k` GEMM on a GPU with `num_sms` SMs.
+///
+/// Pure and cheap; unit-tested at the M boundaries.
+pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig {
+    let _ = (n, k, num_sms);
+    let cfg = |kind: ScheduleKind, block_m, block_n, stages| GemmConfig {
+        kind: kind as i32,
+        block_m,
+        block_n,
+        stages,
+        split_k: 1,
+        num_sms: 0,
+    };
+    if m <= 64 {
+        cfg(ScheduleKind::SmallM, 64, 128, 6)
+    } else {
+        cfg(ScheduleKind::SmallM, 128, 128, 4)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H200: DeviceCaps = DeviceCaps {
+        is_cuda: true,
+        compute_cap: 90,
+        have_hopper_kernels: true,
+        have_cublaslt_blockwise: true,
+    };
+
+    #[test]
+    fn parse_backend_values() {
+        assert_eq!(parse_backend("auto").unwrap(), BackendRequest::Auto);
+        assert_eq!(parse_backend(" Hopper ").unwrap(), BackendRequest::Force(Provider::Hopper));
+        assert_eq!(parse_backend("CUBLASLT").unwrap(), BackendRequest::Force(Provider::CublasLt));
+        let e = parse_backend("tensorrt").unwrap_err().to_string();
+        assert!(e.contains("\"tensorrt\"") && e.contains("expected one of"), "{e}");
+    }
+
+    #[test]
+    fn auto_prefers_hopper_then_cublaslt_then_dequant() {
+        let auto = BackendRequest::Auto;
+        assert_eq!(choose_provider(auto, &H200, 1, 4096, 4096).unwrap(), Provider::Hopper);
+        let no_kernels = DeviceCaps { have_hopper_kernels: false, ..H200 };
+        assert_eq!(choose_provider(auto, &no_kernels, 1, 4096, 4096).unwrap(), Provider::CublasLt);
+        let ampere = DeviceCaps { compute_cap: 80, have_cublaslt_blockwise: false, ..H200 };
+        assert_eq!(choose_provider(auto, &ampere, 1, 4096, 4096).unwrap(), Provider::Dequant);
+        // Off the fast path: dequant, on any GPU.
+        assert_eq!(choose_provider(auto, &H200, 1, 4096, 4000).unwrap(), Provider::Dequant);
+        assert_eq!(choose_provider(auto, &DeviceCaps::CPU, 1, 8, 8).unwrap(), Provider::Cpu);
+    }
+
+    #[test]
+    fn forced_unusable_provider_is_an_error() {
+        let ampere = DeviceCaps { compute_cap: 80, ..H200 };
+        let e = choose_provider(BackendRequest::Force(Provider::Hopper), &ampere, 1, 128, 128)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("hopper") && e.contains("8.0"), "{e}");
+        let e = choose_provider(BackendRequest::Force(Provider::Hopper), &H200, 1, 128, 100)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("K = 100"), "{e}");
+        let e = choose_provider(BackendRequest::Force(Provider::Hopper), &DeviceCaps::CPU, 1, 128, 128)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("on the CPU"), "{e}");
+        assert!(choose_provider(BackendRequest::Force(Provider::Dequant), &H200, 3, 100, 100).is_ok());
+    }
+
+    #[test]
+    fn every_m_gets_a_known_schedule() {
+        for m in [1, 8, 9, 16, 64, 65, 128, 129, 256, 257, 4096, 8192] {
+            let c = choose_config(m, 4096, 4096, 132);
+            assert!(c.schedule().is_some(), "m={m}: {c:?}");
+            assert!(c.split_k >= 1 && c.stages >= 2 && c.block_n % 8 == 0, "m={m}: {c:?}");
+        }
+    }
+}

@@ -1,0 +1,85 @@
+// candle-fp8 kernels: the C ABI between the CUDA code in kernels/ and everything that calls
+// it (the Rust crate through src/cuda/ffi.rs, and the Python dev harness through ctypes).
+//
+// Every entry point validates its arguments, launches asynchronously on `stream`
+// (a cudaStream_t / CUstream, passed as void*), never synchronizes, and returns a status
+// code (0 = success). fp8gemm_status_string() names a code.
+//
+// Layouts (the numeric contract, see design.md §1):
+//   x       [m, k]        bf16 or f32, row-major
+//   q       [m, k]        e4m3 (fn) bytes, row-major
+//   sa      [kb][m_pad]   f32, MN-major: element (row, kblock) at sa[kblock * m_pad + row],
+//                         kb = k / 128, m_pad = round_up(m, 4); base 16-byte aligned
+//   w       [n, k]        e4m3 (fn) bytes, row-major
+//   sw      [nb][kb]      f32, row-major, nb = ceil(n / 128)
+//   y       [m, n]        bf16, row-major
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum fp8gemm_status {
+  FP8GEMM_OK = 0,
+  FP8GEMM_ERR_SHAPE = 1,      // a dimension is zero, negative, or breaks a divisibility rule
+  FP8GEMM_ERR_ALIGN = 2,      // a pointer is not 16-byte aligned
+  FP8GEMM_ERR_CONFIG = 3,     // the requested schedule/config is not compiled in
+  FP8GEMM_ERR_DEVICE = 4,     // the current device is not sm_90 (Hopper)
+  FP8GEMM_ERR_TMA = 5,        // cuTensorMapEncodeTiled failed (or could not be loaded)
+  FP8GEMM_ERR_LAUNCH = 6,     // a CUDA runtime call or kernel launch failed
+  FP8GEMM_ERR_WORKSPACE = 7,  // the workspace is missing or too small for this config
+  FP8GEMM_ERR_DTYPE = 8,      // an unsupported dtype code
+};
+
+// Input dtypes for activation quantization.
+enum fp8gemm_dtype { FP8GEMM_BF16 = 0, FP8GEMM_F32 = 1 };
+
+// Schedule kinds. The Rust dispatcher (src/dispatch.rs) chooses one; the kernels check that
+// the (kind, block sizes, stages) combination is one they instantiate.
+enum fp8gemm_kind {
+  FP8GEMM_KIND_AUTO = 0,         // let the C++ side pick a compiled default (dev harness)
+  FP8GEMM_KIND_SMALL_M = 1,      // single-partition multistage, one CTA per output tile
+  FP8GEMM_KIND_SWAP_AB = 2,      // transposed: W rows on the wgmma M side, tokens on N
+  FP8GEMM_KIND_WARP_SPEC = 3,    // non-persistent warp-specialized
+  FP8GEMM_KIND_PERSISTENT = 4,   // persistent warp-specialized, 2 M waves
+};
+
+typedef struct fp8gemm_config {
+  int32_t kind;     // enum fp8gemm_kind
+  int32_t block_m;  // tile rows of y (for SWAP_AB: tokens per tile)
+  int32_t block_n;  // tile columns of y (for SWAP_AB: weight rows per tile)
+  int32_t stages;   // shared-memory pipeline depth
+  int32_t split_k;  // 1 = no split; > 1 needs a workspace (fp8gemm_workspace_bytes)
+  int32_t num_sms;  // SMs a persistent grid may use (0 = all)
+} fp8gemm_config;
+
+// Human-readable name of a status code (static string).
+const char* fp8gemm_status_string(int32_t status);
+
+// Bytes of workspace fp8gemm_gemm needs for this config and shape (0 when none).
+size_t fp8gemm_workspace_bytes(const fp8gemm_config* cfg, int64_t m, int64_t n, int64_t k);
+
+// Per-token, per-128-column activation quantization, one pass:
+//   s = max(amax, 1e-4) / 448, q = cvt.rn.satfinite.e4m3(x / s); scales written MN-major.
+// Requires k % 128 == 0. Rows of sa between m and m_pad are left untouched.
+int32_t fp8gemm_quantize_act(const void* x, int32_t x_dtype, uint8_t* q, float* sa,
+                             int64_t m, int64_t k, void* stream);
+
+// y = blocked-FP8 GEMM (two-level accumulation, both scales applied every 128-wide K block).
+// Requires k % 128 == 0, n % 16 == 0, m >= 1. `workspace` may be NULL when
+// fp8gemm_workspace_bytes() returns 0.
+int32_t fp8gemm_gemm(const uint8_t* qa, const float* sa, const uint8_t* w, const float* sw,
+                     void* y, int64_t m, int64_t n, int64_t k, const fp8gemm_config* cfg,
+                     void* workspace, size_t workspace_bytes, void* stream);
+
+// Dequantize a blocked-FP8 weight to bf16: out[n][k] = w[n][k] * sw[n/128][k/128]
+// (any n, k; partial blocks allowed). Used by the dequant provider.
+int32_t fp8gemm_dequant_weight(const uint8_t* w, const float* sw, void* out, int64_t n,
+                               int64_t k, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
