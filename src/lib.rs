@@ -28,5 +28,5 @@ pub mod reference;
 pub mod cuda;
 
 pub use format::F8E4M3;
-// pub use linear::Fp8BlockLinear;
-// pub use ops::fp8_block_matmul;
+pub use linear::Fp8BlockLinear;
+pub use ops::fp8_block_matmul;
