@@ -1,0 +1,22 @@
+// Large-M schedule (> 256): persistent warp-specialized. grid = #SMs; each CTA walks tiles in
+// a grouped raster order. Two math warpgroups, each owning kWaves x 64 rows: with kWaves = 2
+// a tile is 256 x TN (BM = 256 as 2 x 128) and each warpgroup runs two m64 waves per K block
+// into one block accumulator, promoting each wave before the next (192 accumulator registers).
+// Weight scales of the current tile are cached in shared memory for the whole K loop.
+#pragma once
+#include "../scheduler.cuh"
+
+namespace fp8gemm {
+
+template <int kWaves_, int TN_, int kStages_>
+struct Persistent {
+  static constexpr int kMathWG = 2, kWaves = kWaves_, TM = 128 * kWaves_, TN = TN_,
+                       kStages = kStages_;
+  static constexpr bool kSwapAB = false, kPersistent = true;
+  static constexpr int kThreads = (kMathWG + 1) * 128;
+  static constexpr int kMathRegs = 232, kProducerRegs = 40;
+  static constexpr int kGroup = 8;  // row tiles swept together
+  using Scheduler = PersistentScheduler<TM, TN, kGroup>;
+};
+
+}  // namespace fp8gemm

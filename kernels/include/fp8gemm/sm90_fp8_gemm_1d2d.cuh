@@ -1,0 +1,198 @@
+// sm90_fp8_gemm_1d2d: the blocked-FP8 GEMM body shared by every schedule.
+//
+//   y[m, n] = sum_kb sa[m, kb] * sw[n/128, kb] * sum_{k in kb} qa[m, k] * w[n, k]
+//
+// "1d2d": activation scales per (token, 128-K) (1-D blocks), weight scales per (128 x 128)
+// (2-D blocks). A schedule (schedules/*.cuh) is a traits struct: tile shape, warpgroups,
+// stages, operand roles (normal or swap-AB) and the tile scheduler. The kernel is:
+//   * one producer warpgroup (a single elected thread issues TMA into the ring),
+//   * kMathWG consumer warpgroups, each owning kWaves x 64 MMA rows of the tile, which per
+//     K block issue 4 x wgmma m64nTNk32 into a block accumulator, wait, and promote it into
+//     the f32 accumulator with both scales (two-level accumulation).
+#pragma once
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cstdint>
+
+#include "epilogue.cuh"
+#include "pipeline.cuh"
+#include "ptx/mbarrier.cuh"
+#include "ptx/tma.cuh"
+#include "ptx/wgmma.cuh"
+#include "scheduler.cuh"
+
+namespace fp8gemm {
+
+struct GemmParams {
+  int m, n, k;     // problem (y is m x n)
+  int kb_total;    // k / 128 = row stride of sw
+  int nb_total;    // ceil(n / 128) = rows of sw
+  TileShape shape; // tiles in MMA space, K split
+};
+
+// Traits every schedule provides:
+//   kMathWG, kWaves, TM (= kMathWG * kWaves * 64), TN, kStages, kSwapAB, kThreads,
+//   kMathRegs/kProducerRegs (0 = no setmaxnreg), Scheduler, kPartialOut (split-K capable)
+template <class T, bool kPartial>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    sm90_fp8_gemm_1d2d_kernel(const __grid_constant__ CUtensorMap tmap_a,
+                              const __grid_constant__ CUtensorMap tmap_b,
+                              const __grid_constant__ CUtensorMap tmap_sa,
+                              const float* __restrict__ sw, __nv_bfloat16* __restrict__ y,
+                              float* __restrict__ partial, const GemmParams p) {
+  using MMA = ptx::WgmmaE4M3<T::TN>;
+  using Ring = SmemRing<T::kStages, T::TM, T::TN, (T::kSwapAB ? T::TN : T::TM)>;
+  constexpr int kMathThreads = T::kMathWG * 128;
+  constexpr int kAcc = MMA::kAcc;
+  // Weight-scale rows a tile touches: swap-AB tiles (TM <= 128) and TN <= 128 tiles sit
+  // inside one 128-row block of W; a TN = 256 tile covers two.
+  constexpr int kSwRows = T::kSwapAB ? 1 : (T::TN > 128 ? T::TN / 128 : 1);
+  static_assert(T::TM == T::kMathWG * T::kWaves * 64, "TM = warpgroups x waves x 64");
+  static_assert(T::kSwapAB ? (128 % T::TM == 0) : (128 % T::TN == 0 || T::TN % 128 == 0),
+                "a tile must not straddle a 128-block of weight scales");
+  static_assert(T::TN % 8 == 0 && T::TN <= 256, "wgmma N");
+
+  extern __shared__ uint8_t smem_raw[];
+  const Ring ring(smem_raw);
+  float* sw_cache = ring.sw_cache();
+
+  const int wg = threadIdx.x / 128;
+  const int tid_wg = threadIdx.x % 128;
+
+  if (threadIdx.x == 0) {
+    ptx::prefetch_tensormap(&tmap_a);
+    ptx::prefetch_tensormap(&tmap_b);
+    ptx::prefetch_tensormap(&tmap_sa);
+    ring.init(T::kMathWG * 4);
+  }
+  __syncthreads();
+
+  typename T::Scheduler sched(p.shape);
+  Tile tile;
+
+  if (wg == T::kMathWG) {
+    // ---- TMA warp-group: loads A, B and the activation scales of one K block per stage.
+    if constexpr (T::kProducerRegs > 0) ptx::setmaxnreg_dec<T::kProducerRegs>();
+    if (tid_wg == 0) {
+      RingState<T::kStages> st;
+      while (sched.next(tile)) {
+        const int tok0 = T::kSwapAB ? tile.col0 : tile.row0;
+        for (int kb = tile.kb0; kb < tile.kb1; ++kb) {
+          ptx::mbarrier_wait(ring.empty(st.stage), st.phase ^ 1);
+          uint64_t* full = ring.full(st.stage);
+          ptx::mbarrier_arrive_expect_tx(full, Ring::kTxBytes);
+          ptx::tma_load_2d(ring.a(st.stage), &tmap_a, full, kb * kBlockK, tile.row0);
+          ptx::tma_load_2d(ring.b(st.stage), &tmap_b, full, kb * kBlockK, tile.col0);
+          ptx::tma_load_2d(ring.scales(st.stage), &tmap_sa, full, tok0, kb);
+          st.advance();
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- Math warp-groups: wgmma per K block, promote with scales, store.
+  if constexpr (T::kMathRegs > 0) ptx::setmaxnreg_inc<T::kMathRegs>();
+  const int warp = tid_wg / 32, lane = threadIdx.x % 32;
+  const int r_in = warp * 16 + lane / 4;  // fragment row within an m64 wave (and +8)
+  const int c_in = (lane % 4) * 2;        // fragment column within each n8 group (and +1)
+
+  float acc[T::kWaves][kAcc];
+  float blk[kAcc];
+  RingState<T::kStages> st;
+
+  while (sched.next(tile)) {
+    const int nkb = tile.kb1 - tile.kb0;
+    // Weight scales of this tile (contiguous rows of sw) into shared memory.
+    const int sw_row0 = (T::kSwapAB ? tile.row0 : tile.col0) / 128;
+    ptx::named_barrier_sync(1, kMathThreads);  // previous tile done reading the cache
+    for (int i = threadIdx.x; i < kSwRows * nkb; i += kMathThreads) {
+      const int r = i / nkb, j = i - r * nkb;
+      const int nb = sw_row0 + r;
+      sw_cache[i] = nb < p.nb_total ? sw[static_cast<int64_t>(nb) * p.kb_total + tile.kb0 + j] : 0.f;
+    }
+    ptx::named_barrier_sync(1, kMathThreads);
+
+#pragma unroll
+    for (int w = 0; w < T::kWaves; ++w)
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) acc[w][i] = 0.f;
+
+    for (int i = 0; i < nkb; ++i) {
+      ptx::mbarrier_wait(ring.full(st.stage), st.phase);
+      const float* sa_s = ring.scales(st.stage);
+
+      // Scales of this K block, read before the stage is handed back.
+      float swv[kSwRows];
+#pragma unroll
+      for (int r = 0; r < kSwRows; ++r) swv[r] = sw_cache[r * nkb + i];
+      float row_s[T::kWaves][2];            // normal: per-token scales of my two rows
+      float col_s[T::kSwapAB ? T::TN / 8 : 1][2];  // swap-AB: per-token scales of my columns
+      if constexpr (!T::kSwapAB) {
+#pragma unroll
+        for (int w = 0; w < T::kWaves; ++w) {
+          const int r = (wg * T::kWaves + w) * 64 + r_in;
+          row_s[w][0] = sa_s[r];
+          row_s[w][1] = sa_s[r + 8];
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < T::TN / 8; ++j) {
+          col_s[j][0] = sa_s[8 * j + c_in] * swv[0];
+          col_s[j][1] = sa_s[8 * j + c_in + 1] * swv[0];
+        }
+      }
+
+      const uint32_t a_base = ptx::smem_addr(ring.a(st.stage));
+      const uint64_t desc_b = ptx::make_smem_desc_k128_sw128(ptx::smem_addr(ring.b(st.stage)));
+#pragma unroll
+      for (int w = 0; w < T::kWaves; ++w) {
+        const uint64_t desc_a = ptx::make_smem_desc_k128_sw128(
+            a_base + (wg * T::kWaves + w) * 64 * kBlockK);
+#pragma unroll
+        for (int x = 0; x < kAcc; ++x) ptx::fence_operand(blk[x]);
+        ptx::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBlockK / 32; ++kk)
+          MMA::mma(desc_a + 2 * kk, desc_b + 2 * kk, blk, kk > 0);
+        ptx::wgmma_commit();
+        ptx::wgmma_wait<0>();
+#pragma unroll
+        for (int x = 0; x < kAcc; ++x) ptx::fence_operand(blk[x]);
+        if (w == T::kWaves - 1 && lane == 0) ptx::mbarrier_arrive(ring.empty(st.stage));
+
+        // Promote with scales (two-level accumulation).
+        if constexpr (!T::kSwapAB) {
+#pragma unroll
+          for (int j = 0; j < T::TN / 8; ++j) {
+            const float sc = swv[(j * 8) / 128];
+            const float f0 = row_s[w][0] * sc, f1 = row_s[w][1] * sc;
+            acc[w][4 * j + 0] += blk[4 * j + 0] * f0;
+            acc[w][4 * j + 1] += blk[4 * j + 1] * f0;
+            acc[w][4 * j + 2] += blk[4 * j + 2] * f1;
+            acc[w][4 * j + 3] += blk[4 * j + 3] * f1;
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < T::TN / 8; ++j) {
+            acc[w][4 * j + 0] += blk[4 * j + 0] * col_s[j][0];
+            acc[w][4 * j + 1] += blk[4 * j + 1] * col_s[j][1];
+            acc[w][4 * j + 2] += blk[4 * j + 2] * col_s[j][0];
+            acc[w][4 * j + 3] += blk[4 * j + 3] * col_s[j][1];
+          }
+        }
+      }
+      st.advance();
+    }
+
+    // Epilogue: every in-bounds element of the tile is written (zeros for an empty K split).
+#pragma unroll
+    for (int w = 0; w < T::kWaves; ++w) {
+      const int row0 = tile.row0 + (wg * T::kWaves + w) * 64;
+      store_fragment<T::TN, T::kSwapAB, kPartial>(acc[w], row0, tile.col0, p.m, p.n, y, partial,
+                                                  tile.split);
+    }
+  }
+}
+
+}  // namespace fp8gemm
