@@ -115,7 +115,9 @@ class Lib:
 def torch_quant(x):
     M, K = x.shape
     g = x.float().view(M, K // 128, 128)
-    s = g.abs().amax(-1).clamp(min=1e-4) / 448.0
+    amax = g.abs().amax(-1).clamp(min=1e-4)
+    # IEEE division by a tensor: `amax / 448.0` would multiply by a rounded reciprocal.
+    s = amax / torch.full_like(amax, 448.0)
     return (g / s[..., None]).to(FP8).view(M, K), s
 
 
@@ -174,7 +176,9 @@ def check(lib, args):
         qok = torch.equal(q.view(torch.uint8), tq.view(torch.uint8)) and torch.equal(sa[:, :M].t(), ts)
         padnan = bool(torch.isnan(sa[:, M:]).all().item()) if sa.shape[1] > M else True
         if not (qok and padnan):
-            fails.append(f"QUANT {M}x{K}: bitexact={qok} pad_untouched={padnan}")
+            qeq = torch.equal(q.view(torch.uint8), tq.view(torch.uint8))
+            nd = int((q.view(torch.uint8) != tq.view(torch.uint8)).sum().item())
+            fails.append(f"QUANT {M}x{K}: q_equal={qeq} ({nd} bytes differ) s_equal={torch.equal(sa[:, :M].t(), ts)} pad_untouched={padnan}")
             nfail += 1
         r = reference(q, sa, w, sw)
         cfgs = [cfg_of("auto")]
@@ -245,7 +249,7 @@ def check(lib, args):
 
 
 def sanitize(lib, args):
-    shapes = [(1, 256, 512), (5, 144, 384), (40, 256, 512), (130, 256, 384), (300, 256, 384)]
+    shapes = [(5, 144, 384), (130, 256, 384), (300, 272, 384)]
     n = 0
     for (M, N, K) in shapes:
         x, w, sw = make_inputs(M, N, K, seed=M)

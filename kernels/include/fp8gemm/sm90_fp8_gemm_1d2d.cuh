@@ -13,6 +13,7 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cstdint>
+#include <type_traits>
 
 #include "epilogue.cuh"
 #include "pipeline.cuh"
@@ -98,7 +99,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int c_in = (lane % 4) * 2;        // fragment column within each n8 group (and +1)
 
   float acc[T::kWaves][kAcc];
-  float blk[kAcc];
+  float blk[kAcc];  // block accumulator of one K block
   RingState<T::kStages> st;
 
   while (sched.next(tile)) {
@@ -118,6 +119,19 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) acc[w][i] = 0.f;
 
+    // Per K block the warpgroup's work is cut into units (wave w, N half h): u = 2w + h. Two
+    // units are in flight at a time in the two halves of the block accumulator; unit u is
+    // promoted while unit u+1 runs, then unit u+2 reuses its half. All in-flight state stays
+    // inside one iteration (a cross-K-block double buffer made ptxas serialize, C7514).
+    // TN = 8 (smallest swap-AB tile) cannot be halved: U = kWaves units of full width.
+    constexpr bool kHalves = T::TN >= 16;
+    constexpr int kUnitN = kHalves ? T::TN / 2 : T::TN;
+    constexpr int kPerWave = kHalves ? 2 : 1;
+    constexpr int U = kPerWave * T::kWaves;
+    constexpr int kUnitAcc = kUnitN / 2;  // registers of one unit
+    constexpr int kUnitJ = kUnitN / 8;    // n8 groups of one unit
+    using UMMA = ptx::WgmmaE4M3<kUnitN>;
+
     for (int i = 0; i < nkb; ++i) {
       ptx::mbarrier_wait(ring.full(st.stage), st.phase);
       const float* sa_s = ring.scales(st.stage);
@@ -126,8 +140,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       float swv[kSwRows];
 #pragma unroll
       for (int r = 0; r < kSwRows; ++r) swv[r] = sw_cache[r * nkb + i];
-      float row_s[T::kWaves][2];            // normal: per-token scales of my two rows
-      float col_s[T::kSwapAB ? T::TN / 8 : 1][2];  // swap-AB: per-token scales of my columns
+      float row_s[T::kWaves][2];                   // normal: token scales of my two rows
+      float col_s[T::kSwapAB ? T::TN / 8 : 1][2];  // swap-AB: token scales of my columns
       if constexpr (!T::kSwapAB) {
 #pragma unroll
         for (int w = 0; w < T::kWaves; ++w) {
@@ -143,45 +157,64 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         }
       }
 
-      const uint32_t a_base = ptx::smem_addr(ring.a(st.stage));
-      const uint64_t desc_b = ptx::make_smem_desc_k128_sw128(ptx::smem_addr(ring.b(st.stage)));
+      const uint32_t a_base = ptx::smem_addr(ring.a(st.stage)) + wg * T::kWaves * 64 * kBlockK;
+      const uint32_t b_base = ptx::smem_addr(ring.b(st.stage));
+      auto issue = [&](auto unit) {
+        constexpr int u = decltype(unit)::value;
+        constexpr int w = u / kPerWave, h = u % kPerWave;
+        const uint64_t da = ptx::make_smem_desc_k128_sw128(a_base + w * 64 * kBlockK);
+        const uint64_t db = ptx::make_smem_desc_k128_sw128(b_base + h * kUnitN * kBlockK);
+        float* d = blk + (u % 2) * kUnitAcc;
 #pragma unroll
-      for (int w = 0; w < T::kWaves; ++w) {
-        const uint64_t desc_a = ptx::make_smem_desc_k128_sw128(
-            a_base + (wg * T::kWaves + w) * 64 * kBlockK);
-#pragma unroll
-        for (int x = 0; x < kAcc; ++x) ptx::fence_operand(blk[x]);
+        for (int x = 0; x < kUnitAcc; ++x) ptx::fence_operand(d[x]);
         ptx::wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < kBlockK / 32; ++kk)
-          MMA::mma(desc_a + 2 * kk, desc_b + 2 * kk, blk, kk > 0);
+        for (int kk = 0; kk < kBlockK / 32; ++kk) UMMA::mma(da + 2 * kk, db + 2 * kk, d, kk > 0);
         ptx::wgmma_commit();
-        ptx::wgmma_wait<0>();
+      };
+      auto promote = [&](auto unit) {
+        constexpr int u = decltype(unit)::value;
+        constexpr int w = u / kPerWave, h = u % kPerWave;
+        float* d = blk + (u % 2) * kUnitAcc;
 #pragma unroll
-        for (int x = 0; x < kAcc; ++x) ptx::fence_operand(blk[x]);
-        if (w == T::kWaves - 1 && lane == 0) ptx::mbarrier_arrive(ring.empty(st.stage));
-
-        // Promote with scales (two-level accumulation).
-        if constexpr (!T::kSwapAB) {
+        for (int x = 0; x < kUnitAcc; ++x) ptx::fence_operand(d[x]);
 #pragma unroll
-          for (int j = 0; j < T::TN / 8; ++j) {
+        for (int jj = 0; jj < kUnitJ; ++jj) {
+          const int j = h * kUnitJ + jj;  // n8 group within the tile
+          float* a = acc[w] + 4 * j;
+          const float* b = d + 4 * jj;
+          if constexpr (!T::kSwapAB) {
             const float sc = swv[(j * 8) / 128];
             const float f0 = row_s[w][0] * sc, f1 = row_s[w][1] * sc;
-            acc[w][4 * j + 0] += blk[4 * j + 0] * f0;
-            acc[w][4 * j + 1] += blk[4 * j + 1] * f0;
-            acc[w][4 * j + 2] += blk[4 * j + 2] * f1;
-            acc[w][4 * j + 3] += blk[4 * j + 3] * f1;
-          }
-        } else {
-#pragma unroll
-          for (int j = 0; j < T::TN / 8; ++j) {
-            acc[w][4 * j + 0] += blk[4 * j + 0] * col_s[j][0];
-            acc[w][4 * j + 1] += blk[4 * j + 1] * col_s[j][1];
-            acc[w][4 * j + 2] += blk[4 * j + 2] * col_s[j][0];
-            acc[w][4 * j + 3] += blk[4 * j + 3] * col_s[j][1];
+            a[0] += b[0] * f0;
+            a[1] += b[1] * f0;
+            a[2] += b[2] * f1;
+            a[3] += b[3] * f1;
+          } else {
+            a[0] += b[0] * col_s[j][0];
+            a[1] += b[1] * col_s[j][1];
+            a[2] += b[2] * col_s[j][0];
+            a[3] += b[3] * col_s[j][1];
           }
         }
-      }
+      };
+
+      issue(std::integral_constant<int, 0>{});
+      if constexpr (U > 1) issue(std::integral_constant<int, 1>{});
+      auto step = [&](auto unit) {
+        constexpr int u = decltype(unit)::value;
+        if constexpr (u + 1 < U) ptx::wgmma_wait<1>(); else ptx::wgmma_wait<0>();
+        if constexpr (u + 1 == U) {
+          if (lane == 0) ptx::mbarrier_arrive(ring.empty(st.stage));  // all units done: stage free
+        }
+        promote(unit);
+        if constexpr (u + 2 < U) issue(std::integral_constant<int, u + 2>{});
+      };
+      step(std::integral_constant<int, 0>{});
+      if constexpr (U > 1) step(std::integral_constant<int, 1>{});
+      if constexpr (U > 2) step(std::integral_constant<int, 2>{});
+      if constexpr (U > 3) step(std::integral_constant<int, 3>{});
+      static_assert(U <= 4, "at most 2 waves x 2 halves");
       st.advance();
     }
 
