@@ -234,9 +234,18 @@ extern "C" int32_t fp8gemm_gemm(const uint8_t* qa, const float* sa, const uint8_
     int64_t blocks = (count / 4 + 255) / 256;
     const int64_t cap = static_cast<int64_t>(info.sms) * 8;
     if (blocks > cap) blocks = cap;
-    splitk_reduce_kernel<256><<<static_cast<unsigned>(blocks), 256, 0, a.stream>>>(
-        a.partial, a.y, count, split);
-    if (cudaGetLastError() != cudaSuccess) return FP8GEMM_ERR_LAUNCH;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t lc = {};
+    lc.gridDim = dim3(static_cast<unsigned>(blocks), 1, 1);
+    lc.blockDim = dim3(256, 1, 1);
+    lc.stream = a.stream;
+    lc.attrs = attr;
+    lc.numAttrs = 1;
+    if (cudaLaunchKernelEx(&lc, splitk_reduce_kernel<256>, static_cast<const float*>(a.partial),
+                           a.y, count, split) != cudaSuccess)
+      return FP8GEMM_ERR_LAUNCH;
   }
   return FP8GEMM_OK;
 }

@@ -34,6 +34,9 @@ CONFIGS = [
     ("small_m", 64, 32, 8, True), ("small_m", 64, 64, 8, True), ("small_m", 64, 128, 6, True),
     ("warp_spec", 128, 64, 8, True), ("warp_spec", 128, 128, 6, True),
     ("persistent", 128, 128, 6, False), ("persistent", 256, 128, 4, False),
+    # dev A/B: block_m + 1000 = 2-CTA cluster, activation tile multicast
+    ("warp_spec", 1128, 64, 8, True), ("warp_spec", 1128, 128, 6, True),
+    ("persistent", 1128, 128, 6, False), ("persistent", 1256, 128, 4, False),
 ]
 
 
@@ -260,6 +263,7 @@ def sanitize(lib, args):
             for split in ([1, 2] if sp else [1]):
                 cfg = cfg_of(kind, bm, bn, st, split)
                 y = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=dev)
+                print(f"  sanitize {M}x{N}x{K} {cfg_str(cfg)}", flush=True)
                 s = lib.gemm(q, sa, w, sw, y, cfg)
                 torch.cuda.synchronize()
                 rel, cd, nan = metrics(y, r)
@@ -297,9 +301,10 @@ def candidates(M, N, K, sms=132):
             tiles = (N + bn - 1) // bn * ((M + 127) // 128)
             for s in splits(tiles)[:2]:
                 out.append(cfg_of("warp_spec", 128, bn, st, s))
+                out.append(cfg_of("warp_spec", 1128, bn, st, s))
     if M > 128:
-        out.append(cfg_of("persistent", 128, 128, 6))
-        out.append(cfg_of("persistent", 256, 128, 4))
+        for bm, st in ((128, 6), (256, 4), (1128, 6), (1256, 4)):
+            out.append(cfg_of("persistent", bm, 128, st))
     return out
 
 

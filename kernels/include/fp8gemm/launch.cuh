@@ -52,7 +52,8 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   const uint64_t m_pad = (static_cast<uint64_t>(a.m) + 3) / 4 * 4;
 
   CUtensorMap t_act, t_w, t_sa;
-  int st = make_tmap_2d(&t_act, false, a.qa, a.k, a.m, a.k, kBlockK, kTokBox, true);
+  // With a cluster, each CTA loads 1/kCluster of the activation tile (multicast).
+  int st = make_tmap_2d(&t_act, false, a.qa, a.k, a.m, a.k, kBlockK, kTokBox / T::kCluster, true);
   if (st == FP8GEMM_OK) st = make_tmap_2d(&t_w, false, a.w, a.k, a.n, a.k, kBlockK, kWBox, true);
   if (st == FP8GEMM_OK)
     st = make_tmap_2d(&t_sa, true, a.sa, a.m, kb_total, m_pad * 4, kTokBox, 1, false);
@@ -71,33 +72,65 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   p.shape.kb_total = kb_total;
   p.shape.kb_per_split = (kb_total + a.split - 1) / a.split;
 
-  const int64_t tiles = static_cast<int64_t>(p.shape.tiles_rows) * p.shape.tiles_cols;
-  dim3 grid;
-  if (T::kPersistent) {
-    if (a.split != 1) return FP8GEMM_ERR_CONFIG;
-    grid = dim3(static_cast<unsigned>(tiles < a.grid_limit ? tiles : a.grid_limit), 1, 1);
-  } else {
-    if (tiles > 0x7fffffff) return FP8GEMM_ERR_SHAPE;
-    grid = dim3(static_cast<unsigned>(tiles), a.split, 1);
-  }
   const size_t smem = Ring::kFixedBytes + sizeof(float) * kSwRows * p.shape.kb_per_split;
   if (smem > a.smem_optin) return FP8GEMM_ERR_SHAPE;  // K per split too long for the scale cache
 
-  if (a.split > 1) {
-    static std::atomic<uint64_t> done{0};
-    auto kern = sm90_fp8_gemm_1d2d_kernel<T, true>;
-    if (!raise_smem_limit_once(reinterpret_cast<const void*>(kern), done, a.device, a.smem_optin))
+  // One kernel per (schedule, split-K output) pair; smem limit raised once per device.
+  auto kern = a.split > 1 ? sm90_fp8_gemm_1d2d_kernel<T, true> : sm90_fp8_gemm_1d2d_kernel<T, false>;
+  {
+    static std::atomic<uint64_t> done_partial{0}, done_plain{0};
+    if (!raise_smem_limit_once(reinterpret_cast<const void*>(kern),
+                               a.split > 1 ? done_partial : done_plain, a.device, a.smem_optin))
       return FP8GEMM_ERR_LAUNCH;
-    kern<<<grid, T::kThreads, smem, a.stream>>>(T::kSwapAB ? t_w : t_act, T::kSwapAB ? t_act : t_w,
-                                                 t_sa, a.sw, a.y, a.partial, p);
-  } else {
-    static std::atomic<uint64_t> done{0};
-    auto kern = sm90_fp8_gemm_1d2d_kernel<T, false>;
-    if (!raise_smem_limit_once(reinterpret_cast<const void*>(kern), done, a.device, a.smem_optin))
-      return FP8GEMM_ERR_LAUNCH;
-    kern<<<grid, T::kThreads, smem, a.stream>>>(T::kSwapAB ? t_w : t_act, T::kSwapAB ? t_act : t_w,
-                                                 t_sa, a.sw, a.y, a.partial, p);
   }
+
+  // Programmatic dependent launch: our prologue may overlap the previous kernel's tail (the
+  // kernel waits with griddepcontrol.wait before touching global inputs/outputs).
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  attr[1].id = cudaLaunchAttributeClusterDimension;
+  attr[1].val.clusterDim.x = T::kCluster;
+  attr[1].val.clusterDim.y = 1;
+  attr[1].val.clusterDim.z = 1;
+  cudaLaunchConfig_t lc = {};
+  lc.blockDim = dim3(T::kThreads, 1, 1);
+  lc.dynamicSmemBytes = smem;
+  lc.stream = a.stream;
+  lc.attrs = attr;
+  lc.numAttrs = T::kCluster > 1 ? 2 : 1;
+
+  const int64_t col_units = (p.shape.tiles_cols + T::kCluster - 1) / T::kCluster;
+  const int64_t units = static_cast<int64_t>(p.shape.tiles_rows) * col_units;
+  if (T::kPersistent) {
+    if (a.split != 1) return FP8GEMM_ERR_CONFIG;
+    int64_t max_units = a.grid_limit / T::kCluster;
+    if (T::kCluster > 1) {
+      // Not every SM pair can host a cluster: a persistent grid must fit in one wave.
+      static std::atomic<int> max_clusters[64];
+      int c = max_clusters[a.device & 63].load(std::memory_order_relaxed);
+      if (c == 0) {
+        lc.gridDim = dim3(static_cast<unsigned>(max_units * T::kCluster), 1, 1);
+        if (cudaOccupancyMaxActiveClusters(&c, kern, &lc) != cudaSuccess || c <= 0) {
+          (void)cudaGetLastError();
+          c = -1;
+        }
+        max_clusters[a.device & 63].store(c, std::memory_order_relaxed);
+      }
+      if (c > 0 && c < max_units) max_units = c;
+    }
+    if (max_units < 1) max_units = 1;
+    lc.gridDim = dim3(static_cast<unsigned>((units < max_units ? units : max_units) * T::kCluster), 1, 1);
+  } else {
+    const int64_t ctas = units * T::kCluster;
+    if (ctas > 0x7fffffff) return FP8GEMM_ERR_SHAPE;
+    lc.gridDim = dim3(static_cast<unsigned>(ctas), a.split, 1);
+  }
+
+  const CUtensorMap& ta = T::kSwapAB ? t_w : t_act;
+  const CUtensorMap& tb = T::kSwapAB ? t_act : t_w;
+  if (cudaLaunchKernelEx(&lc, kern, ta, tb, t_sa, a.sw, a.y, a.partial, p) != cudaSuccess)
+    return FP8GEMM_ERR_LAUNCH;
   return cudaGetLastError() == cudaSuccess ? FP8GEMM_OK : FP8GEMM_ERR_LAUNCH;
 }
 

@@ -33,7 +33,8 @@ struct GemmParams {
 
 // Traits every schedule provides:
 //   kMathWG, kWaves, TM (= kMathWG * kWaves * 64), TN, kStages, kSwapAB, kThreads,
-//   kMathRegs/kProducerRegs (0 = no setmaxnreg), Scheduler, kPartialOut (split-K capable)
+//   kMathRegs/kProducerRegs (0 = no setmaxnreg), Scheduler, kSplitN (issue each K block as
+//   two N halves so one is promoted while the other runs)
 template <class T, bool kPartial>
 __global__ void __launch_bounds__(T::kThreads, 1)
     sm90_fp8_gemm_1d2d_kernel(const __grid_constant__ CUtensorMap tmap_a,
@@ -64,9 +65,14 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     ptx::prefetch_tensormap(&tmap_a);
     ptx::prefetch_tensormap(&tmap_b);
     ptx::prefetch_tensormap(&tmap_sa);
-    ring.init(T::kMathWG * 4);
+    ring.init(T::kMathWG * 4 * T::kCluster);  // empty: every consumer warp of the cluster
   }
   __syncthreads();
+  if constexpr (T::kCluster > 1) ptx::cluster_sync();  // peer barriers initialised
+  const uint32_t cta_rank = T::kCluster > 1 ? ptx::cluster_ctarank() : 0;
+  // Programmatic dependent launch: everything above overlapped the previous kernel's tail;
+  // from here on we read its outputs (qa, sa) and may overwrite what it reads.
+  ptx::griddep_wait();
 
   typename T::Scheduler sched(p.shape);
   Tile tile;
@@ -82,13 +88,23 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           ptx::mbarrier_wait(ring.empty(st.stage), st.phase ^ 1);
           uint64_t* full = ring.full(st.stage);
           ptx::mbarrier_arrive_expect_tx(full, Ring::kTxBytes);
-          ptx::tma_load_2d(ring.a(st.stage), &tmap_a, full, kb * kBlockK, tile.row0);
+          if constexpr (T::kCluster > 1) {
+            // Row operand shared by the cluster: each CTA loads its slice for everyone.
+            constexpr int kSlice = T::TM / T::kCluster;
+            ptx::tma_load_2d_multicast(ring.a(st.stage) + cta_rank * kSlice * kBlockK, &tmap_a,
+                                       full, kb * kBlockK, tile.row0 + cta_rank * kSlice,
+                                       static_cast<uint16_t>((1u << T::kCluster) - 1));
+          } else {
+            ptx::tma_load_2d(ring.a(st.stage), &tmap_a, full, kb * kBlockK, tile.row0);
+          }
           ptx::tma_load_2d(ring.b(st.stage), &tmap_b, full, kb * kBlockK, tile.col0);
           ptx::tma_load_2d(ring.scales(st.stage), &tmap_sa, full, tok0, kb);
           st.advance();
         }
       }
+      ptx::griddep_launch_dependents();
     }
+    if constexpr (T::kCluster > 1) ptx::cluster_sync();  // peers done arriving on our barriers
     return;
   }
 
@@ -119,12 +135,14 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) acc[w][i] = 0.f;
 
-    // Per K block the warpgroup's work is cut into units (wave w, N half h): u = 2w + h. Two
-    // units are in flight at a time in the two halves of the block accumulator; unit u is
-    // promoted while unit u+1 runs, then unit u+2 reuses its half. All in-flight state stays
-    // inside one iteration (a cross-K-block double buffer made ptxas serialize, C7514).
-    // TN = 8 (smallest swap-AB tile) cannot be halved: U = kWaves units of full width.
-    constexpr bool kHalves = T::TN >= 16;
+    // Per K block the warpgroup's work is cut into units. With kSplitN (and TN >= 16) a unit
+    // is (wave w, N half h), u = 2w + h: two units are in flight in the two halves of the block
+    // accumulator; unit u is promoted while unit u+1 runs, then unit u+2 reuses its half. All
+    // in-flight state stays inside one iteration (a cross-K-block double buffer made ptxas
+    // serialize every wgmma, C7514). Without kSplitN a unit is one full-width wave, issued,
+    // waited for and promoted in turn (full-N wgmma is faster on the tensor cores for big
+    // tiles; two math warpgroups overlap each other's promotion).
+    constexpr bool kHalves = T::kSplitN && T::TN >= 16;
     constexpr int kUnitN = kHalves ? T::TN / 2 : T::TN;
     constexpr int kPerWave = kHalves ? 2 : 1;
     constexpr int U = kPerWave * T::kWaves;
@@ -164,7 +182,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         constexpr int w = u / kPerWave, h = u % kPerWave;
         const uint64_t da = ptx::make_smem_desc_k128_sw128(a_base + w * 64 * kBlockK);
         const uint64_t db = ptx::make_smem_desc_k128_sw128(b_base + h * kUnitN * kBlockK);
-        float* d = blk + (u % 2) * kUnitAcc;
+        float* d = blk + (kHalves ? (u % 2) * kUnitAcc : 0);
 #pragma unroll
         for (int x = 0; x < kUnitAcc; ++x) ptx::fence_operand(d[x]);
         ptx::wgmma_fence();
@@ -175,7 +193,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       auto promote = [&](auto unit) {
         constexpr int u = decltype(unit)::value;
         constexpr int w = u / kPerWave, h = u % kPerWave;
-        float* d = blk + (u % 2) * kUnitAcc;
+        float* d = blk + (kHalves ? (u % 2) * kUnitAcc : 0);
 #pragma unroll
         for (int x = 0; x < kUnitAcc; ++x) ptx::fence_operand(d[x]);
 #pragma unroll
@@ -199,17 +217,26 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         }
       };
 
-      issue(std::integral_constant<int, 0>{});
-      if constexpr (U > 1) issue(std::integral_constant<int, 1>{});
+      // Unit u is promoted right after its wait; with halves, unit u+1 is already running.
       auto step = [&](auto unit) {
         constexpr int u = decltype(unit)::value;
-        if constexpr (u + 1 < U) ptx::wgmma_wait<1>(); else ptx::wgmma_wait<0>();
+        if constexpr (!kHalves) issue(unit);
+        if constexpr (kHalves && u + 1 < U) ptx::wgmma_wait<1>(); else ptx::wgmma_wait<0>();
         if constexpr (u + 1 == U) {
-          if (lane == 0) ptx::mbarrier_arrive(ring.empty(st.stage));  // all units done: stage free
+          if (lane == 0) {  // all units done: the stage is free (in every CTA that shares it)
+            ptx::mbarrier_arrive(ring.empty(st.stage));
+#pragma unroll
+            for (int c = 1; c < T::kCluster; ++c)
+              ptx::mbarrier_arrive_cluster(ring.empty(st.stage), (cta_rank + c) % T::kCluster);
+          }
         }
         promote(unit);
-        if constexpr (u + 2 < U) issue(std::integral_constant<int, u + 2>{});
+        if constexpr (kHalves && u + 2 < U) issue(std::integral_constant<int, u + 2>{});
       };
+      if constexpr (kHalves) {
+        issue(std::integral_constant<int, 0>{});
+        if constexpr (U > 1) issue(std::integral_constant<int, 1>{});
+      }
       step(std::integral_constant<int, 0>{});
       if constexpr (U > 1) step(std::integral_constant<int, 1>{});
       if constexpr (U > 2) step(std::integral_constant<int, 2>{});
@@ -218,6 +245,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       st.advance();
     }
 
+    // The next kernel (split-K reduce, next layer) may start its prologue once all CTAs are here.
+    if (tile.kb1 - tile.kb0 >= 0) ptx::griddep_launch_dependents();
     // Epilogue: every in-bounds element of the tile is written (zeros for an empty K split).
 #pragma unroll
     for (int w = 0; w < T::kWaves; ++w) {
@@ -226,6 +255,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                                                   tile.split);
     }
   }
+  if constexpr (T::kCluster > 1) ptx::cluster_sync();
 }
 
 }  // namespace fp8gemm

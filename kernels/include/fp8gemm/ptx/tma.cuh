@@ -58,3 +58,19 @@ __device__ __forceinline__ void griddep_launch_dependents() {
 }
 
 }  // namespace fp8gemm::ptx
+
+namespace fp8gemm::ptx {
+
+// 2-D tile load multicast to every CTA of the cluster in `cta_mask`; each destination CTA's
+// mbarrier at the same shared-memory offset receives the byte count.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map,
+                                                      uint64_t* bar, int32_t c0, int32_t c1,
+                                                      uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(
+          smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(cta_mask)
+      : "memory");
+}
+
+}  // namespace fp8gemm::ptx

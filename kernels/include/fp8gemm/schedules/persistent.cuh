@@ -8,15 +8,18 @@
 
 namespace fp8gemm {
 
-template <int kWaves_, int TN_, int kStages_>
+template <int kWaves_, int TN_, int kStages_, int kCluster_ = 1>
 struct Persistent {
+  // kCluster_ = 2: two CTAs (neighbouring column tiles) share the activation tile by TMA multicast.
+  static constexpr int kCluster = kCluster_;
   static constexpr int kMathWG = 2, kWaves = kWaves_, TM = 128 * kWaves_, TN = TN_,
                        kStages = kStages_;
+  static constexpr bool kSplitN = false;  // promote one N half while the other runs
   static constexpr bool kSwapAB = false, kPersistent = true;
   static constexpr int kThreads = (kMathWG + 1) * 128;
   static constexpr int kMathRegs = 232, kProducerRegs = 40;
   static constexpr int kGroup = 8;  // row tiles swept together
-  using Scheduler = PersistentScheduler<TM, TN, kGroup>;
+  using Scheduler = PersistentScheduler<TM, TN, kGroup, kCluster>;
 };
 
 }  // namespace fp8gemm

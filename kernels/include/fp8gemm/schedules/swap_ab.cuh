@@ -10,7 +10,9 @@ namespace fp8gemm {
 template <int TOKENS, int kStages_>
 struct SwapAB {
   static constexpr int kMathWG = 1, kWaves = 1, TM = 64, TN = TOKENS, kStages = kStages_;
+  static constexpr bool kSplitN = true;  // promote one N half while the other runs
   static constexpr bool kSwapAB = true, kPersistent = false;
+  static constexpr int kCluster = 1;
   static constexpr int kThreads = (kMathWG + 1) * 128;
   static constexpr int kMathRegs = 0, kProducerRegs = 0;
   using Scheduler = OneTileScheduler<TM, TN, /*act on rows*/ false>;
