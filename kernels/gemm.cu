@@ -67,30 +67,51 @@ int device_info(DeviceInfo* out, int* device) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// The default configuration for a shape (FP8GEMM_KIND_AUTO); src/dispatch.rs mirrors it.
+// K split that best fills the machine: minimises (waves of CTAs per split) x (1 + 5% per
+// extra split), with `per_sm` CTAs resident per SM, at most 8 splits (cluster reduce), at
+// least 4 K blocks per split. Shapes that already give >= 2 CTAs per SM are not split.
+int64_t fill_split(int64_t tiles, int64_t kb, int64_t sms, int64_t per_sm) {
+  const int64_t slots = sms * per_sm;
+  if (tiles >= 2 * sms) return 1;
+  int64_t max_s = kb / 4;
+  if (max_s > 8) max_s = 8;
+  int64_t best = 1;
+  double best_cost = 1e30;
+  for (int64_t s = 1; s <= (max_s < 1 ? 1 : max_s); ++s) {
+    const double waves = static_cast<double>((tiles * s + slots - 1) / slots);
+    const double cost = waves / s * (1.0 + 0.05 * (s - 1));
+    if (cost < best_cost - 1e-9) {
+      best_cost = cost;
+      best = s;
+    }
+  }
+  return best;
+}
+
+// The default configuration for a shape (FP8GEMM_KIND_AUTO); src/dispatch.rs mirrors it
+// (same rule, same numbers). Measured on H200, see docs/KERNELS.md.
 fp8gemm_config auto_config(int64_t m, int64_t n, int64_t k, int sms) {
-  fp8gemm_config c{FP8GEMM_KIND_SMALL_M, 64, 64, 8, 1, 0};
+  fp8gemm_config c{FP8GEMM_KIND_SMALL_M, 64, 128, 6, 1, 0};
   const int64_t kb = k / 128;
-  if (m <= 32) {
+  if (m <= 16) {
+    // Swap-AB: 64 weight rows per CTA, the tokens on the wgmma N side; ~74 KB smem: 2/SM.
     c.kind = FP8GEMM_KIND_SWAP_AB;
-    c.block_m = m <= 8 ? 8 : (m <= 16 ? 16 : 32);
+    c.block_m = m <= 8 ? 8 : 16;
     c.block_n = 64;
     c.stages = 8;
-    const int64_t tiles = (n + 63) / 64;
-    int64_t s = (2 * sms + tiles - 1) / tiles;  // ~2 CTAs per SM
-    if (s > kb / 4) s = kb / 4;                 // keep >= 4 K blocks per split
-    if (s < 1) s = 1;
-    c.split_k = static_cast<int32_t>(s);
+    c.split_k = static_cast<int32_t>(fill_split((n + 63) / 64, kb, sms, 2));
   } else if (m <= 128) {
     c.kind = FP8GEMM_KIND_SMALL_M;
     c.block_m = 64;
-    c.block_n = (n / 32) * ((m + 63) / 64) >= sms ? 32 : 32;
-    c.stages = 8;
-  } else if (m <= 256) {
+    c.block_n = 128;
+    c.stages = 6;
+    c.split_k = static_cast<int32_t>(fill_split(((m + 63) / 64) * ((n + 127) / 128), kb, sms, 1));
+  } else if (m <= 512) {
     c.kind = FP8GEMM_KIND_WARP_SPEC;
     c.block_m = 128;
-    c.block_n = 64;
-    c.stages = 8;
+    c.block_n = 128;
+    c.stages = 6;
+    c.split_k = static_cast<int32_t>(fill_split(((m + 127) / 128) * ((n + 127) / 128), kb, sms, 1));
   } else {
     c.kind = FP8GEMM_KIND_PERSISTENT;
     c.block_m = 256;
@@ -122,8 +143,9 @@ int effective_split(const fp8gemm_config& c, int64_t k) {
   return static_cast<int>(s < 1 ? 1 : s);
 }
 
-size_t partial_bytes(int split, int64_t m, int64_t n) {
-  return split > 1 ? static_cast<size_t>(split) * m * n * sizeof(float) : 0;
+size_t partial_bytes(const ConfigEntry* e, int split, int64_t m, int64_t n) {
+  if (e == nullptr || !split_uses_workspace(split, e->cluster_split)) return 0;
+  return static_cast<size_t>(split) * m * n * sizeof(float);
 }
 
 }  // namespace
@@ -188,7 +210,7 @@ extern "C" size_t fp8gemm_workspace_bytes(const fp8gemm_config* cfg, int64_t m, 
   int dev;
   if (device_info(&info, &dev) == FP8GEMM_OK) sms = info.sms;
   const fp8gemm_config c = resolve(cfg, m, n, k, sms);
-  return partial_bytes(effective_split(c, k), m, n);
+  return partial_bytes(find_config(c), effective_split(c, k), m, n);
 }
 
 extern "C" int32_t fp8gemm_gemm(const uint8_t* qa, const float* sa, const uint8_t* w,
@@ -209,7 +231,7 @@ extern "C" int32_t fp8gemm_gemm(const uint8_t* qa, const float* sa, const uint8_
   if (!e) return FP8GEMM_ERR_CONFIG;
   const int split = effective_split(c, k);
   if (split > 1 && !e->split_ok) return FP8GEMM_ERR_CONFIG;
-  const size_t need = partial_bytes(split, m, n);
+  const size_t need = partial_bytes(e, split, m, n);
   if (need > 0 && (workspace == nullptr || workspace_bytes < need || !aligned16(workspace)))
     return FP8GEMM_ERR_WORKSPACE;
 
@@ -219,7 +241,7 @@ extern "C" int32_t fp8gemm_gemm(const uint8_t* qa, const float* sa, const uint8_
   a.w = w;
   a.sw = sw;
   a.y = static_cast<__nv_bfloat16*>(y);
-  a.partial = static_cast<float*>(workspace);
+  a.partial = need > 0 ? static_cast<float*>(workspace) : nullptr;
   a.m = static_cast<int>(m);
   a.n = static_cast<int>(n);
   a.k = static_cast<int>(k);
@@ -229,7 +251,7 @@ extern "C" int32_t fp8gemm_gemm(const uint8_t* qa, const float* sa, const uint8_
   a.smem_optin = info.smem_optin;
   a.stream = static_cast<cudaStream_t>(stream);
   if (int st = e->run(a)) return st;
-  if (split > 1) {
+  if (need > 0) {  // split-K through the workspace: deterministic fixed-order reduce
     const int64_t count = m * n;
     int64_t blocks = (count / 4 + 255) / 256;
     const int64_t cap = static_cast<int64_t>(info.sms) * 8;

@@ -34,9 +34,7 @@ CONFIGS = [
     ("small_m", 64, 32, 8, True), ("small_m", 64, 64, 8, True), ("small_m", 64, 128, 6, True),
     ("warp_spec", 128, 64, 8, True), ("warp_spec", 128, 128, 6, True),
     ("persistent", 128, 128, 6, False), ("persistent", 256, 128, 4, False),
-    # dev A/B: block_m + 1000 = 2-CTA cluster, activation tile multicast
-    ("warp_spec", 1128, 64, 8, True), ("warp_spec", 1128, 128, 6, True),
-    ("persistent", 1128, 128, 6, False), ("persistent", 1256, 128, 4, False),
+    ("persistent", 192, 128, 5, False),
 ]
 
 
@@ -192,7 +190,9 @@ def check(lib, args):
                 continue  # slow and pointless, but still correct
             cfgs.append(cfg_of(kind, bm, bn, st, 1))
             if sp and not big and K >= 512:
-                cfgs.append(cfg_of(kind, bm, bn, st, 3))
+                cfgs.append(cfg_of(kind, bm, bn, st, 3))   # cluster (DSMEM) reduce
+            if sp and not big and K >= 2048 and M <= 300:
+                cfgs.append(cfg_of(kind, bm, bn, st, 12))  # > 8 splits: workspace + reduce kernel
         res = []
         for c in cfgs:
             y = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=dev)
@@ -209,6 +209,7 @@ def check(lib, args):
             if not ok:
                 nfail += 1
                 fails.append(f"{M}x{N}x{K} {cfg_str(c)}: relerr {rel:.3g} calc_diff {cd:.3g} nan {nan}")
+                print("  FAIL", fails[-1], flush=True)
         print(f"{M:5d} {N:6d} {K:6d} quant={'ok' if qok and padnan else 'FAIL'} configs={len(cfgs)} max relerr {max(res) if res else float('nan'):.2e}", flush=True)
     # dequant kernel
     for (N, K) in [(256, 384), (300, 200), (1000, 4096), (129, 7)]:
@@ -245,32 +246,39 @@ def check(lib, args):
         if v != want[k_]:
             nfail += 1
             fails.append(f"status for {k_}: got {v}, want {want[k_]}")
-    print(f"CHECK: {nrun} runs over {len(shapes)} shapes, {nfail} failures ({time.time() - t0:.0f}s)")
+    torch.cuda.synchronize()
+    print(f"CHECK: {nrun} runs over {len(shapes)} shapes, {nfail} failures ({time.time() - t0:.1f}s wall)")
     for f in fails[:60]:
         print("  FAIL", f)
     return nfail
 
 
 def sanitize(lib, args):
-    shapes = [(5, 144, 384), (130, 256, 384), (300, 272, 384)]
-    n = 0
-    for (M, N, K) in shapes:
+    """Small shapes through every schedule and both split-K reductions (run under
+    compute-sanitizer). --quick: one launch per schedule (for racecheck)."""
+    if args.quick:
+        plan = [((130, 256, 1536), [("swap_ab", 8, 64, 8, 2), ("swap_ab", 16, 64, 8, 9), ("small_m", 64, 128, 6, 2),
+                                    ("warp_spec", 128, 128, 6, 3), ("persistent", 256, 128, 4, 1)])]
+    else:
+        shapes = [(5, 144, 384), (130, 256, 1536), (300, 272, 384)]
+        plan = [(sh, [(k, bm, bn, st, sp) for (k, bm, bn, st, spok) in CONFIGS for sp in ([1, 2, 9] if spok else [1])])
+                for sh in shapes]
+    n = bad = 0
+    for (M, N, K), cfgs in plan:
         x, w, sw = make_inputs(M, N, K, seed=M)
         q, sa = lib.quant(x)
         r = reference(q, sa, w, sw)
-        for c in CONFIGS:
-            kind, bm, bn, st, sp = c
-            for split in ([1, 2] if sp else [1]):
-                cfg = cfg_of(kind, bm, bn, st, split)
-                y = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=dev)
-                print(f"  sanitize {M}x{N}x{K} {cfg_str(cfg)}", flush=True)
-                s = lib.gemm(q, sa, w, sw, y, cfg)
-                torch.cuda.synchronize()
-                rel, cd, nan = metrics(y, r)
-                n += 1
-                if s or rel > 3e-3 or nan:
-                    print(f"SANITIZE-RUN FAIL {M}x{N}x{K} {cfg_str(cfg)} status {s} rel {rel:.3g} nan {nan}")
-    print(f"sanitize driver: {n} launches done")
+        for (kind, bm, bn, st, split) in cfgs:
+            cfg = cfg_of(kind, bm, bn, st, split)
+            y = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=dev)
+            s = lib.gemm(q, sa, w, sw, y, cfg)
+            torch.cuda.synchronize()
+            rel, cd, nan = metrics(y, r)
+            n += 1
+            if s or rel > 3e-3 or nan:
+                bad += 1
+                print(f"SANITIZE-RUN FAIL {M}x{N}x{K} {cfg_str(cfg)} status {s} rel {rel:.3g} nan {nan}")
+    print(f"sanitize driver: {n} launches, {bad} wrong")
 
 
 # ---------------------------------------------------------------- timing
@@ -301,9 +309,21 @@ def candidates(M, N, K, sms=132):
             tiles = (N + bn - 1) // bn * ((M + 127) // 128)
             for s in splits(tiles)[:2]:
                 out.append(cfg_of("warp_spec", 128, bn, st, s))
-                out.append(cfg_of("warp_spec", 1128, bn, st, s))
     if M > 128:
-        for bm, st in ((128, 6), (256, 4), (1128, 6), (1256, 4)):
+        for bm, st in ((128, 6), (256, 4), (192, 5)):
+            out.append(cfg_of("persistent", bm, 128, st))
+    return out
+
+
+def focus_candidates(M, N, K, sms=132):
+    out = [cfg_of("auto")]
+    KB = K // 128
+    fill = lambda tiles: max(1, min(8, KB // 4, round(sms / tiles)))
+    if 16 < M <= 512:
+        out.append(cfg_of("small_m", 64, 128, 6, fill((M + 63) // 64 * ((N + 127) // 128))))
+        out.append(cfg_of("warp_spec", 128, 128, 6, fill((M + 127) // 128 * ((N + 127) // 128))))
+    if M > 256:
+        for bm, st in ((256, 4), (192, 5), (128, 6)):
             out.append(cfg_of("persistent", bm, 128, st))
     return out
 
@@ -313,6 +333,8 @@ def bench(lib, args):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import anchors
     shapes = [(m, 4096, 4096) for m in [1, 8, 16, 32, 64, 128, 160, 192, 256, 512, 1024, 2048, 4096, 8192]]
+    if args.focus:
+        shapes = [(m, 4096, 4096) for m in [1, 8, 16, 32, 64, 128, 192, 256, 512, 1024, 2048, 4096]]
     for (n, k) in [(10240, 5120), (5120, 8192), (51200, 5120), (5120, 25600)]:
         for m in [1, 16, 2048]:
             shapes.append((m, n, k))
@@ -329,7 +351,8 @@ def bench(lib, args):
         r = reference(q, sa, w0, sw0) if M * N * K < 2 ** 36 else None
         best = None
         auto_t = None
-        for c in candidates(M, N, K):
+        cands = [cfg_of("auto")] if args.auto_only else (focus_candidates(M, N, K) if args.focus else candidates(M, N, K))
+        for c in cands:
             f = lib.gemm_fn(q, sa, w0, sw0, y, c)
             try:
                 f()
@@ -374,6 +397,9 @@ def main():
     p.add_argument("--lib", default="./libfp8gemm.so")
     p.add_argument("mode", choices=["check", "sanitize", "bench", "all"])
     p.add_argument("--shapes", nargs="*")
+    p.add_argument("--quick", action="store_true", help="sanitize: one launch per schedule")
+    p.add_argument("--auto-only", action="store_true", help="bench: time only the auto config")
+    p.add_argument("--focus", action="store_true", help="bench: auto plus a few alternatives per shape")
     args = p.parse_args()
     lib = Lib(os.path.abspath(args.lib))
     print(torch.cuda.get_device_name(), torch.__version__)

@@ -36,10 +36,20 @@ bool raise_smem_limit_once(const void* func, std::atomic<uint64_t>& done_mask, i
 
 using RunFn = int (*)(const GemmArgs&);
 
+// Split-K with at most this many splits reduces inside a cluster (no workspace, no reduce
+// kernel); more splits use the f32 workspace and splitk_reduce_kernel.
+constexpr int kMaxClusterSplit = 8;
+
+// Whether a (schedule, split) pair reduces through the workspace.
+inline bool split_uses_workspace(int split, bool cluster_capable) {
+  return split > 1 && !(cluster_capable && split <= kMaxClusterSplit);
+}
+
 struct ConfigEntry {
   int kind, block_m, block_n, stages;
   bool split_ok;
   RunFn run;
+  bool cluster_split;  // split-K may reduce inside a cluster (non-persistent, no multicast)
 };
 
 template <class T>
@@ -47,7 +57,7 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   using Ring = SmemRing<T::kStages, T::TM, T::TN, (T::kSwapAB ? T::TN : T::TM)>;
   constexpr int kTokBox = T::kSwapAB ? T::TN : T::TM;
   constexpr int kWBox = T::kSwapAB ? T::TM : T::TN;
-  constexpr int kSwRows = T::kSwapAB ? 1 : (T::TN > 128 ? T::TN / 128 : 1);
+  constexpr int kSwRows = sw_rows_per_tile<T>();
   const int kb_total = a.k / kBlockK;
   const uint64_t m_pad = (static_cast<uint64_t>(a.m) + 3) / 4 * 4;
 
@@ -75,12 +85,17 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   const size_t smem = Ring::kFixedBytes + sizeof(float) * kSwRows * p.shape.kb_per_split;
   if (smem > a.smem_optin) return FP8GEMM_ERR_SHAPE;  // K per split too long for the scale cache
 
-  // One kernel per (schedule, split-K output) pair; smem limit raised once per device.
-  auto kern = a.split > 1 ? sm90_fp8_gemm_1d2d_kernel<T, true> : sm90_fp8_gemm_1d2d_kernel<T, false>;
+  // One kernel per (schedule, output mode); smem limit raised once per device.
+  constexpr bool kClusterSplitOk = !T::kPersistent && T::kCluster == 1;
+  const bool use_ws = split_uses_workspace(a.split, kClusterSplitOk);
+  const int mode = a.split == 1 ? kOutBf16 : (use_ws ? kOutWorkspace : kOutClusterSum);
+  if (use_ws && a.partial == nullptr) return FP8GEMM_ERR_WORKSPACE;
+  auto kern = mode == kOutBf16 ? sm90_fp8_gemm_1d2d_kernel<T, kOutBf16>
+              : mode == kOutWorkspace ? sm90_fp8_gemm_1d2d_kernel<T, kOutWorkspace>
+                                      : sm90_fp8_gemm_1d2d_kernel<T, (kClusterSplitOk ? kOutClusterSum : kOutWorkspace)>;
   {
-    static std::atomic<uint64_t> done_partial{0}, done_plain{0};
-    if (!raise_smem_limit_once(reinterpret_cast<const void*>(kern),
-                               a.split > 1 ? done_partial : done_plain, a.device, a.smem_optin))
+    static std::atomic<uint64_t> done[3] = {{0}, {0}, {0}};
+    if (!raise_smem_limit_once(reinterpret_cast<const void*>(kern), done[mode], a.device, a.smem_optin))
       return FP8GEMM_ERR_LAUNCH;
   }
 
@@ -91,14 +106,14 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   attr[1].id = cudaLaunchAttributeClusterDimension;
   attr[1].val.clusterDim.x = T::kCluster;
-  attr[1].val.clusterDim.y = 1;
+  attr[1].val.clusterDim.y = mode == kOutClusterSum ? a.split : 1;
   attr[1].val.clusterDim.z = 1;
   cudaLaunchConfig_t lc = {};
   lc.blockDim = dim3(T::kThreads, 1, 1);
   lc.dynamicSmemBytes = smem;
   lc.stream = a.stream;
   lc.attrs = attr;
-  lc.numAttrs = T::kCluster > 1 ? 2 : 1;
+  lc.numAttrs = (T::kCluster > 1 || mode == kOutClusterSum) ? 2 : 1;
 
   const int64_t col_units = (p.shape.tiles_cols + T::kCluster - 1) / T::kCluster;
   const int64_t units = static_cast<int64_t>(p.shape.tiles_rows) * col_units;

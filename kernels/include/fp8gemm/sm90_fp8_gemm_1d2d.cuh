@@ -35,7 +35,23 @@ struct GemmParams {
 //   kMathWG, kWaves, TM (= kMathWG * kWaves * 64), TN, kStages, kSwapAB, kThreads,
 //   kMathRegs/kProducerRegs (0 = no setmaxnreg), Scheduler, kSplitN (issue each K block as
 //   two N halves so one is promoted while the other runs)
-template <class T, bool kPartial>
+// Output modes of one kernel instantiation.
+enum OutMode : int {
+  kOutBf16 = 0,        // store y directly
+  kOutWorkspace = 1,   // split-K: f32 partials to the workspace, a reduce kernel follows
+  kOutClusterSum = 2,  // split-K: the splits of a tile form a cluster (1, S, 1); rank 0 sums
+                       // the peers' accumulators from distributed shared memory in rank order
+};
+
+// Rows of sw (128-row blocks of W) one tile can touch.
+template <class T>
+__host__ __device__ constexpr int sw_rows_per_tile() {
+  if (T::kSwapAB || 128 % T::TN == 0) return 1;
+  if (T::TN % 128 == 0) return T::TN / 128;
+  return (T::TN + 127) / 128 + 1;  // straddling width: at most this many blocks
+}
+
+template <class T, int kMode>
 __global__ void __launch_bounds__(T::kThreads, 1)
     sm90_fp8_gemm_1d2d_kernel(const __grid_constant__ CUtensorMap tmap_a,
                               const __grid_constant__ CUtensorMap tmap_b,
@@ -48,10 +64,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   constexpr int kAcc = MMA::kAcc;
   // Weight-scale rows a tile touches: swap-AB tiles (TM <= 128) and TN <= 128 tiles sit
   // inside one 128-row block of W; a TN = 256 tile covers two.
-  constexpr int kSwRows = T::kSwapAB ? 1 : (T::TN > 128 ? T::TN / 128 : 1);
+  constexpr int kSwRows = sw_rows_per_tile<T>();
+  // A tile whose width neither divides nor is a multiple of 128 (TN = 192) starts at a
+  // varying offset inside a weight-scale block: pick the scale per n8 group at run time.
+  constexpr bool kStraddle = !T::kSwapAB && (128 % T::TN != 0) && (T::TN % 128 != 0);
   static_assert(T::TM == T::kMathWG * T::kWaves * 64, "TM = warpgroups x waves x 64");
-  static_assert(T::kSwapAB ? (128 % T::TM == 0) : (128 % T::TN == 0 || T::TN % 128 == 0),
-                "a tile must not straddle a 128-block of weight scales");
+  static_assert(!T::kSwapAB || 128 % T::TM == 0,
+                "swap-AB: a weight tile must sit inside one 128-row block of weight scales");
   static_assert(T::TN % 8 == 0 && T::TN <= 256, "wgmma N");
 
   extern __shared__ uint8_t smem_raw[];
@@ -105,6 +124,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       ptx::griddep_launch_dependents();
     }
     if constexpr (T::kCluster > 1) ptx::cluster_sync();  // peers done arriving on our barriers
+    if constexpr (kMode == kOutClusterSum) {
+      ptx::cluster_sync();  // matches the math warpgroups' "partials published"
+      ptx::cluster_sync();  // matches "rank 0 done reading"
+    }
     return;
   }
 
@@ -122,6 +145,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     const int nkb = tile.kb1 - tile.kb0;
     // Weight scales of this tile (contiguous rows of sw) into shared memory.
     const int sw_row0 = (T::kSwapAB ? tile.row0 : tile.col0) / 128;
+    const int sw_off = kStraddle ? tile.col0 % 128 : 0;  // tile start inside its scale block
     ptx::named_barrier_sync(1, kMathThreads);  // previous tile done reading the cache
     for (int i = threadIdx.x; i < kSwRows * nkb; i += kMathThreads) {
       const int r = i / nkb, j = i - r * nkb;
@@ -202,7 +226,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           float* a = acc[w] + 4 * j;
           const float* b = d + 4 * jj;
           if constexpr (!T::kSwapAB) {
-            const float sc = swv[(j * 8) / 128];
+            float sc;
+            if constexpr (kStraddle) {
+              const int blk_idx = (sw_off + 8 * j) >> 7;  // 0 .. kSwRows-1, warp-uniform
+              sc = swv[0];
+#pragma unroll
+              for (int r = 1; r < kSwRows; ++r) sc = blk_idx == r ? swv[r] : sc;
+            } else {
+              sc = swv[(j * 8) / 128];
+            }
             const float f0 = row_s[w][0] * sc, f1 = row_s[w][1] * sc;
             a[0] += b[0] * f0;
             a[1] += b[1] * f0;
@@ -248,11 +280,41 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     // The next kernel (split-K reduce, next layer) may start its prologue once all CTAs are here.
     if (tile.kb1 - tile.kb0 >= 0) ptx::griddep_launch_dependents();
     // Epilogue: every in-bounds element of the tile is written (zeros for an empty K split).
+    if constexpr (kMode == kOutClusterSum) {
+      static_assert(!T::kPersistent && T::kCluster == 1, "cluster split-K: one tile per CTA");
+      static_assert(T::kWaves * kAcc * kMathThreads * 4 <= Ring::kRingBytes, "partials fit the ring");
+      // The ring is idle (every stage consumed): publish my accumulators there, thread-minor.
+      float* red = reinterpret_cast<float*>(ring.a(0));
+      const int t = threadIdx.x;
 #pragma unroll
-    for (int w = 0; w < T::kWaves; ++w) {
-      const int row0 = tile.row0 + (wg * T::kWaves + w) * 64;
-      store_fragment<T::TN, T::kSwapAB, kPartial>(acc[w], row0, tile.col0, p.m, p.n, y, partial,
-                                                  tile.split);
+      for (int w = 0; w < T::kWaves; ++w)
+#pragma unroll
+        for (int x = 0; x < kAcc; ++x) red[(w * kAcc + x) * kMathThreads + t] = acc[w][x];
+      ptx::cluster_sync();  // partials published
+      const uint32_t rank = ptx::cluster_ctarank();
+      if (rank == 0) {
+        for (uint32_t r = 1; r < gridDim.y; ++r) {  // fixed order: deterministic
+          const uint32_t base = ptx::map_shared_to_rank(red, r);
+#pragma unroll
+          for (int w = 0; w < T::kWaves; ++w)
+#pragma unroll
+            for (int x = 0; x < kAcc; ++x)
+              acc[w][x] += ptx::ld_shared_cluster_f32(base + 4u * ((w * kAcc + x) * kMathThreads + t));
+        }
+#pragma unroll
+        for (int w = 0; w < T::kWaves; ++w) {
+          const int row0 = tile.row0 + (wg * T::kWaves + w) * 64;
+          store_fragment<T::TN, T::kSwapAB, false>(acc[w], row0, tile.col0, p.m, p.n, y, partial, 0);
+        }
+      }
+      ptx::cluster_sync();  // rank 0 done reading the peers
+    } else {
+#pragma unroll
+      for (int w = 0; w < T::kWaves; ++w) {
+        const int row0 = tile.row0 + (wg * T::kWaves + w) * 64;
+        store_fragment<T::TN, T::kSwapAB, kMode == kOutWorkspace>(acc[w], row0, tile.col0, p.m, p.n,
+                                                                  y, partial, tile.split);
+      }
     }
   }
   if constexpr (T::kCluster > 1) ptx::cluster_sync();

@@ -8,16 +8,18 @@
 
 namespace fp8gemm {
 
-template <int kWaves_, int TN_, int kStages_, int kCluster_ = 1>
+template <int kWaves_, int TN_, int kStages_, int kCluster_ = 1, int kMathWG_ = 2>
 struct Persistent {
   // kCluster_ = 2: two CTAs (neighbouring column tiles) share the activation tile by TMA multicast.
   static constexpr int kCluster = kCluster_;
-  static constexpr int kMathWG = 2, kWaves = kWaves_, TM = 128 * kWaves_, TN = TN_,
+  static constexpr int kMathWG = kMathWG_, kWaves = kWaves_, TM = 64 * kMathWG_ * kWaves_, TN = TN_,
                        kStages = kStages_;
   static constexpr bool kSplitN = false;  // promote one N half while the other runs
   static constexpr bool kSwapAB = false, kPersistent = true;
   static constexpr int kThreads = (kMathWG + 1) * 128;
-  static constexpr int kMathRegs = 232, kProducerRegs = 40;
+  // Register split: 2 math warpgroups 232 + producer 40; 3 math warpgroups 160 + producer 24.
+  static constexpr int kMathRegs = kMathWG_ == 2 ? 232 : 160;
+  static constexpr int kProducerRegs = kMathWG_ == 2 ? 40 : 24;
   static constexpr int kGroup = 8;  // row tiles swept together
   using Scheduler = PersistentScheduler<TM, TN, kGroup, kCluster>;
 };
