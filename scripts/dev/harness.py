@@ -226,10 +226,10 @@ def check(lib, args):
             fails.append(f"DEQUANT {N}x{K} status {st} equal {torch.equal(out, ref)}")
     # error codes
     y = torch.empty(4, 128, dtype=torch.bfloat16, device=dev)
-    q = torch.empty(4, 256, dtype=FP8, device=dev)
-    sa = torch.empty(2, 4, device=dev)
-    w = torch.empty(128, 256, dtype=FP8, device=dev)
-    sw = torch.empty(1, 2, device=dev)
+    q = torch.empty(4, 2048, dtype=FP8, device=dev)
+    sa = torch.empty(16, 4, device=dev)
+    w = torch.empty(128, 2048, dtype=FP8, device=dev)
+    sw = torch.empty(1, 16, device=dev)
     c = cfg_of("auto")
     L = lib.L
     codes = {
@@ -238,9 +238,11 @@ def check(lib, args):
         "m=0": L.fp8gemm_gemm(q.data_ptr(), sa.data_ptr(), w.data_ptr(), sw.data_ptr(), y.data_ptr(), 0, 128, 256, ctypes.byref(c), None, 0, lib.stream()),
         "align": L.fp8gemm_gemm(q.data_ptr() + 1, sa.data_ptr(), w.data_ptr(), sw.data_ptr(), y.data_ptr(), 4, 128, 256, ctypes.byref(c), None, 0, lib.stream()),
         "config": L.fp8gemm_gemm(q.data_ptr(), sa.data_ptr(), w.data_ptr(), sw.data_ptr(), y.data_ptr(), 4, 128, 256, ctypes.byref(cfg_of("small_m", 64, 48, 8)), None, 0, lib.stream()),
-        "workspace": L.fp8gemm_gemm(q.data_ptr(), sa.data_ptr(), w.data_ptr(), sw.data_ptr(), y.data_ptr(), 4, 128, 256, ctypes.byref(cfg_of("swap_ab", 8, 64, 8, 2)), None, 0, lib.stream()),
+        # 12 > 8 splits reduce through the workspace (<= 8 reduce inside a cluster: none needed)
+        "workspace": L.fp8gemm_gemm(q.data_ptr(), sa.data_ptr(), w.data_ptr(), sw.data_ptr(), y.data_ptr(), 4, 128, 2048, ctypes.byref(cfg_of("swap_ab", 8, 64, 8, 12)), None, 0, lib.stream()),
+        "ws_bytes_cluster": int(L.fp8gemm_workspace_bytes(ctypes.byref(cfg_of("swap_ab", 8, 64, 8, 4)), 4, 128, 2048) != 0),
     }
-    want = {"k%128": 1, "n%16": 1, "m=0": 1, "align": 2, "config": 3, "workspace": 7}
+    want = {"k%128": 1, "n%16": 1, "m=0": 1, "align": 2, "config": 3, "workspace": 7, "ws_bytes_cluster": 0}
     for k_, v in codes.items():
         nrun += 1
         if v != want[k_]:
