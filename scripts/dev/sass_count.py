@@ -19,9 +19,10 @@ for line in open(sys.argv[1]):
 print(f"{'kernel':<70} QGMMA UTMALDG LDL STL STG SETMAXREG")
 for f, c in counts.items():
     name = f
-    m = re.search(r"(SwapAB|SmallM|WarpSpecialized|Persistent)ILi(\d+)ELi(\d+)E(?:Li(\d+)E)?EELb(\d)", f)
+    m = re.search(r"(SwapAB|SmallM|WarpSpecialized|Persistent)((?:ILi|Li)[\dLiE]*?)EEELi(\d)EEEv", f)
     if m:
-        name = f"gemm {m.group(1)}<{m.group(2)},{m.group(3)}{','+m.group(4) if m.group(4) else ''}> partial={m.group(5)}"
+        args = ",".join(re.findall(r"Li(\d+)E", m.group(2) + "E"))
+        name = f"gemm {m.group(1)}<{args}> out_mode={m.group(3)}"
     else:
         name = re.sub(r"^_ZN7fp8gemm\d+", "", f)[:60]
     print(f"{name:<70} {c['QGMMA']:5d} {c['UTMALDG']:7d} {c['LDL']:3d} {c['STL']:3d} {c['STG']:3d} {c['SETMAXNREG']:4d}")
