@@ -99,7 +99,7 @@ fn is_float(dt: DType) -> bool {
 
 /// Quantizes `input` into `output` (see the module docs for the rule).
 fn quantize_dir(input: &Path, output: &Path, args: &Args) -> Result<Summary> {
-    if !(args.max_shard_mb > 0.0) {
+    if args.max_shard_mb.is_nan() || args.max_shard_mb <= 0.0 {
         bail!("--max-shard-mb must be positive, got {}", args.max_shard_mb)
     }
     let ck = Checkpoint::open(input).with_context(|| format!("opening input checkpoint {}", input.display()))?;
@@ -134,7 +134,7 @@ fn quantize_dir(input: &Path, output: &Path, args: &Args) -> Result<Summary> {
                     let w = t.to_dtype(DType::F32)?;
                     let (wq, sc) = quantize_weight(&w)?;
                     let err = rel_err(&dequantize_weight(&wq, &sc)?, &w)?;
-                    if !(err <= s.max_rel_err) {
+                    if err.is_nan() || err > s.max_rel_err {
                         s.max_rel_err = err;
                         s.worst = name.to_string();
                     }
@@ -260,7 +260,7 @@ fn verify_round_trip(input: &Path, output: &Path, s: &Summary) -> Result<()> {
     if out.tokenizer_path().is_none() {
         bail!("tokenizer.json was not copied")
     }
-    let vb = out.var_builder(DType::BF16, &Device::Cpu)?;
+    let vb = out.var_builder(DType::BF16, &Device::Cpu);
     let (mut worst_re, mut worst_cd) = (0f64, 0f64);
     for m in &s.quantized {
         if !out.is_quantized(m) {
@@ -291,7 +291,8 @@ fn verify_round_trip(input: &Path, output: &Path, s: &Summary) -> Result<()> {
         }
         let a = out.load_tensor(name, &Device::Cpu)?;
         let b = src.load_tensor(name, &Device::Cpu)?;
-        if a.dtype() != b.dtype() || a.to_dtype(DType::F32)?.to_vec1_or_flat()? != b.to_dtype(DType::F32)?.to_vec1_or_flat()? {
+        let flat = |t: &Tensor| -> Result<Vec<f32>> { Ok(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?) };
+        if a.dtype() != b.dtype() || flat(&a)? != flat(&b)? {
             bail!("{name}: copied tensor differs")
         }
     }
@@ -301,16 +302,6 @@ fn verify_round_trip(input: &Path, output: &Path, s: &Summary) -> Result<()> {
         s.quantized.len()
     );
     Ok(())
-}
-
-trait FlatVec {
-    fn to_vec1_or_flat(&self) -> Result<Vec<f32>>;
-}
-
-impl FlatVec for Tensor {
-    fn to_vec1_or_flat(&self) -> Result<Vec<f32>> {
-        Ok(self.flatten_all()?.to_vec1::<f32>()?)
-    }
 }
 
 fn main() -> Result<()> {

@@ -13,7 +13,7 @@
 //! use candle_fp8::checkpoint::Checkpoint;
 //! # fn main() -> candle_core::Result<()> {
 //! let ckpt = Checkpoint::open("/models/Qwen3-32B-FP8")?;
-//! let vb = ckpt.var_builder(DType::BF16, &Device::Cpu)?;
+//! let vb = ckpt.var_builder(DType::BF16, &Device::Cpu);
 //! let q_proj = ckpt.load_linear(vb.pp("model.layers.0.self_attn.q_proj"), 5120, 8192, false)?;
 //! # Ok(()) }
 //! ```
@@ -352,6 +352,8 @@ fn parse_entry(path: &Path, name: &str, v: &Value, data_len: u64) -> Result<Tens
 // ---------------------------------------------------------------------------------------------
 
 /// An opened, validated checkpoint directory (see the module docs for what is validated).
+/// Cheap to clone: the memory maps are shared.
+#[derive(Clone)]
 pub struct Checkpoint {
     dir: PathBuf,
     config: Value,
@@ -544,9 +546,9 @@ impl Checkpoint {
     /// asking for anything else a tensor stored as `F8_E4M3` (an FP8 weight read as dense,
     /// without its scales), is an error naming the tensor, its file and both dtypes. Other
     /// conversions (e.g. BF16 / F16 scales read as F32) happen as usual.
-    pub fn var_builder(&self, dtype: DType, device: &Device) -> Result<VarBuilder<'static>> {
+    pub fn var_builder(&self, dtype: DType, device: &Device) -> VarBuilder<'static> {
         let backend = CheckedBackend { st: self.mmaped.clone(), tensors: self.tensors.clone(), dir: self.dir.clone() };
-        Ok(VarBuilder::from_backend(Box::new(backend), dtype, device.clone()))
+        VarBuilder::from_backend(Box::new(backend), dtype, device.clone())
     }
 
     /// Loads the linear layer at `vb`'s prefix as FP8 when [`Checkpoint::is_quantized`] says
@@ -566,7 +568,7 @@ impl Checkpoint {
         let &[n, k] = info.shape.as_slice() else {
             bail!("{wname}: shape {:?} is not [out, in]", info.shape)
         };
-        Fp8BlockLinear::load(self.var_builder(DType::F32, device)?.pp(module), k, n, bias)
+        Fp8BlockLinear::load(self.var_builder(DType::F32, device).pp(module), k, n, bias)
     }
 
     /// Downloads (or finds in the local cache) `config.json`, the index and its shards (or
@@ -735,10 +737,14 @@ mod hub {
             Some(api.repo(repo.clone()))
         };
         let cached = cache.repo(repo.clone());
+        // A revision given as a commit hash has no ref file: look in its snapshot directly.
+        let pinned = (revision.len() == 40 && revision.bytes().all(|b| b.is_ascii_hexdigit()))
+            .then(|| cache.path().join(repo.folder_name()).join("snapshots").join(revision));
         let get = |file: &str| -> std::result::Result<PathBuf, String> {
             match &api {
                 None => cached
                     .get(file)
+                    .or_else(|| pinned.as_ref().map(|d| d.join(file)).filter(|p| p.exists()))
                     .ok_or_else(|| format!("{file} is not in the local cache {} (HF_HUB_OFFLINE is set)", cache.path().display())),
                 Some(api) => api.get(file).map_err(|e| format!("{file}: {e}")),
             }

@@ -100,7 +100,7 @@ fn single_file_f32_scales() -> R {
     assert_eq!(ck.config_json()["architectures"][0], "Test");
     assert!(ck.tokenizer_path().is_none());
 
-    let vb = ck.var_builder(DType::BF16, &Device::Cpu)?;
+    let vb = ck.var_builder(DType::BF16, &Device::Cpu);
     for (m, k, n) in [(Q, 384, 256), (DOWN, 320, 200), (UP, 256, 384)] {
         let layer = Fp8BlockLinear::load(vb.pp(m), k, n, false)?;
         check_layer(&layer, m, DType::F32)?;
@@ -125,7 +125,7 @@ fn sharded_with_bf16_and_f16_scales() -> R {
         let index: Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join(INDEX_FILE))?)?;
         assert_eq!(index["weight_map"].as_object().unwrap().len(), ck.tensor_names().len());
         assert_eq!(ck.tensor_info(&format!("{DOWN}.weight_scale_inv")).unwrap().dtype, st);
-        let vb = ck.var_builder(DType::BF16, &Device::Cpu)?;
+        let vb = ck.var_builder(DType::BF16, &Device::Cpu);
         for (m, k, n) in [(Q, 384, 256), (DOWN, 320, 200), (UP, 256, 384)] {
             let layer = Fp8BlockLinear::load(vb.pp(m), k, n, false)?;
             assert_eq!(layer.weight_scale_inv().dtype(), DType::F32);
@@ -149,7 +149,7 @@ fn modules_to_not_convert_load_dense() -> R {
     assert!(ck.is_quantized(UP));
     assert_eq!(ck.tensor_info(&format!("{DOWN}.weight")).unwrap().dtype, safetensors::Dtype::BF16);
     assert!(ck.tensor_info(&format!("{DOWN}.weight_scale_inv")).is_none());
-    let vb = ck.var_builder(DType::BF16, &Device::Cpu)?;
+    let vb = ck.var_builder(DType::BF16, &Device::Cpu);
     let down = ck.load_linear(vb.pp(DOWN), 320, 200, false)?;
     let AnyLinear::Dense(ref lin) = down else { panic!("{DOWN} should load dense") };
     assert_eq!(lin.weight().dtype(), DType::BF16);
@@ -162,6 +162,12 @@ fn modules_to_not_convert_load_dense() -> R {
     let e = err_text(Fp8BlockLinear::load(vb.pp(DOWN), 320, 200, false));
     assert_has(&e, &[&format!("{DOWN}.weight"), "BF16", "F8_E4M3"]);
     Ok(())
+}
+
+#[test]
+fn checkpoint_is_send_sync_clone() {
+    fn check<T: Send + Sync + Clone>() {}
+    check::<Checkpoint>();
 }
 
 #[test]
@@ -276,7 +282,7 @@ fn raw_module(weight: Option<Tensor>, scale: Option<Tensor>) -> R<tempfile::Temp
 
 fn load_up(dir: &Path) -> candle_core::Result<Fp8BlockLinear> {
     let ck = Checkpoint::open(dir)?;
-    Fp8BlockLinear::load(ck.var_builder(DType::BF16, &Device::Cpu)?.pp(UP), 256, 384, false)
+    Fp8BlockLinear::load(ck.var_builder(DType::BF16, &Device::Cpu).pp(UP), 256, 384, false)
 }
 
 #[test]
@@ -314,7 +320,7 @@ fn bad_weights_and_scales() -> R {
     // An FP8 tensor asked for as dense.
     let dir = raw_module(Some(wq), Some(sq))?;
     let ck = Checkpoint::open(dir.path())?;
-    let e = err_text(candle_nn::linear_no_bias(256, 384, ck.var_builder(DType::BF16, &Device::Cpu)?.pp(UP)));
+    let e = err_text(candle_nn::linear_no_bias(256, 384, ck.var_builder(DType::BF16, &Device::Cpu).pp(UP)));
     assert_has(&e, &[&format!("{UP}.weight"), "F8_E4M3", "BF16"]);
     Ok(())
 }
@@ -327,7 +333,7 @@ fn k_mismatch_at_forward() -> R {
     let x = test_input(2, 256, 1).to_dtype(DType::BF16)?;
     assert_has(&err_text(layer.forward(&x)), &["256", "384"]);
     // The config's dims are checked against the stored weight at load.
-    let vb = ck.var_builder(DType::BF16, &Device::Cpu)?;
+    let vb = ck.var_builder(DType::BF16, &Device::Cpu);
     assert_has(&err_text(Fp8BlockLinear::load(vb.pp(Q), 256, 256, false)), &[&format!("{Q}.weight"), "[256, 384]"]);
     Ok(())
 }
@@ -524,6 +530,13 @@ fn from_hub_offline_cache() -> R {
     assert!(ck.tokenizer_path().is_some());
     let ck = open_model("test-org/tiny-fp8@main")?;
     check_layer(&ck.load_fp8_linear(Q, &Device::Cpu, false)?, Q, DType::BF16)?;
+    // A commit hash as the revision finds its snapshot without a ref.
+    let ck = Checkpoint::from_hub("test-org/tiny-fp8", Some("0123456789abcdef0123456789abcdef01234567"));
+    assert!(ck.is_err(), "no such snapshot");
+    let pinned = repo.join("snapshots").join("0123456789abcdef0123456789abcdef01234567");
+    write_default(&pinned, 1, DType::F32)?;
+    let ck = open_model("test-org/tiny-fp8@0123456789abcdef0123456789abcdef01234567")?;
+    assert_eq!(ck.files().len(), 1);
     assert_has(&err_text(open_model("test-org/absent")), &["test-org/absent", "config.json", "HF_HUB_OFFLINE"]);
     std::fs::remove_file(snap.join("model-00002-of-00002.safetensors"))?;
     assert_has(&err_text(Checkpoint::from_hub("test-org/tiny-fp8", None)), &["model-00002-of-00002.safetensors"]);
