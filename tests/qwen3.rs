@@ -17,7 +17,7 @@ fn small_cfg() -> Qwen3Config {
 fn load(dir: &Path, opts: &Qwen3Options) -> Result<Qwen3Model> {
     let ck = Checkpoint::open(dir)?;
     let cfg = Qwen3Config::from_json(&ck.config_json().to_string())?;
-    let vb = ck.var_builder(DType::F32, &Device::Cpu)?;
+    let vb = ck.var_builder(DType::F32, &Device::Cpu);
     Qwen3Model::load(&cfg, vb, &|m| ck.is_quantized(m), opts)
 }
 
@@ -206,7 +206,7 @@ fn fp8_matches_dequantized_reference_top1() -> Result<()> {
     // The accuracy target: FP8 GEMMs (activations quantized per token per 128) against the
     // same weights dequantized, teacher-forced over greedy steps, on the embedded toy LM
     // (random decoder + bigram lm_head: confident predictions like a trained model).
-    let cfg = Qwen3Config::tiny();
+    let cfg = small_cfg();
     let dir = tempfile::tempdir()?;
     candle_fp8::models::qwen3::write_toy_lm_checkpoint(dir.path(), &cfg, 7, TOY_CORPUS)?;
     let mut fp8 = load(dir.path(), &Qwen3Options::default())?;

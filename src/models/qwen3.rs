@@ -593,7 +593,7 @@ fn random_fp8(n: usize, k: usize, gain: f64, device: &Device, rng: &mut Rng) -> 
         Tensor::from_vec(v, (n, k), device)?
     } else {
         // On the device: uniform f32 codes, cast (saturating) to e4m3; no host traffic.
-        Tensor::rand(-448f32, 448f32, (n, k), device)?.to_dtype(DType::F8E4M3)?
+        fill_rows_on_device(n, k, DType::F8E4M3, device, &|rows| Tensor::rand(-448f32, 448f32, (rows, k), device))?
     };
     let (nb, kb) = (num_blocks(n), num_blocks(k));
     // Block scales vary log-uniformly over [base/√2, base·√2] so that a wrong scale index
@@ -904,8 +904,31 @@ fn random_normal(shape: &[usize], std: f64, device: &Device, dtype: DType, rng: 
         let v: Vec<f32> = (0..n).map(|_| rng.normal_f32() * std as f32).collect();
         Tensor::from_vec(v, shape, device)?.to_dtype(dtype)
     } else {
-        Tensor::randn(0f32, std as f32, shape, device)?.to_dtype(dtype)
+        let (rows, cols) = match shape {
+            [r, c] => (*r, *c),
+            _ => return Tensor::randn(0f32, std as f32, shape, device)?.to_dtype(dtype),
+        };
+        fill_rows_on_device(rows, cols, dtype, device, &|r| Tensor::randn(0f32, std as f32, (r, cols), device))
     }
+}
+
+/// Builds a `[rows, cols]` tensor of `dtype` on the device from f32 chunks of at most 32M
+/// elements, so that generating a large random weight never holds a full f32 copy (the peak
+/// stays close to the final size).
+fn fill_rows_on_device(rows: usize, cols: usize, dtype: DType, device: &Device, gen: &dyn Fn(usize) -> Result<Tensor>) -> Result<Tensor> {
+    const CHUNK_ELEMS: usize = 32 << 20;
+    let chunk_rows = (CHUNK_ELEMS / cols.max(1)).max(1);
+    if chunk_rows >= rows {
+        return gen(rows)?.to_dtype(dtype);
+    }
+    let out = Tensor::zeros((rows, cols), dtype, device)?;
+    let mut r0 = 0;
+    while r0 < rows {
+        let r = chunk_rows.min(rows - r0);
+        out.slice_set(&gen(r)?.to_dtype(dtype)?, 0, r0)?;
+        r0 += r;
+    }
+    Ok(out)
 }
 
 // ---------------------------------------------------------------------------------------------
