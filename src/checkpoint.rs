@@ -575,8 +575,10 @@ impl Checkpoint {
     /// `model.safetensors`) and `tokenizer.json` if the repository has one, then opens them.
     ///
     /// `revision` defaults to `main`. Uses hf-hub's blocking API with the cache from
-    /// `HF_HUB_CACHE`, else `HF_HOME/hub`, else `~/.cache/huggingface/hub`, and a token from
-    /// that cache. With `HF_HUB_OFFLINE=1` nothing is downloaded: every file must be cached.
+    /// `HF_HUB_CACHE`, else `HF_HOME/hub`, else `~/.cache/huggingface/hub`; the token from
+    /// `HF_TOKEN`, else that cache's token file; `HF_ENDPOINT` when set. With
+    /// `HF_HUB_OFFLINE=1` nothing is downloaded: every file must be cached (a 40-hex
+    /// `revision` is looked up as a snapshot directly).
     #[cfg(feature = "hub")]
     pub fn from_hub(repo_id: &str, revision: Option<&str>) -> Result<Self> {
         hub::fetch(repo_id, revision.unwrap_or("main")).and_then(Self::open)
@@ -641,11 +643,12 @@ struct CheckedBackend {
 
 impl SimpleBackend for CheckedBackend {
     fn get(&self, s: Shape, name: &str, _: candle_nn::Init, dtype: DType, dev: &Device) -> Result<Tensor> {
-        let t = self.get_unchecked(name, dtype, dev)?;
-        if t.shape() != &s {
-            bail!("{name}: shape {:?} in the checkpoint, expected {:?}", t.dims(), s.dims())
+        if let Some(info) = self.tensors.get(name) {
+            if info.shape != s.dims() {
+                bail!("{name} (in {}): shape {:?} in the checkpoint, expected {:?}", info.file.display(), info.shape, s.dims())
+            }
         }
-        Ok(t)
+        self.get_unchecked(name, dtype, dev)
     }
 
     fn get_unchecked(&self, name: &str, dtype: DType, dev: &Device) -> Result<Tensor> {
@@ -730,8 +733,14 @@ mod hub {
         let api = if offline {
             None
         } else {
-            let api = hf_hub::api::sync::ApiBuilder::from_cache(cache.clone())
-                .with_progress(true)
+            let mut builder = hf_hub::api::sync::ApiBuilder::from_cache(cache.clone()).with_progress(true);
+            if let Ok(endpoint) = std::env::var("HF_ENDPOINT") {
+                builder = builder.with_endpoint(endpoint);
+            }
+            if let Ok(token) = std::env::var("HF_TOKEN") {
+                builder = builder.with_token(Some(token));
+            }
+            let api = builder
                 .build()
                 .map_err(|e| err(format!("hub: cannot start the Hugging Face API client: {e}")))?;
             Some(api.repo(repo.clone()))

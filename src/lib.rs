@@ -23,6 +23,7 @@ pub mod models;
 pub mod ops;
 pub mod quant;
 pub mod reference;
+pub mod testing;
 
 #[cfg(feature = "cuda")]
 pub mod cuda;

@@ -158,6 +158,9 @@ fn modules_to_not_convert_load_dense() -> R {
     let yref = x.to_dtype(DType::F32)?.matmul(&original(&format!("{DOWN}.weight")).t()?)?;
     assert!(rel_err(&y, &yref)? < 1e-2);
     assert!(matches!(ck.load_linear(vb.pp(Q), 384, 256, false)?, AnyLinear::Fp8(_)));
+    // A dense module with the wrong dims from the model config.
+    let e = err_text(ck.load_linear(vb.pp(DOWN), 320, 256, false));
+    assert_has(&e, &[&format!("{DOWN}.weight"), "[200, 320]", "[256, 320]"]);
     // Asking for the dense module as FP8 names the tensor and its stored dtype.
     let e = err_text(Fp8BlockLinear::load(vb.pp(DOWN), 320, 200, false));
     assert_has(&e, &[&format!("{DOWN}.weight"), "BF16", "F8_E4M3"]);
