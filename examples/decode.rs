@@ -1,0 +1,407 @@
+//! Decode with Qwen3 on blocked-FP8 linear layers and report TTFT / TPOT.
+//!
+//! ```text
+//! cargo run --release --example decode                       # tiny embedded FP8 model, CPU
+//! cargo run --release --features cuda --example decode -- \
+//!     --model Qwen/Qwen3-32B-FP8 --device cuda --prompt "Hello"
+//! cargo run --release --features cuda --example decode -- \
+//!     --random-weights qwen3-32b --device cuda --prompt-len 100 --batch 16
+//! ```
+//!
+//! See docs/DECODE.md for every flag and how to read the report.
+
+use anyhow::{anyhow, bail, Context, Result};
+use candle_core::{DType, Device, Tensor};
+use candle_fp8::checkpoint::{open_model, Checkpoint};
+use candle_fp8::models::byte_tokenizer::ByteTokenizer;
+use candle_fp8::models::qwen3::{
+    compare_greedy, generate, write_toy_lm_checkpoint, LinearMode, Qwen3Config, Qwen3Model, Qwen3Options, Sampler,
+};
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+#[derive(Parser, Debug)]
+#[command(about = "Generate with Qwen3 on blocked-FP8 linears; report load time, TTFT, TPOT, memory")]
+struct Args {
+    /// Checkpoint: a local directory or a Hugging Face model id (`owner/name[@revision]`,
+    /// through the hf-hub cache; `HF_HUB_OFFLINE=1` to forbid downloads). Default: a tiny
+    /// embedded FP8 model (random decoder + bigram lm_head) written under target/.
+    #[arg(long)]
+    model: Option<String>,
+    /// Prompt text.
+    #[arg(long, default_value = "the quick brown fox")]
+    prompt: String,
+    /// Tokens to generate per sequence.
+    #[arg(long, default_value_t = 64)]
+    max_new_tokens: usize,
+    /// Sampling temperature; 0 = greedy (argmax on the device).
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f64,
+    /// Nucleus sampling threshold (with --temperature > 0).
+    #[arg(long, default_value_t = 0.9)]
+    top_p: f64,
+    /// Seed for sampling and random weights.
+    #[arg(long, default_value_t = 299_792_458)]
+    seed: u64,
+    /// cpu or cuda (cuda needs `--features cuda`).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Independent sequences decoded together.
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
+    /// fp8 (blocked-FP8 GEMMs) or bf16 (weights dequantized once at load: the baseline).
+    #[arg(long, default_value = "fp8")]
+    linear: LinearMode,
+    /// Build the architecture with random FP8 weights on the device: `qwen3-32b`, `tiny`, or
+    /// a path to a config.json. Timings are meaningful, text is not.
+    #[arg(long)]
+    random_weights: Option<String>,
+    /// Use a synthetic prompt of exactly N tokens (for timing).
+    #[arg(long)]
+    prompt_len: Option<usize>,
+    /// Also run N greedy steps through the FP8 kernels and through the dequantized reference
+    /// (teacher-forced) and report top-1 agreement and max |Δlogit|.
+    #[arg(long)]
+    check_accuracy: Option<usize>,
+    /// Keep q/k/v and gate/up as separate GEMMs.
+    #[arg(long)]
+    no_fuse: bool,
+    /// Do not stop at end-of-sequence tokens.
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Warm-up generation steps before the measured run (default: 4 on CUDA, 0 on the CPU).
+    #[arg(long)]
+    warmup: Option<usize>,
+    /// Also write the report as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// Text encoding / decoding for the chosen model.
+enum Tok {
+    Hf(Box<tokenizers::Tokenizer>),
+    Bytes(ByteTokenizer),
+    None,
+}
+
+impl Tok {
+    fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        match self {
+            Tok::Hf(t) => Ok(t.encode(text, true).map_err(|e| anyhow!("tokenizer: {e}"))?.get_ids().to_vec()),
+            Tok::Bytes(t) => Ok(t.encode(text)),
+            Tok::None => Ok(text.bytes().map(u32::from).collect()),
+        }
+    }
+    fn decode(&self, ids: &[u32]) -> Result<Option<String>> {
+        match self {
+            Tok::Hf(t) => Ok(Some(t.decode(ids, false).map_err(|e| anyhow!("tokenizer: {e}"))?)),
+            Tok::Bytes(t) => Ok(Some(t.decode(ids))),
+            Tok::None => Ok(None),
+        }
+    }
+}
+
+fn make_device(name: &str) -> Result<Device> {
+    match name {
+        "cpu" => Ok(Device::Cpu),
+        "cuda" => {
+            #[cfg(feature = "cuda")]
+            {
+                Ok(Device::new_cuda(0).context("opening CUDA device 0")?)
+            }
+            #[cfg(not(feature = "cuda"))]
+            {
+                bail!(
+                    "--device cuda: this binary was built without the `cuda` feature; rebuild with \
+                     `cargo run --release --features cuda --example decode -- --device cuda ...`"
+                )
+            }
+        }
+        o => bail!("--device {o:?}: expected cpu or cuda"),
+    }
+}
+
+/// Device memory in use (bytes), for CUDA; peak resident set size on the CPU.
+fn memory_in_use(device: &Device) -> Option<u64> {
+    match device {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(d) => {
+            let ctx = d.cuda_stream().context().clone();
+            ctx.mem_get_info().ok().map(|(free, total)| (total - free) as u64)
+        }
+        Device::Cpu => {
+            let s = std::fs::read_to_string("/proc/self/status").ok()?;
+            let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+            let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kb * 1024)
+        }
+        #[allow(unreachable_patterns)]
+        _ => None,
+    }
+}
+
+fn gib(b: u64) -> f64 {
+    b as f64 / (1u64 << 30) as f64
+}
+
+/// Bytes as GiB, or MiB below 1 GiB.
+fn human(b: u64) -> String {
+    if b >= 1 << 30 {
+        format!("{:.3} GiB", gib(b))
+    } else {
+        format!("{:.2} MiB", b as f64 / (1u64 << 20) as f64)
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn progress_bar(len: u64, what: &str) -> ProgressBar {
+    let pb = ProgressBar::new(len);
+    pb.set_style(
+        ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} layers ({elapsed})")
+            .unwrap()
+            .progress_chars("=> "),
+    );
+    pb.set_message(what.to_string());
+    pb
+}
+
+/// The embedded default: a tiny FP8 Qwen3-architecture toy LM cached under target/.
+fn embedded_checkpoint() -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    // target/<profile>/examples/decode → target/
+    let target = exe.ancestors().nth(3).map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("target"));
+    let dir = target.join("candle-fp8-tiny-qwen3-v1");
+    if !(dir.join("config.json").is_file() && dir.join("model.safetensors").is_file()) {
+        eprintln!("writing the tiny embedded FP8 checkpoint to {} ...", dir.display());
+        let tmp = target.join(format!("candle-fp8-tiny-qwen3-v1.tmp{}", std::process::id()));
+        write_toy_lm_checkpoint(&tmp, &Qwen3Config::tiny(), 20261129, TOY_CORPUS)?;
+        if std::fs::rename(&tmp, &dir).is_err() {
+            // Another process won the race: use its copy.
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
+    }
+    Ok(dir)
+}
+
+const TOY_CORPUS: &str = "the quick brown fox jumps over the lazy dog. a toy language model speaks in bigrams, \
+    and its words follow one another like beads on a string. ";
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[i.clamp(1, sorted.len()) - 1]
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    if args.batch == 0 || args.max_new_tokens == 0 {
+        bail!("--batch and --max-new-tokens must be at least 1")
+    }
+    if args.check_accuracy.is_some() && args.linear != LinearMode::Fp8 {
+        bail!("--check-accuracy compares the FP8 kernels with the dequantized reference: use --linear fp8")
+    }
+    let device = make_device(&args.device)?;
+    let opts = Qwen3Options { mode: args.linear, fuse: !args.no_fuse, dtype: None };
+
+    // ---- Load ----------------------------------------------------------------------------
+    let t_load = Instant::now();
+    let (mut model, tok, source) = if let Some(rw) = &args.random_weights {
+        let cfg = match rw.as_str() {
+            "qwen3-32b" | "Qwen3-32B" => Qwen3Config::qwen3_32b(),
+            "tiny" => Qwen3Config::tiny(),
+            path => Qwen3Config::from_file(path).with_context(|| format!("--random-weights {path}"))?,
+        };
+        println!("RANDOM WEIGHTS ({rw}): the timings are meaningful, the generated text is not.");
+        let pb = progress_bar(cfg.num_hidden_layers as u64, "generating random FP8 weights");
+        let m = Qwen3Model::random_with(&cfg, &device, args.seed, &opts, &mut |d, _| pb.set_position(d as u64))?;
+        pb.finish();
+        (m, Tok::None, format!("random weights, {rw} architecture"))
+    } else {
+        let (ck, label): (Checkpoint, String) = match &args.model {
+            Some(m) => (open_model(m).with_context(|| format!("opening --model {m}"))?, m.clone()),
+            None => {
+                let dir = embedded_checkpoint()?;
+                (Checkpoint::open(&dir)?, format!("tiny embedded FP8 toy LM ({})", dir.display()))
+            }
+        };
+        let cfg = Qwen3Config::from_json(&ck.config_json().to_string())?;
+        let tok = if let Some(p) = ck.tokenizer_path() {
+            Tok::Hf(Box::new(tokenizers::Tokenizer::from_file(p).map_err(|e| anyhow!("loading {}: {e}", p.display()))?))
+        } else if ck.config_json().get("candle_fp8_tokenizer").and_then(|v| v.as_str()) == Some("bytes") {
+            Tok::Bytes(ByteTokenizer::new())
+        } else {
+            bail!("{label}: no tokenizer.json next to the weights")
+        };
+        let dtype = if device.is_cpu() { DType::F32 } else { DType::BF16 };
+        let vb = ck.var_builder(dtype, &device);
+        let pb = progress_bar(cfg.num_hidden_layers as u64, "loading");
+        let m = Qwen3Model::load_with_progress(&cfg, vb, &|p| ck.is_quantized(p), &opts, &mut |d, _| pb.set_position(d as u64))?;
+        pb.finish();
+        (m, tok, label)
+    };
+    device.synchronize()?;
+    let load_time = t_load.elapsed();
+    let mem_after_load = memory_in_use(&device);
+    let cfg = model.config().clone();
+
+    // ---- Prompt --------------------------------------------------------------------------
+    let mut prompt_ids = tok.encode(&args.prompt)?;
+    if prompt_ids.is_empty() {
+        prompt_ids.push(0);
+    }
+    if let Some(n) = args.prompt_len {
+        if n == 0 {
+            bail!("--prompt-len must be at least 1")
+        }
+        // Repeat the real prompt (or ids) to exactly n tokens.
+        let base = prompt_ids.clone();
+        prompt_ids = (0..n).map(|i| base[i % base.len()] % cfg.vocab_size as u32).collect();
+    }
+    let random = args.random_weights.is_some();
+    let eos: Vec<u32> = if args.ignore_eos || random { vec![] } else { cfg.eos_ids() };
+    model.set_kv_capacity(prompt_ids.len() + args.max_new_tokens);
+
+    // ---- Warm-up and measured run ----------------------------------------------------------
+    let warmup = args.warmup.unwrap_or(if device.is_cpu() { 0 } else { 4 });
+    if warmup > 0 {
+        let mut s = Sampler::new(args.temperature, args.top_p, args.seed);
+        generate(&mut model, &prompt_ids, args.batch, warmup, &mut s, &[], &mut |_, _| {})?;
+    }
+    let mut sampler = Sampler::new(args.temperature, args.top_p, args.seed);
+    let mut mem_peak = mem_after_load;
+    let dev2 = device.clone();
+    let gen = generate(&mut model, &prompt_ids, args.batch, args.max_new_tokens, &mut sampler, &eos, &mut |step, _| {
+        if step == 0 || step % 64 == 63 {
+            mem_peak = mem_peak.max(memory_in_use(&dev2));
+        }
+    })?;
+    mem_peak = mem_peak.max(memory_in_use(&device));
+
+    // ---- Output --------------------------------------------------------------------------
+    println!();
+    let show = args.batch.min(4);
+    for (i, toks) in gen.tokens.iter().take(show).enumerate() {
+        match tok.decode(toks)? {
+            Some(text) if !random => println!("[{i}] {}{}", args.prompt, text),
+            _ => println!("[{i}] ids {:?}{}", &toks[..toks.len().min(16)], if toks.len() > 16 { " ..." } else { "" }),
+        }
+    }
+    if args.batch > show {
+        println!("... ({} more sequences)", args.batch - show);
+    }
+
+    let mut steps: Vec<f64> = gen.step_times.iter().map(|d| ms(*d)).collect();
+    steps.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let decode_total: f64 = steps.iter().sum();
+    let tpot_mean = if steps.is_empty() { f64::NAN } else { decode_total / steps.len() as f64 };
+    let generated: usize = gen.tokens.iter().map(|t| t.len()).sum();
+    let (fp8_b, dense_b, other_b) = model.weight_bytes();
+    let kv_b = model.kv_cache_bytes();
+    let budget = 1.1 * (fp8_b + dense_b + other_b) as f64 + kv_b as f64;
+
+    println!();
+    println!("== decode report ==");
+    println!("model            {source}");
+    println!(
+        "architecture     {} layers, hidden {}, heads {}/{} (kv), head_dim {}, intermediate {}, vocab {}",
+        cfg.num_hidden_layers,
+        cfg.hidden_size,
+        cfg.num_attention_heads,
+        cfg.num_key_value_heads,
+        cfg.head_dim(),
+        cfg.intermediate_size,
+        cfg.vocab_size
+    );
+    println!(
+        "linear           {:?}{} on {} ({:?} activations)",
+        model.mode(),
+        if model.is_fused() { ", fused qkv + gate_up" } else { ", unfused" },
+        args.device,
+        model.dtype()
+    );
+    println!(
+        "weights          fp8 {} + dense linears {} + embeddings/norms {}; KV cache {}",
+        human(fp8_b as u64),
+        human(dense_b as u64),
+        human(other_b as u64),
+        human(kv_b as u64)
+    );
+    println!("load time        {:.2} s", load_time.as_secs_f64());
+    println!("prompt tokens    {} × batch {}", prompt_ids.len(), args.batch);
+    println!("generated        {generated} tokens ({} steps)", gen.step_times.len() + 1);
+    println!("TTFT             {:.2} ms", ms(gen.ttft));
+    println!(
+        "TPOT             mean {:.3} ms, p50 {:.3} ms, p99 {:.3} ms (over {} steps)",
+        tpot_mean,
+        percentile(&steps, 50.0),
+        percentile(&steps, 99.0),
+        steps.len()
+    );
+    let tps = if decode_total > 0.0 { (args.batch * steps.len()) as f64 / (decode_total / 1e3) } else { f64::NAN };
+    println!("throughput       {tps:.1} tokens/s (decode, all sequences)");
+    match (mem_peak, &device) {
+        (Some(m), Device::Cpu) => println!("peak memory      {} (process peak RSS)", human(m)),
+        (Some(m), _) => println!(
+            "peak memory      {} in use on the device (sampled; whole device) vs budget 1.1×weights + KV = {}",
+            human(m),
+            human(budget as u64)
+        ),
+        (None, _) => println!("peak memory      n/a"),
+    }
+
+    // ---- Accuracy check --------------------------------------------------------------------
+    let mut acc_json = serde_json::Value::Null;
+    if let Some(n) = args.check_accuracy {
+        println!();
+        println!("== accuracy: FP8 kernels vs dequantized reference ({n} greedy steps, teacher-forced) ==");
+        let t = Instant::now();
+        let mut reference = model.to_dense()?;
+        let r = compare_greedy(&mut model, &mut reference, &prompt_ids, n)?;
+        println!(
+            "top-1 agreement  {}/{} = {:.2}%",
+            r.top1_agree,
+            r.steps,
+            100.0 * r.agreement()
+        );
+        println!(
+            "max |Δlogit|     {:.4} (mean {:.5}; reference logit rms {:.3}; smallest reference top-1 margin where they disagree: {})",
+            r.max_abs_dlogit,
+            r.mean_abs_dlogit,
+            r.ref_logit_rms,
+            r.min_margin_at_disagreement.map(|m| format!("{m:.4}")).unwrap_or_else(|| "-".into())
+        );
+        if random {
+            println!("(random weights have near-tied logits: top-1 flips there measure noise, not a defect; read |Δlogit|)");
+        }
+        println!("({:.1} s)", t.elapsed().as_secs_f64());
+        acc_json = serde_json::json!({
+            "steps": r.steps, "top1_agree": r.top1_agree, "agreement": r.agreement(),
+            "max_abs_dlogit": r.max_abs_dlogit, "mean_abs_dlogit": r.mean_abs_dlogit, "ref_logit_rms": r.ref_logit_rms,
+        });
+    }
+
+    if let Some(path) = &args.json {
+        let j = serde_json::json!({
+            "model": source, "linear": format!("{:?}", model.mode()), "device": args.device, "batch": args.batch,
+            "fused": model.is_fused(), "prompt_tokens": prompt_ids.len(), "generated": generated,
+            "load_s": load_time.as_secs_f64(), "ttft_ms": ms(gen.ttft),
+            "tpot_ms": {"mean": tpot_mean, "p50": percentile(&steps, 50.0), "p99": percentile(&steps, 99.0), "steps": steps.len()},
+            "tokens_per_s": tps, "peak_memory_bytes": mem_peak, "weights_bytes": {"fp8": fp8_b, "dense": dense_b, "embeddings_norms": other_b},
+            "kv_cache_bytes": kv_b, "memory_budget_bytes": budget, "accuracy": acc_json,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&j)?).with_context(|| format!("writing {}", path.display()))?;
+    }
+    let _ = Tensor::zeros(1, DType::F32, &device)?; // keep the device alive until the end
+    Ok(())
+}

@@ -1,0 +1,1321 @@
+//! Qwen3 (dense) on [`Fp8BlockLinear`]: the model of `Qwen/Qwen3-*-FP8` checkpoints.
+//!
+//! Per decoder layer, on the decode path (batch 1, one token) the work is: RMSNorm, one fused
+//! q/k/v GEMM, one RMSNorm over all q and k heads (unit weight) times a `[heads, head_dim]`
+//! weight that holds `q_norm`/`k_norm` (with the `1/sqrt(head_dim)` attention scale folded
+//! into the q rows), one RoPE over q and k together, two in-place KV-cache writes, two batched
+//! matmuls around a fused softmax (grouped-query heads are folded into the rows of q, so K/V
+//! are never repeated), the o GEMM, a residual add, RMSNorm, one fused gate/up GEMM, SiLU·up and
+//! the down GEMM. Greedy sampling runs on the device ([`Sampler`]), and the sampled ids feed
+//! the next step without a host round trip.
+//!
+//! - [`Qwen3Model::load`]: from a `VarBuilder` over a checkpoint; modules that
+//!   `is_quantized` rejects (or that have no `weight_scale_inv`) load dense.
+//! - [`Qwen3Model::random`]: the real architecture with random FP8 weights generated on the
+//!   device (for timing: Qwen3-32B in seconds, no 33 GB download).
+//! - [`write_random_checkpoint`]: a tiny FP8 checkpoint (safetensors + `config.json`) written
+//!   through [`quantize_weight`](crate::quant::quantize_weight), for tests and the example.
+//! - [`compare_greedy`]: top-1 agreement and max |Δlogit| of two models over greedy steps.
+
+use crate::format::{f32_to_e4m3, num_blocks, BLOCK};
+use crate::linear::{AnyLinear, Fp8BlockLinear};
+use candle_core::{bail, DType, Device, Module, Result, Tensor, D};
+use candle_nn::VarBuilder;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+// ---------------------------------------------------------------------------------------------
+// Configuration
+// ---------------------------------------------------------------------------------------------
+
+fn default_eps() -> f64 {
+    1e-6
+}
+fn default_theta() -> f64 {
+    1_000_000.0
+}
+fn default_max_pos() -> usize {
+    40960
+}
+fn default_act() -> String {
+    "silu".to_string()
+}
+
+/// The fields of a Hugging Face Qwen3 `config.json` that the model uses (unknown fields are
+/// ignored).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Qwen3Config {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: usize,
+    /// Per-head dimension; `hidden_size / num_attention_heads` when absent.
+    #[serde(default)]
+    pub head_dim: Option<usize>,
+    #[serde(default = "default_eps")]
+    pub rms_norm_eps: f64,
+    #[serde(default = "default_theta")]
+    pub rope_theta: f64,
+    #[serde(default = "default_max_pos")]
+    pub max_position_embeddings: usize,
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+    #[serde(default)]
+    pub attention_bias: bool,
+    #[serde(default = "default_act")]
+    pub hidden_act: String,
+    #[serde(default)]
+    pub bos_token_id: Option<u32>,
+    /// An id or a list of ids.
+    #[serde(default)]
+    pub eos_token_id: Option<serde_json::Value>,
+}
+
+impl Qwen3Config {
+    /// Parses a `config.json` text.
+    pub fn from_json(text: &str) -> Result<Self> {
+        let cfg: Self = serde_json::from_str(text).map_err(|e| candle_core::Error::Msg(format!("Qwen3 config.json: {e}")))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Reads and parses a `config.json` file.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| candle_core::Error::Msg(format!("reading {}: {e}", path.display())))?;
+        Self::from_json(&text)
+    }
+
+    /// The architecture of `Qwen/Qwen3-32B` (and `-FP8`).
+    pub fn qwen3_32b() -> Self {
+        Self {
+            vocab_size: 151936,
+            hidden_size: 5120,
+            intermediate_size: 25600,
+            num_hidden_layers: 64,
+            num_attention_heads: 64,
+            num_key_value_heads: 8,
+            head_dim: Some(128),
+            rms_norm_eps: 1e-6,
+            rope_theta: 1_000_000.0,
+            max_position_embeddings: 40960,
+            tie_word_embeddings: false,
+            attention_bias: false,
+            hidden_act: "silu".into(),
+            bos_token_id: Some(151643),
+            eos_token_id: Some(serde_json::json!(151645)),
+        }
+    }
+
+    /// The tiny architecture of the embedded default model (byte-level vocabulary).
+    pub fn tiny() -> Self {
+        Self {
+            vocab_size: 384,
+            hidden_size: 256,
+            intermediate_size: 768,
+            num_hidden_layers: 4,
+            num_attention_heads: 8,
+            num_key_value_heads: 2,
+            head_dim: Some(64),
+            rms_norm_eps: 1e-6,
+            rope_theta: 1_000_000.0,
+            max_position_embeddings: 4096,
+            tie_word_embeddings: false,
+            attention_bias: false,
+            hidden_act: "silu".into(),
+            bos_token_id: None,
+            eos_token_id: Some(serde_json::json!(256)),
+        }
+    }
+
+    /// Per-head dimension.
+    pub fn head_dim(&self) -> usize {
+        self.head_dim.unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
+    }
+
+    /// The end-of-sequence ids.
+    pub fn eos_ids(&self) -> Vec<u32> {
+        match &self.eos_token_id {
+            Some(serde_json::Value::Number(n)) => n.as_u64().map(|v| vec![v as u32]).unwrap_or_default(),
+            Some(serde_json::Value::Array(a)) => a.iter().filter_map(|v| v.as_u64().map(|v| v as u32)).collect(),
+            _ => vec![],
+        }
+    }
+
+    /// Checks the invariants the model relies on.
+    pub fn validate(&self) -> Result<()> {
+        if self.num_attention_heads == 0 || self.num_key_value_heads == 0 {
+            bail!("Qwen3 config: num_attention_heads and num_key_value_heads must be > 0")
+        }
+        if self.num_attention_heads % self.num_key_value_heads != 0 {
+            bail!(
+                "Qwen3 config: num_attention_heads {} is not a multiple of num_key_value_heads {}",
+                self.num_attention_heads,
+                self.num_key_value_heads
+            )
+        }
+        if self.head_dim() % 2 != 0 {
+            bail!("Qwen3 config: head_dim {} must be even for RoPE", self.head_dim())
+        }
+        if self.hidden_act != "silu" {
+            bail!("Qwen3 config: hidden_act {:?} is not supported (only silu)", self.hidden_act)
+        }
+        Ok(())
+    }
+
+    /// Number of parameters in the linear layers of the decoder (what is FP8 in a checkpoint).
+    pub fn linear_params(&self) -> usize {
+        let (h, i, d) = (self.hidden_size, self.intermediate_size, self.head_dim());
+        let (hq, hkv) = (self.num_attention_heads, self.num_key_value_heads);
+        let per_layer = h * (hq + 2 * hkv) * d + hq * d * h + 3 * h * i;
+        per_layer * self.num_hidden_layers
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Options
+// ---------------------------------------------------------------------------------------------
+
+/// How the decoder's linear layers compute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinearMode {
+    /// Blocked-FP8 GEMMs (activations quantized per token per 128).
+    Fp8,
+    /// The baseline: weights dequantized once at load into dense layers in the model's
+    /// activation dtype (bf16 on CUDA, f32 on the CPU), plain matmuls.
+    Bf16,
+}
+
+impl std::str::FromStr for LinearMode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "fp8" => Ok(Self::Fp8),
+            "bf16" | "dense" | "dequant" => Ok(Self::Bf16),
+            o => Err(format!("unknown linear mode {o:?} (expected fp8 or bf16)")),
+        }
+    }
+}
+
+/// Options for building a [`Qwen3Model`].
+#[derive(Debug, Clone)]
+pub struct Qwen3Options {
+    /// FP8 GEMMs or the dequantized dense baseline.
+    pub mode: LinearMode,
+    /// Fuse q/k/v and gate/up into one GEMM each (default). `false` keeps one layer per
+    /// checkpoint module (for equivalence tests).
+    pub fuse: bool,
+    /// Activation / dense-weight dtype; `None`: bf16 on CUDA, f32 on the CPU.
+    pub dtype: Option<DType>,
+}
+
+impl Default for Qwen3Options {
+    fn default() -> Self {
+        Self { mode: LinearMode::Fp8, fuse: true, dtype: None }
+    }
+}
+
+impl Qwen3Options {
+    /// Default options with `mode`.
+    pub fn with_mode(mode: LinearMode) -> Self {
+        Self { mode, ..Self::default() }
+    }
+
+    fn dtype_for(&self, device: &Device) -> DType {
+        self.dtype.unwrap_or(if device.is_cpu() { DType::F32 } else { DType::BF16 })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Linear helpers
+// ---------------------------------------------------------------------------------------------
+
+/// Dequantizes a blocked-FP8 layer on its own device into a dense `candle_nn::Linear` in
+/// `dtype` (f32 arithmetic, one rounding).
+pub fn dequantize_dense(l: &Fp8BlockLinear, dtype: DType) -> Result<candle_nn::Linear> {
+    let (n, k) = l.weight().dims2()?;
+    let s = l.weight_scale_inv();
+    let (nb, kb) = s.dims2()?;
+    let s = s
+        .reshape((nb, 1, kb, 1))?
+        .broadcast_as((nb, BLOCK, kb, BLOCK))?
+        .contiguous()?
+        .reshape((nb * BLOCK, kb * BLOCK))?
+        .narrow(0, 0, n)?
+        .narrow(1, 0, k)?;
+    let w = l.weight().to_dtype(DType::F32)?.mul(&s)?.to_dtype(dtype)?;
+    let b = l.bias().map(|b| b.to_dtype(dtype)).transpose()?;
+    Ok(candle_nn::Linear::new(w, b))
+}
+
+fn to_mode(l: AnyLinear, mode: LinearMode, dtype: DType) -> Result<AnyLinear> {
+    match (l, mode) {
+        (AnyLinear::Fp8(f), LinearMode::Bf16) => Ok(AnyLinear::Dense(dequantize_dense(&f, dtype)?)),
+        (AnyLinear::Dense(d), _) if d.weight().dtype() != dtype => {
+            let b = d.bias().map(|b| b.to_dtype(dtype)).transpose()?;
+            Ok(AnyLinear::Dense(candle_nn::Linear::new(d.weight().to_dtype(dtype)?, b)))
+        }
+        (l, _) => Ok(l),
+    }
+}
+
+fn out_dim(l: &AnyLinear) -> usize {
+    l.out_dim()
+}
+
+/// Projections that share their input: either one fused GEMM whose output is split along N, or
+/// one layer per part.
+#[derive(Debug, Clone)]
+enum Proj {
+    Fused(AnyLinear, Vec<usize>),
+    Split(Vec<AnyLinear>),
+}
+
+impl Proj {
+    /// Fuses `parts` when `fuse` and possible (all FP8 with 128-aligned N except the last, or
+    /// all dense of one dtype), else keeps them split.
+    fn build(parts: Vec<AnyLinear>, fuse: bool) -> Result<Self> {
+        let sizes: Vec<usize> = parts.iter().map(out_dim).collect();
+        if !fuse || parts.len() < 2 {
+            return Ok(Self::Split(parts));
+        }
+        let fp8: Vec<&Fp8BlockLinear> = parts.iter().filter_map(|p| if let AnyLinear::Fp8(f) = p { Some(f) } else { None }).collect();
+        if fp8.len() == parts.len() {
+            return match Fp8BlockLinear::concat(&fp8) {
+                Ok(f) => Ok(Self::Fused(AnyLinear::Fp8(f), sizes)),
+                Err(e) => {
+                    tracing::info!("candle-fp8 qwen3: keeping projections unfused: {e}");
+                    Ok(Self::Split(parts))
+                }
+            };
+        }
+        let dense: Vec<&candle_nn::Linear> = parts.iter().filter_map(|p| if let AnyLinear::Dense(d) = p { Some(d) } else { None }).collect();
+        if dense.len() == parts.len() && dense.iter().all(|d| d.weight().dtype() == dense[0].weight().dtype()) {
+            let ws: Vec<&Tensor> = dense.iter().map(|d| d.weight()).collect();
+            let w = Tensor::cat(&ws, 0)?;
+            let b = if dense.iter().any(|d| d.bias().is_some()) {
+                let bs = dense
+                    .iter()
+                    .map(|d| match d.bias() {
+                        Some(b) => Ok(b.clone()),
+                        None => Tensor::zeros(d.weight().dim(0)?, d.weight().dtype(), d.weight().device()),
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Some(Tensor::cat(&bs, 0)?)
+            } else {
+                None
+            };
+            return Ok(Self::Fused(AnyLinear::Dense(candle_nn::Linear::new(w, b)), sizes));
+        }
+        Ok(Self::Split(parts))
+    }
+
+    /// Outputs of each part, `[M, n_i]` (views of the fused output when fused).
+    fn forward(&self, x: &Tensor) -> Result<Vec<Tensor>> {
+        match self {
+            Self::Fused(l, sizes) => {
+                let y = l.forward(x)?;
+                let mut off = 0;
+                sizes
+                    .iter()
+                    .map(|&n| {
+                        let t = y.narrow(D::Minus1, off, n);
+                        off += n;
+                        t
+                    })
+                    .collect()
+            }
+            Self::Split(ls) => ls.iter().map(|l| l.forward(x)).collect(),
+        }
+    }
+
+    fn is_fused(&self) -> bool {
+        matches!(self, Self::Fused(..))
+    }
+
+    fn map(self, f: &dyn Fn(AnyLinear) -> Result<AnyLinear>) -> Result<Self> {
+        Ok(match self {
+            Self::Fused(l, s) => Self::Fused(f(l)?, s),
+            Self::Split(ls) => Self::Split(ls.into_iter().map(f).collect::<Result<_>>()?),
+        })
+    }
+
+    fn layers(&self) -> Vec<&AnyLinear> {
+        match self {
+            Self::Fused(l, _) => vec![l],
+            Self::Split(ls) => ls.iter().collect(),
+        }
+    }
+}
+
+/// Bytes held by a linear layer's weights: `(fp8 bytes incl. scales, dense bytes)`.
+fn linear_bytes(l: &AnyLinear) -> (usize, usize) {
+    match l {
+        AnyLinear::Fp8(f) => (f.weight().elem_count() + f.weight_scale_inv().elem_count() * 4, 0),
+        AnyLinear::Dense(d) => (0, d.weight().elem_count() * d.weight().dtype().size_in_bytes()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// KV cache
+// ---------------------------------------------------------------------------------------------
+
+/// A preallocated per-layer KV cache `[B, kv_heads, capacity, head_dim]`, written in place.
+#[derive(Debug, Clone, Default)]
+struct KvCache {
+    k: Option<Tensor>,
+    v: Option<Tensor>,
+    len: usize,
+}
+
+impl KvCache {
+    fn capacity(&self) -> usize {
+        self.k.as_ref().map(|k| k.dims()[2]).unwrap_or(0)
+    }
+
+    /// Writes `k`, `v` `[B, kv_heads, T, head_dim]` (contiguous) at `offset` and returns views of
+    /// the first `offset + T` positions.
+    fn append(&mut self, k: &Tensor, v: &Tensor, offset: usize, capacity_hint: usize) -> Result<(Tensor, Tensor)> {
+        let (b, h, t, d) = k.dims4()?;
+        if offset != self.len {
+            if offset == 0 {
+                self.len = 0;
+            } else {
+                bail!(
+                    "Qwen3: seqlen_offset {offset} but the KV cache holds {} positions; call \
+                     clear_kv_cache() before starting a new sequence",
+                    self.len
+                )
+            }
+        }
+        let need = offset + t;
+        let same_batch = self.k.as_ref().map(|c| c.dims()[0] == b).unwrap_or(false);
+        if !same_batch && offset != 0 {
+            bail!("Qwen3: batch size changed to {b} in the middle of a sequence")
+        }
+        if !same_batch || self.capacity() < need {
+            // Grow geometrically so that a long generation reallocates O(log n) times.
+            let cap = need.max(capacity_hint).max(self.capacity() * 2).next_multiple_of(64);
+            let nk = Tensor::zeros((b, h, cap, d), k.dtype(), k.device())?;
+            let nv = Tensor::zeros((b, h, cap, d), v.dtype(), v.device())?;
+            if let (true, Some(ok), Some(ov)) = (same_batch && self.len > 0, &self.k, &self.v) {
+                nk.slice_set(&ok.narrow(2, 0, self.len)?.contiguous()?, 2, 0)?;
+                nv.slice_set(&ov.narrow(2, 0, self.len)?.contiguous()?, 2, 0)?;
+            }
+            self.k = Some(nk);
+            self.v = Some(nv);
+        }
+        let (kc, vc) = (self.k.as_ref().unwrap(), self.v.as_ref().unwrap());
+        kc.slice_set(k, 2, offset)?;
+        vc.slice_set(v, 2, offset)?;
+        self.len = need;
+        Ok((kc.narrow(2, 0, need)?, vc.narrow(2, 0, need)?))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoder layer
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+struct DecoderLayer {
+    input_norm: Tensor,
+    post_norm: Tensor,
+    qkv: Proj,
+    o: AnyLinear,
+    /// `[q_heads + kv_heads, head_dim]`: q_norm rows (times 1/sqrt(head_dim)) then k_norm rows.
+    qk_norm: Tensor,
+    gate_up: Proj,
+    down: AnyLinear,
+}
+
+/// Shapes shared by every layer's forward.
+#[derive(Debug, Clone, Copy)]
+struct Dims {
+    hq: usize,
+    hkv: usize,
+    d: usize,
+    eps: f32,
+}
+
+impl DecoderLayer {
+    fn new_norm_weights(q_norm: &Tensor, k_norm: &Tensor, dims: Dims) -> Result<Tensor> {
+        let scale = 1.0 / (dims.d as f64).sqrt();
+        let dt = q_norm.dtype();
+        let q = (q_norm.to_dtype(DType::F32)? * scale)?.unsqueeze(0)?.broadcast_as((dims.hq, dims.d))?;
+        let k = k_norm.to_dtype(DType::F32)?.unsqueeze(0)?.broadcast_as((dims.hkv, dims.d))?;
+        Tensor::cat(&[&q, &k], 0)?.to_dtype(dt)?.contiguous()
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn forward(
+        &self,
+        x: &Tensor,
+        b: usize,
+        t: usize,
+        offset: usize,
+        rope: (&Tensor, &Tensor),
+        mask: Option<&Tensor>,
+        unit: &Tensor,
+        cache: &mut KvCache,
+        capacity_hint: usize,
+        dims: Dims,
+    ) -> Result<Tensor> {
+        let Dims { hq, hkv, d, eps } = dims;
+        let n_rep = hq / hkv;
+        let m = b * t;
+
+        // Attention.
+        let xn = candle_nn::ops::rms_norm(x, &self.input_norm, eps)?;
+        let (qk, v) = match &self.qkv {
+            Proj::Fused(l, sizes) => {
+                // q and k are adjacent in the fused output: one view (a copy only when M > 1).
+                let y = l.forward(&xn)?;
+                let nqk = sizes[0] + sizes[1];
+                (y.narrow(1, 0, nqk)?.contiguous()?, y.narrow(1, nqk, sizes[2])?)
+            }
+            Proj::Split(ls) => {
+                let (q, k) = (ls[0].forward(&xn)?, ls[1].forward(&xn)?);
+                (Tensor::cat(&[&q, &k], 1)?, ls[2].forward(&xn)?)
+            }
+        };
+        // Per-head RMSNorm of q and k in one launch, then the per-head weights.
+        let qk = candle_nn::ops::rms_norm(&qk.reshape((m * (hq + hkv), d))?, unit, eps)?;
+        let qk = qk.reshape((b, t, hq + hkv, d))?.broadcast_mul(&self.qk_norm)?;
+        let qk = candle_nn::rotary_emb::rope_thd(&qk, rope.0, rope.1)?;
+        let (q, k) = (qk.narrow(2, 0, hq)?, qk.narrow(2, hq, hkv)?);
+        let (k, v) = if t == 1 {
+            (k.reshape((b, hkv, 1, d))?, v.reshape((b, hkv, 1, d))?)
+        } else {
+            (k.transpose(1, 2)?.contiguous()?, v.reshape((b, t, hkv, d))?.transpose(1, 2)?.contiguous()?)
+        };
+        let (k_all, v_all) = cache.append(&k, &v, offset, capacity_hint)?;
+        // Grouped-query attention without repeating K/V: q heads of one kv head become rows.
+        let q = if t == 1 {
+            q.reshape((b, hkv, n_rep, d))?
+        } else {
+            q.transpose(1, 2)?.contiguous()?.reshape((b, hkv, n_rep * t, d))?
+        };
+        let att = q.matmul(&k_all.t()?)?;
+        let att = match mask {
+            Some(mask) => att.broadcast_add(mask)?,
+            None => att,
+        };
+        let att = candle_nn::ops::softmax_last_dim(&att)?;
+        let y = att.matmul(&v_all)?; // [b, hkv, n_rep * t, d]
+        let y = if t == 1 {
+            y.reshape((b, hq * d))?
+        } else {
+            y.reshape((b, hq, t, d))?.transpose(1, 2)?.contiguous()?.reshape((m, hq * d))?
+        };
+        let x = (x + self.o.forward(&y)?)?;
+
+        // MLP.
+        let xn = candle_nn::ops::rms_norm(&x, &self.post_norm, eps)?;
+        let gu = self.gate_up.forward(&xn)?;
+        let a = (candle_nn::ops::silu(&gu[0])? * &gu[1])?;
+        x + self.down.forward(&a)?
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Model
+// ---------------------------------------------------------------------------------------------
+
+/// Qwen3 with blocked-FP8 (or dequantized dense) linear layers, a KV cache and last-position
+/// logits.
+#[derive(Debug, Clone)]
+pub struct Qwen3Model {
+    cfg: Qwen3Config,
+    embed: Tensor,
+    layers: Vec<DecoderLayer>,
+    norm: Tensor,
+    lm_head: AnyLinear,
+    cos: Tensor,
+    sin: Tensor,
+    unit: Tensor,
+    kv: Vec<KvCache>,
+    capacity_hint: usize,
+    dtype: DType,
+    device: Device,
+    mode: LinearMode,
+}
+
+/// Where the model's tensors come from while building it.
+enum Source<'a> {
+    Checkpoint { vb: VarBuilder<'a>, is_quantized: &'a dyn Fn(&str) -> bool },
+    Random { rng: Rng },
+}
+
+/// Standard deviation of e4m3 codes drawn uniformly over [-448, 448] (≈ 448/√3).
+const E4M3_UNIFORM_STD: f64 = 258.6;
+
+impl Source<'_> {
+    /// A linear layer `prefix` `[out, in]`.
+    fn linear(&mut self, prefix: &str, in_dim: usize, out_dim: usize, bias: bool, gain: f64, device: &Device, dtype: DType) -> Result<AnyLinear> {
+        match self {
+            Self::Checkpoint { vb, is_quantized } => {
+                let vb = vb.pp(prefix);
+                let quantized = is_quantized(&vb.prefix()) && vb.contains_tensor("weight_scale_inv");
+                if !quantized && vb.contains_tensor("weight_scale_inv") {
+                    bail!("{}: has weight_scale_inv but quantization_config lists it as not converted", vb.prefix())
+                }
+                let l = AnyLinear::load(vb.set_dtype(dtype), in_dim, out_dim, bias, quantized)?;
+                Ok(l)
+            }
+            Self::Random { rng } => {
+                if bias {
+                    bail!("random weights: attention_bias is not supported")
+                }
+                Ok(AnyLinear::Fp8(random_fp8(out_dim, in_dim, gain, device, rng)?))
+            }
+        }
+    }
+
+    /// A 1-D norm weight (ones ± small noise for random weights).
+    fn norm(&mut self, name: &str, dim: usize, device: &Device, dtype: DType) -> Result<Tensor> {
+        match self {
+            Self::Checkpoint { vb, .. } => vb.get_with_hints_dtype(dim, name, Default::default(), dtype),
+            Self::Random { .. } => Tensor::ones(dim, dtype, device),
+        }
+    }
+}
+
+fn random_fp8(n: usize, k: usize, gain: f64, device: &Device, rng: &mut Rng) -> Result<Fp8BlockLinear> {
+    let base = gain / (E4M3_UNIFORM_STD * (k as f64).sqrt());
+    let w = if device.is_cpu() {
+        let v: Vec<crate::F8E4M3> = (0..n * k).map(|_| f32_to_e4m3(rng.uniform_f32() * 448.0)).collect();
+        Tensor::from_vec(v, (n, k), device)?
+    } else {
+        // On the device: uniform f32 codes, cast (saturating) to e4m3; no host traffic.
+        fill_rows_on_device(n, k, DType::F8E4M3, device, &|rows| Tensor::rand(-448f32, 448f32, (rows, k), device))?
+    };
+    let (nb, kb) = (num_blocks(n), num_blocks(k));
+    // Block scales vary log-uniformly over [base/√2, base·√2] so that a wrong scale index
+    // changes the output.
+    let s: Vec<f32> = (0..nb * kb).map(|_| (base * (rng.uniform_f32() as f64 * 0.5f64.ln().abs() / 2.0).exp()) as f32).collect();
+    Fp8BlockLinear::new(w, Tensor::from_vec(s, (nb, kb), device)?, None)
+}
+
+impl Qwen3Model {
+    /// Loads Qwen3 from a checkpoint `VarBuilder` (root of the checkpoint: names
+    /// `model.layers.N...`, `lm_head.weight`). `is_quantized(module_path)` follows
+    /// `quantization_config.modules_to_not_convert`; a module also loads dense when it has no
+    /// `weight_scale_inv`. Dense weights and activations use `opts.dtype` (bf16 on CUDA, f32 on
+    /// the CPU by default).
+    pub fn load(cfg: &Qwen3Config, vb: VarBuilder, is_quantized: &dyn Fn(&str) -> bool, opts: &Qwen3Options) -> Result<Self> {
+        Self::load_with_progress(cfg, vb, is_quantized, opts, &mut |_, _| {})
+    }
+
+    /// [`Qwen3Model::load`] calling `progress(done_layers, total_layers)` as layers load.
+    pub fn load_with_progress(
+        cfg: &Qwen3Config,
+        vb: VarBuilder,
+        is_quantized: &dyn Fn(&str) -> bool,
+        opts: &Qwen3Options,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Self> {
+        let device = vb.device().clone();
+        Self::build(cfg, &device, Source::Checkpoint { vb, is_quantized }, opts, progress)
+    }
+
+    /// The architecture of `cfg` with random FP8 weights generated on `device` (fast even for
+    /// Qwen3-32B: e4m3 codes come from the device RNG). Activations stay well-conditioned:
+    /// each linear has output ≈ input RMS. Timings are meaningful, text is not.
+    pub fn random(cfg: &Qwen3Config, device: &Device, seed: u64, mode: LinearMode) -> Result<Self> {
+        Self::random_with(cfg, device, seed, &Qwen3Options::with_mode(mode), &mut |_, _| {})
+    }
+
+    /// [`Qwen3Model::random`] with options and a progress callback.
+    pub fn random_with(
+        cfg: &Qwen3Config,
+        device: &Device,
+        seed: u64,
+        opts: &Qwen3Options,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Self> {
+        if !device.is_cpu() {
+            device.set_seed(seed)?;
+        }
+        Self::build(cfg, device, Source::Random { rng: Rng::new(seed) }, opts, progress)
+    }
+
+    fn build(cfg: &Qwen3Config, device: &Device, mut src: Source, opts: &Qwen3Options, progress: &mut dyn FnMut(usize, usize)) -> Result<Self> {
+        cfg.validate()?;
+        let dtype = opts.dtype_for(device);
+        let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
+        let (hq, hkv, d) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim());
+        let dims = Dims { hq, hkv, d, eps: cfg.rms_norm_eps as f32 };
+        let nl = cfg.num_hidden_layers;
+        let embed = match &mut src {
+            Source::Checkpoint { vb, .. } => vb.get_with_hints_dtype((cfg.vocab_size, h), "model.embed_tokens.weight", Default::default(), dtype)?,
+            Source::Random { rng } => random_normal(&[cfg.vocab_size, h], 1.0, device, dtype, rng)?,
+        };
+        let out_gain = 1.0 / (nl.max(1) as f64).sqrt();
+        let mut layers = Vec::with_capacity(nl);
+        progress(0, nl);
+        for l in 0..nl {
+            let p = format!("model.layers.{l}");
+            let ab = cfg.attention_bias;
+            let lin = |src: &mut Source, name: &str, i_, o_, b_, g| src.linear(&format!("{p}.{name}"), i_, o_, b_, g, device, dtype);
+            let q = lin(&mut src, "self_attn.q_proj", h, hq * d, ab, 1.0)?;
+            let k = lin(&mut src, "self_attn.k_proj", h, hkv * d, ab, 1.0)?;
+            let v = lin(&mut src, "self_attn.v_proj", h, hkv * d, ab, 1.0)?;
+            let o = lin(&mut src, "self_attn.o_proj", hq * d, h, false, out_gain)?;
+            let g = lin(&mut src, "mlp.gate_proj", h, i, false, 1.0)?;
+            let u = lin(&mut src, "mlp.up_proj", h, i, false, 1.0)?;
+            let dn = lin(&mut src, "mlp.down_proj", i, h, false, out_gain)?;
+            let q_norm = src.norm(&format!("{p}.self_attn.q_norm.weight"), d, device, dtype)?;
+            let k_norm = src.norm(&format!("{p}.self_attn.k_norm.weight"), d, device, dtype)?;
+            let input_norm = src.norm(&format!("{p}.input_layernorm.weight"), h, device, dtype)?;
+            let post_norm = src.norm(&format!("{p}.post_attention_layernorm.weight"), h, device, dtype)?;
+            let m = |x: AnyLinear| to_mode(x, opts.mode, dtype);
+            let layer = DecoderLayer {
+                input_norm,
+                post_norm,
+                qkv: Proj::build(vec![m(q)?, m(k)?, m(v)?], opts.fuse)?,
+                o: m(o)?,
+                qk_norm: DecoderLayer::new_norm_weights(&q_norm, &k_norm, dims)?,
+                gate_up: Proj::build(vec![m(g)?, m(u)?], opts.fuse)?,
+                down: m(dn)?,
+            };
+            layers.push(layer);
+            progress(l + 1, nl);
+        }
+        let norm = src.norm("model.norm.weight", h, device, dtype)?;
+        let lm_head = if cfg.tie_word_embeddings {
+            AnyLinear::Dense(candle_nn::Linear::new(embed.clone(), None))
+        } else {
+            match &mut src {
+                Source::Checkpoint { .. } => to_mode(src.linear("lm_head", h, cfg.vocab_size, false, 1.0, device, dtype)?, opts.mode, dtype)?,
+                Source::Random { rng } => {
+                    AnyLinear::Dense(candle_nn::Linear::new(random_normal(&[cfg.vocab_size, h], 1.0 / (h as f64).sqrt(), device, dtype, rng)?, None))
+                }
+            }
+        };
+        let (cos, sin) = rope_tables(cfg, device, dtype)?;
+        Ok(Self {
+            cfg: cfg.clone(),
+            embed,
+            layers,
+            norm,
+            lm_head,
+            cos,
+            sin,
+            unit: Tensor::ones(d, dtype, device)?,
+            kv: vec![KvCache::default(); nl],
+            capacity_hint: 0,
+            dtype,
+            device: device.clone(),
+            mode: opts.mode,
+        })
+    }
+
+    /// A copy of this model whose FP8 linears are dequantized into dense layers (the bf16
+    /// reference path), sharing the embeddings and norms. Its KV cache starts empty.
+    pub fn to_dense(&self) -> Result<Self> {
+        let dtype = self.dtype;
+        let f = |l: AnyLinear| to_mode(l, LinearMode::Bf16, dtype);
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| {
+                Ok(DecoderLayer {
+                    qkv: l.qkv.clone().map(&f)?,
+                    o: f(l.o.clone())?,
+                    gate_up: l.gate_up.clone().map(&f)?,
+                    down: f(l.down.clone())?,
+                    ..l.clone()
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            layers,
+            lm_head: f(self.lm_head.clone())?,
+            kv: vec![KvCache::default(); self.kv.len()],
+            mode: LinearMode::Bf16,
+            ..self.clone()
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Qwen3Config {
+        &self.cfg
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Activation dtype.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// How the linears compute.
+    pub fn mode(&self) -> LinearMode {
+        self.mode
+    }
+
+    /// Whether q/k/v and gate/up run as one GEMM each (in every layer).
+    pub fn is_fused(&self) -> bool {
+        self.layers.iter().all(|l| l.qkv.is_fused() && l.gate_up.is_fused())
+    }
+
+    /// Kinds of the decoder's linear layers, one string per module as loaded:
+    /// `"fp8"` or `"dense"`, keyed by `layer.module` (`0.qkv`, `0.o`, `0.gate_up`, `0.down`, …).
+    pub fn linear_kinds(&self) -> Vec<(String, &'static str)> {
+        let kind = |l: &AnyLinear| if matches!(l, AnyLinear::Fp8(_)) { "fp8" } else { "dense" };
+        let mut out = Vec::new();
+        for (i, l) in self.layers.iter().enumerate() {
+            for (name, p) in [("qkv", &l.qkv), ("gate_up", &l.gate_up)] {
+                for (j, x) in p.layers().into_iter().enumerate() {
+                    let n = if p.is_fused() { format!("{i}.{name}") } else { format!("{i}.{name}[{j}]") };
+                    out.push((n, kind(x)));
+                }
+            }
+            out.push((format!("{i}.o"), kind(&l.o)));
+            out.push((format!("{i}.down"), kind(&l.down)));
+        }
+        out.push(("lm_head".into(), kind(&self.lm_head)));
+        out
+    }
+
+    /// `(fp8 bytes incl. scales, dense linear bytes, embedding + norm bytes)` of the weights.
+    pub fn weight_bytes(&self) -> (usize, usize, usize) {
+        let (mut f, mut dn) = (0, 0);
+        let mut add = |l: &AnyLinear| {
+            let (a, b) = linear_bytes(l);
+            f += a;
+            dn += b;
+        };
+        for l in &self.layers {
+            l.qkv.layers().into_iter().for_each(&mut add);
+            l.gate_up.layers().into_iter().for_each(&mut add);
+            add(&l.o);
+            add(&l.down);
+        }
+        if !self.cfg.tie_word_embeddings {
+            add(&self.lm_head);
+        }
+        let es = self.dtype.size_in_bytes();
+        let other = self.embed.elem_count() * es + (self.layers.len() * 2 + 1) * self.cfg.hidden_size * es;
+        (f, dn, other)
+    }
+
+    /// Bytes of KV cache currently allocated.
+    pub fn kv_cache_bytes(&self) -> usize {
+        self.kv
+            .iter()
+            .map(|c| c.k.as_ref().map(|k| 2 * k.elem_count() * k.dtype().size_in_bytes()).unwrap_or(0))
+            .sum()
+    }
+
+    /// Preallocation hint: the KV cache is sized for `max_seq_len` positions at the first
+    /// forward (it still grows if a sequence goes beyond).
+    pub fn set_kv_capacity(&mut self, max_seq_len: usize) {
+        self.capacity_hint = max_seq_len;
+    }
+
+    /// Forgets the cached keys/values (the buffers are kept for reuse).
+    pub fn clear_kv_cache(&mut self) {
+        for c in &mut self.kv {
+            c.len = 0;
+        }
+    }
+
+    /// Number of positions in the KV cache.
+    pub fn kv_len(&self) -> usize {
+        self.kv.first().map(|c| c.len).unwrap_or(0)
+    }
+
+    /// Runs `input_ids` `[B, T]` (u32, any device) at positions `seqlen_offset..+T` and returns
+    /// the logits of the last position, f32 `[B, vocab]`.
+    pub fn forward(&mut self, input_ids: &Tensor, seqlen_offset: usize) -> Result<Tensor> {
+        let (b, t) = input_ids.dims2()?;
+        if t == 0 || b == 0 {
+            bail!("Qwen3: input_ids must be non-empty, got shape [{b}, {t}]")
+        }
+        if seqlen_offset + t > self.cos.dim(0)? {
+            bail!(
+                "Qwen3: positions up to {} exceed max_position_embeddings {}",
+                seqlen_offset + t,
+                self.cos.dim(0)?
+            )
+        }
+        let cfg = &self.cfg;
+        let dims = Dims { hq: cfg.num_attention_heads, hkv: cfg.num_key_value_heads, d: cfg.head_dim(), eps: cfg.rms_norm_eps as f32 };
+        let ids = input_ids.to_device(&self.device)?.to_dtype(DType::U32)?.flatten_all()?;
+        let mut x = self.embed.index_select(&ids, 0)?; // [B*T, H]
+        let cos = self.cos.narrow(0, seqlen_offset, t)?;
+        let sin = self.sin.narrow(0, seqlen_offset, t)?;
+        let mask = if t > 1 { Some(causal_mask(t, seqlen_offset, dims.hq / dims.hkv, &self.device, self.dtype)?) } else { None };
+        let hint = self.capacity_hint;
+        for (layer, cache) in self.layers.iter().zip(self.kv.iter_mut()) {
+            x = layer.forward(&x, b, t, seqlen_offset, (&cos, &sin), mask.as_ref(), &self.unit, cache, hint, dims)?;
+        }
+        let x = if t > 1 { x.reshape((b, t, cfg.hidden_size))?.narrow(1, t - 1, 1)?.squeeze(1)?.contiguous()? } else { x };
+        let x = candle_nn::ops::rms_norm(&x, &self.norm, dims.eps)?;
+        self.lm_head.forward(&x)?.to_dtype(DType::F32)
+    }
+}
+
+/// Additive causal mask `[n_rep * t, offset + t]`: row `r` is query position `offset + r % t`.
+fn causal_mask(t: usize, offset: usize, n_rep: usize, device: &Device, dtype: DType) -> Result<Tensor> {
+    let l = offset + t;
+    let mut m = vec![0f32; n_rep * t * l];
+    for r in 0..n_rep * t {
+        let qi = offset + r % t;
+        for j in qi + 1..l {
+            m[r * l + j] = f32::NEG_INFINITY;
+        }
+    }
+    Tensor::from_vec(m, (n_rep * t, l), device)?.to_dtype(dtype)
+}
+
+/// RoPE tables `[max_position_embeddings, head_dim / 2]` (non-interleaved halves).
+fn rope_tables(cfg: &Qwen3Config, device: &Device, dtype: DType) -> Result<(Tensor, Tensor)> {
+    let d = cfg.head_dim();
+    let n = cfg.max_position_embeddings;
+    let inv: Vec<f64> = (0..d / 2).map(|i| 1.0 / cfg.rope_theta.powf(2.0 * i as f64 / d as f64)).collect();
+    let mut cos = Vec::with_capacity(n * d / 2);
+    let mut sin = Vec::with_capacity(n * d / 2);
+    for p in 0..n {
+        for f in &inv {
+            let a = p as f64 * f;
+            cos.push(a.cos() as f32);
+            sin.push(a.sin() as f32);
+        }
+    }
+    let cos = Tensor::from_vec(cos, (n, d / 2), device)?.to_dtype(dtype)?;
+    let sin = Tensor::from_vec(sin, (n, d / 2), device)?.to_dtype(dtype)?;
+    Ok((cos, sin))
+}
+
+fn random_normal(shape: &[usize], std: f64, device: &Device, dtype: DType, rng: &mut Rng) -> Result<Tensor> {
+    if device.is_cpu() {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| rng.normal_f32() * std as f32).collect();
+        Tensor::from_vec(v, shape, device)?.to_dtype(dtype)
+    } else {
+        let (rows, cols) = match shape {
+            [r, c] => (*r, *c),
+            _ => return Tensor::randn(0f32, std as f32, shape, device)?.to_dtype(dtype),
+        };
+        fill_rows_on_device(rows, cols, dtype, device, &|r| Tensor::randn(0f32, std as f32, (r, cols), device))
+    }
+}
+
+/// Builds a `[rows, cols]` tensor of `dtype` on the device from f32 chunks of at most 32M
+/// elements, so that generating a large random weight never holds a full f32 copy (the peak
+/// stays close to the final size).
+fn fill_rows_on_device(rows: usize, cols: usize, dtype: DType, device: &Device, gen: &dyn Fn(usize) -> Result<Tensor>) -> Result<Tensor> {
+    const CHUNK_ELEMS: usize = 32 << 20;
+    let chunk_rows = (CHUNK_ELEMS / cols.max(1)).max(1);
+    if chunk_rows >= rows {
+        return gen(rows)?.to_dtype(dtype);
+    }
+    let out = Tensor::zeros((rows, cols), dtype, device)?;
+    let mut r0 = 0;
+    while r0 < rows {
+        let r = chunk_rows.min(rows - r0);
+        out.slice_set(&gen(r)?.to_dtype(dtype)?, 0, r0)?;
+        r0 += r;
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random numbers (deterministic, no dependency)
+// ---------------------------------------------------------------------------------------------
+
+/// SplitMix64: small, fast, deterministic.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from a seed.
+    pub fn new(seed: u64) -> Self {
+        Self(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    pub fn unit_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in [-1, 1).
+    pub fn uniform_f32(&mut self) -> f32 {
+        (self.unit_f64() * 2.0 - 1.0) as f32
+    }
+
+    /// Standard normal (Box–Muller).
+    pub fn normal_f32(&mut self) -> f32 {
+        let u1 = self.unit_f64().max(1e-300);
+        let u2 = self.unit_f64();
+        ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sampling and generation
+// ---------------------------------------------------------------------------------------------
+
+/// Next-token sampling: greedy (argmax on the device) when `temperature <= 0`, else
+/// temperature + nucleus (top-p) sampling on the host with a seeded generator.
+#[derive(Debug, Clone)]
+pub struct Sampler {
+    temperature: f64,
+    top_p: f64,
+    rng: Rng,
+}
+
+impl Sampler {
+    /// A sampler; `temperature <= 0` means greedy.
+    pub fn new(temperature: f64, top_p: f64, seed: u64) -> Self {
+        Self { temperature, top_p, rng: Rng::new(seed) }
+    }
+
+    /// Greedy decoding.
+    pub fn greedy() -> Self {
+        Self::new(0.0, 1.0, 0)
+    }
+
+    /// Whether this sampler is greedy (device-side argmax).
+    pub fn is_greedy(&self) -> bool {
+        self.temperature <= 0.0
+    }
+
+    /// Samples one id per row of `logits` `[B, vocab]`; returns u32 `[B]` on the logits' device.
+    pub fn sample(&mut self, logits: &Tensor) -> Result<Tensor> {
+        if self.is_greedy() {
+            return logits.argmax(D::Minus1)?.to_dtype(DType::U32);
+        }
+        let rows = logits.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+        let ids: Vec<u32> = rows.iter().map(|r| self.sample_row(r)).collect();
+        Tensor::new(ids, logits.device())
+    }
+
+    fn sample_row(&mut self, logits: &[f32]) -> u32 {
+        let t = self.temperature;
+        let max = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let mut probs: Vec<(u32, f64)> = logits.iter().enumerate().map(|(i, &l)| (i as u32, ((l as f64 - max) / t).exp())).collect();
+        let total: f64 = probs.iter().map(|p| p.1).sum();
+        probs.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap_or(std::cmp::Ordering::Equal).then(a.0.cmp(&b.0)));
+        let mut keep = probs.len();
+        if self.top_p < 1.0 {
+            let mut acc = 0.0;
+            for (i, p) in probs.iter().enumerate() {
+                acc += p.1 / total;
+                if acc >= self.top_p {
+                    keep = i + 1;
+                    break;
+                }
+            }
+        }
+        let kept = &probs[..keep];
+        let mass: f64 = kept.iter().map(|p| p.1).sum();
+        let mut r = self.rng.unit_f64() * mass;
+        for p in kept {
+            r -= p.1;
+            if r <= 0.0 {
+                return p.0;
+            }
+        }
+        kept[kept.len() - 1].0
+    }
+}
+
+/// Tokens and timings of one [`generate`] call.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    /// Generated ids per sequence (prompt excluded; stops after an EOS id).
+    pub tokens: Vec<Vec<u32>>,
+    /// Prompt length.
+    pub prompt_len: usize,
+    /// Prefill plus the first sampled token on the host.
+    pub ttft: Duration,
+    /// One entry per later step: forward + sampling + reading the token on the host.
+    pub step_times: Vec<Duration>,
+}
+
+/// Generates up to `max_new_tokens` for `batch` copies of `prompt` (independent sequences:
+/// with a sampler they diverge). Stops early when every sequence produced one of `eos` (pass
+/// `&[]` to always run `max_new_tokens` steps). `on_step(step, ids)` sees each step's ids.
+/// The KV cache is cleared first. Sampled ids stay on the device and feed the next step; the
+/// only host synchronization per step is reading them.
+pub fn generate(
+    model: &mut Qwen3Model,
+    prompt: &[u32],
+    batch: usize,
+    max_new_tokens: usize,
+    sampler: &mut Sampler,
+    eos: &[u32],
+    on_step: &mut dyn FnMut(usize, &[u32]),
+) -> Result<Generation> {
+    if prompt.is_empty() {
+        bail!("generate: empty prompt")
+    }
+    model.clear_kv_cache();
+    let dev = model.device().clone();
+    let ids: Vec<u32> = (0..batch).flat_map(|_| prompt.iter().copied()).collect();
+    let input = Tensor::from_vec(ids, (batch, prompt.len()), &dev)?;
+    let mut tokens = vec![Vec::new(); batch];
+    let mut done = vec![false; batch];
+    let mut step_times = Vec::new();
+    let mut ttft = Duration::ZERO;
+    let mut pos = 0;
+    let mut next = input;
+    for step in 0..max_new_tokens {
+        let t0 = Instant::now();
+        let logits = model.forward(&next, pos)?;
+        pos += next.dim(1)?;
+        let sampled = sampler.sample(&logits)?;
+        let host = sampled.to_vec1::<u32>()?;
+        let dt = t0.elapsed();
+        if step == 0 {
+            ttft = dt;
+        } else {
+            step_times.push(dt);
+        }
+        for (bi, &id) in host.iter().enumerate() {
+            if !done[bi] {
+                tokens[bi].push(id);
+                done[bi] = eos.contains(&id);
+            }
+        }
+        on_step(step, &host);
+        if done.iter().all(|d| *d) {
+            break;
+        }
+        next = sampled.unsqueeze(1)?;
+    }
+    Ok(Generation { tokens, prompt_len: prompt.len(), ttft, step_times })
+}
+
+/// Agreement of two models (e.g. FP8 kernels vs the dequantized reference) over greedy steps.
+#[derive(Debug, Clone, Default)]
+pub struct AccuracyReport {
+    /// Positions compared.
+    pub steps: usize,
+    /// Positions where both models have the same argmax.
+    pub top1_agree: usize,
+    /// Largest |logit_test − logit_ref| over all positions and the vocabulary.
+    pub max_abs_dlogit: f32,
+    /// Mean |Δlogit|.
+    pub mean_abs_dlogit: f64,
+    /// RMS of the reference logits (the scale to read Δlogit against).
+    pub ref_logit_rms: f64,
+    /// Smallest top-1 margin (top1 − top2 of the reference) among disagreeing positions.
+    pub min_margin_at_disagreement: Option<f32>,
+    /// The test model's greedy tokens (the sequence both models consumed).
+    pub tokens: Vec<u32>,
+}
+
+impl AccuracyReport {
+    /// Fraction of positions with the same argmax.
+    pub fn agreement(&self) -> f64 {
+        self.top1_agree as f64 / self.steps.max(1) as f64
+    }
+}
+
+/// Runs `prompt` then `steps - 1` greedy steps through `test`, teacher-forcing `reference`
+/// with the same tokens, and compares the last-position logits at every step (a divergence
+/// cannot cascade into unrelated comparisons).
+pub fn compare_greedy(test: &mut Qwen3Model, reference: &mut Qwen3Model, prompt: &[u32], steps: usize) -> Result<AccuracyReport> {
+    test.clear_kv_cache();
+    reference.clear_kv_cache();
+    let dev = test.device().clone();
+    let mut next = Tensor::new(prompt, &dev)?.unsqueeze(0)?;
+    let mut pos = 0;
+    let mut rep = AccuracyReport::default();
+    let (mut sum_abs, mut sum_sq, mut count) = (0f64, 0f64, 0usize);
+    for _ in 0..steps {
+        let a = test.forward(&next, pos)?.squeeze(0)?.to_vec1::<f32>()?;
+        let b = reference.forward(&next, pos)?.squeeze(0)?.to_vec1::<f32>()?;
+        pos += next.dim(1)?;
+        let (ia, ib) = (argmax(&a), argmax(&b));
+        rep.steps += 1;
+        if ia == ib {
+            rep.top1_agree += 1;
+        } else {
+            let mut sorted = b.clone();
+            sorted.sort_by(|x, y| y.partial_cmp(x).unwrap_or(std::cmp::Ordering::Equal));
+            let margin = sorted[0] - sorted[1];
+            rep.min_margin_at_disagreement = Some(rep.min_margin_at_disagreement.map_or(margin, |m: f32| m.min(margin)));
+        }
+        for (x, y) in a.iter().zip(&b) {
+            let dlt = (x - y).abs();
+            rep.max_abs_dlogit = rep.max_abs_dlogit.max(dlt);
+            sum_abs += dlt as f64;
+            sum_sq += (*y as f64) * (*y as f64);
+            count += 1;
+        }
+        rep.tokens.push(ia);
+        next = Tensor::new(&[ia], &dev)?.unsqueeze(0)?;
+    }
+    rep.mean_abs_dlogit = sum_abs / count.max(1) as f64;
+    rep.ref_logit_rms = (sum_sq / count.max(1) as f64).sqrt();
+    Ok(rep)
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tiny checkpoints
+// ---------------------------------------------------------------------------------------------
+
+/// Writes a random Qwen3 checkpoint for `cfg` into `dir`: `model.safetensors` (decoder linears
+/// as e4m3 + f32 `weight_scale_inv` through [`quantize_weight`](crate::quant::quantize_weight),
+/// except the modules in `not_convert` and `lm_head`, which stay bf16, like real `-FP8`
+/// checkpoints) and `config.json` with a `quantization_config` (`fp8`, e4m3, 128×128 blocks,
+/// `modules_to_not_convert`). Weights are deterministic in `seed`.
+pub fn write_random_checkpoint(dir: &Path, cfg: &Qwen3Config, seed: u64, not_convert: &[&str]) -> Result<()> {
+    write_checkpoint(dir, cfg, seed, not_convert, None)
+}
+
+/// Like [`write_random_checkpoint`], but a *toy language model* over byte tokens: the random
+/// decoder is kept, and `lm_head` row `j` is built from the embeddings of the bytes that
+/// `corpus` most often follows by `j` (a bigram table), so that the model predicts the next
+/// byte of `corpus` with a realistic, confident top-1 margin instead of the near-ties of a
+/// purely random model (whose top-1 is a coin flip under any perturbation). Greedy decoding
+/// then prints corpus-like text. Needs `vocab_size >= 256`.
+pub fn write_toy_lm_checkpoint(dir: &Path, cfg: &Qwen3Config, seed: u64, corpus: &str) -> Result<()> {
+    if cfg.vocab_size < 256 || cfg.tie_word_embeddings {
+        bail!("write_toy_lm_checkpoint: needs vocab_size >= 256 and an untied lm_head")
+    }
+    write_checkpoint(dir, cfg, seed, &[], Some(corpus))
+}
+
+/// Most frequent successor of each byte in `corpus` (bytes never seen map to the corpus' first
+/// byte).
+fn bigram_successors(corpus: &str) -> Vec<u8> {
+    let b = corpus.as_bytes();
+    let mut counts = vec![[0u32; 256]; 256];
+    for w in b.windows(2) {
+        counts[w[0] as usize][w[1] as usize] += 1;
+    }
+    (0..256)
+        .map(|i| {
+            let row = &counts[i];
+            let (best, n) = row.iter().enumerate().max_by_key(|(j, n)| (**n, std::cmp::Reverse(*j))).unwrap();
+            if *n == 0 { b.first().copied().unwrap_or(b' ') } else { best as u8 }
+        })
+        .collect()
+}
+
+fn write_checkpoint(dir: &Path, cfg: &Qwen3Config, seed: u64, not_convert: &[&str], corpus: Option<&str>) -> Result<()> {
+    cfg.validate()?;
+    std::fs::create_dir_all(dir).map_err(|e| candle_core::Error::Msg(format!("creating {}: {e}", dir.display())))?;
+    let cpu = Device::Cpu;
+    let mut rng = Rng::new(seed);
+    let mut ts: HashMap<String, Tensor> = HashMap::new();
+    let (h, i, d) = (cfg.hidden_size, cfg.intermediate_size, cfg.head_dim());
+    let (hq, hkv) = (cfg.num_attention_heads, cfg.num_key_value_heads);
+    let normal = |rng: &mut Rng, shape: &[usize], std: f64| random_normal(shape, std, &cpu, DType::F32, rng);
+    let norm_w = |rng: &mut Rng, n: usize| -> Result<Tensor> {
+        let v: Vec<f32> = (0..n).map(|_| 1.0 + 0.1 * rng.normal_f32()).collect();
+        Tensor::from_vec(v, n, &cpu)?.to_dtype(DType::BF16)
+    };
+    let embed = normal(&mut rng, &[cfg.vocab_size, h], 1.0)?.to_dtype(DType::BF16)?;
+    ts.insert("model.embed_tokens.weight".into(), embed.clone());
+    let out_gain = 1.0 / (cfg.num_hidden_layers.max(1) as f64).sqrt();
+    for l in 0..cfg.num_hidden_layers {
+        let p = format!("model.layers.{l}");
+        let mods = [
+            ("self_attn.q_proj", hq * d, h, 1.0),
+            ("self_attn.k_proj", hkv * d, h, 1.0),
+            ("self_attn.v_proj", hkv * d, h, 1.0),
+            ("self_attn.o_proj", h, hq * d, out_gain),
+            ("mlp.gate_proj", i, h, 1.0),
+            ("mlp.up_proj", i, h, 1.0),
+            ("mlp.down_proj", h, i, out_gain),
+        ];
+        for (name, n, k, gain) in mods {
+            let full = format!("{p}.{name}");
+            let w = normal(&mut rng, &[n, k], gain / (k as f64).sqrt())?;
+            if not_convert.iter().any(|m| full == *m || full.ends_with(&format!(".{m}")) || name.ends_with(m)) {
+                ts.insert(format!("{full}.weight"), w.to_dtype(DType::BF16)?);
+            } else {
+                let (q, s) = crate::quant::quantize_weight(&w)?;
+                ts.insert(format!("{full}.weight"), q);
+                ts.insert(format!("{full}.weight_scale_inv"), s);
+            }
+            if cfg.attention_bias && name.starts_with("self_attn.") && name != "self_attn.o_proj" {
+                ts.insert(format!("{full}.bias"), normal(&mut rng, &[n], 0.1)?.to_dtype(DType::BF16)?);
+            }
+        }
+        ts.insert(format!("{p}.self_attn.q_norm.weight"), norm_w(&mut rng, d)?);
+        ts.insert(format!("{p}.self_attn.k_norm.weight"), norm_w(&mut rng, d)?);
+        ts.insert(format!("{p}.input_layernorm.weight"), norm_w(&mut rng, h)?);
+        ts.insert(format!("{p}.post_attention_layernorm.weight"), norm_w(&mut rng, h)?);
+    }
+    ts.insert("model.norm.weight".into(), norm_w(&mut rng, h)?);
+    if !cfg.tie_word_embeddings {
+        let noise = normal(&mut rng, &[cfg.vocab_size, h], 1.0 / (h as f64).sqrt())?;
+        let lm_head = match corpus {
+            None => noise,
+            Some(corpus) => {
+                // Row j = gain/√H · Σ_{i: succ(i) = j} e_i: the logit of succ(tok) gets ≈ gain·√(H/2)
+                // from the token's own embedding in the residual stream, the rest stays ~N(0, 1).
+                let succ = bigram_successors(corpus);
+                let e = embed.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+                let mut rows = vec![vec![0f32; h]; cfg.vocab_size];
+                let gain = 0.6 / (h as f32).sqrt();
+                for (i, &j) in succ.iter().enumerate() {
+                    for (o, x) in rows[j as usize].iter_mut().zip(&e[i]) {
+                        *o += gain * x;
+                    }
+                }
+                let signal = Tensor::from_vec(rows.concat(), (cfg.vocab_size, h), &cpu)?;
+                (signal + (noise * 0.5)?)?
+            }
+        };
+        ts.insert("lm_head.weight".into(), lm_head.to_dtype(DType::BF16)?);
+    }
+    candle_core::safetensors::save(&ts, dir.join("model.safetensors"))?;
+    let mut not_conv: Vec<String> = vec!["lm_head".into()];
+    not_conv.extend(not_convert.iter().map(|s| s.to_string()));
+    let mut json = serde_json::to_value(cfg).map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+    let obj = json.as_object_mut().unwrap();
+    obj.insert("architectures".into(), serde_json::json!(["Qwen3ForCausalLM"]));
+    obj.insert("model_type".into(), serde_json::json!("qwen3"));
+    obj.insert("torch_dtype".into(), serde_json::json!("bfloat16"));
+    obj.insert(
+        "quantization_config".into(),
+        serde_json::json!({
+            "quant_method": "fp8",
+            "fmt": "e4m3",
+            "activation_scheme": "dynamic",
+            "weight_block_size": [128, 128],
+            "modules_to_not_convert": not_conv,
+        }),
+    );
+    obj.insert("candle_fp8_tokenizer".into(), serde_json::json!("bytes"));
+    let text = serde_json::to_string_pretty(&json).map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+    std::fs::write(dir.join("config.json"), text).map_err(|e| candle_core::Error::Msg(format!("writing config.json: {e}")))?;
+    Ok(())
+}
