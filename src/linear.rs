@@ -3,7 +3,7 @@
 
 use crate::dispatch::{self, BackendRequest, Provider};
 use crate::format::{check_weight_scale_shape, BLOCK};
-use crate::{ops, quant, reference};
+use crate::{ops, quant};
 use candle_core::{bail, DType, Module, Result, Tensor};
 use candle_nn::VarBuilder;
 use std::sync::OnceLock;
@@ -137,15 +137,26 @@ impl Fp8BlockLinear {
         self.weight.dims()[0]
     }
 
-    /// The dequantized weight as f32 `[N, K]` on the weight's device.
+    /// The dequantized weight `[N, K]` as f32, computed on the weight's device with tensor ops
+    /// (no host round trip: a 32B model's weights never pass through CPU memory).
     pub fn dequantize(&self) -> Result<Tensor> {
-        reference::dequantize_weight(&self.weight, &self.scale_inv)?.to_device(self.weight.device())
+        let (n, k) = (self.out_dim(), self.in_dim());
+        let (nb, kb) = self.scale_inv.dims2()?;
+        let scales = self
+            .scale_inv
+            .reshape((nb, 1, kb, 1))?
+            .broadcast_as((nb, BLOCK, kb, BLOCK))?
+            .contiguous()?
+            .reshape((nb * BLOCK, kb * BLOCK))?
+            .narrow(0, 0, n)?
+            .narrow(1, 0, k)?;
+        self.weight.to_dtype(DType::F32)?.mul(&scales)
     }
 
-    /// A plain bf16 `candle_nn::Linear` with the dequantized weight (the bf16 baseline).
-    pub fn to_dense_bf16(&self) -> Result<candle_nn::Linear> {
-        let w = self.dequantize()?.to_dtype(DType::BF16)?;
-        let b = self.bias.as_ref().map(|b| b.to_dtype(DType::BF16)).transpose()?;
+    /// A plain `candle_nn::Linear` with the dequantized weight in `dtype` (bf16 is the baseline).
+    pub fn to_dense(&self, dtype: DType) -> Result<candle_nn::Linear> {
+        let w = self.dequantize()?.to_dtype(dtype)?;
+        let b = self.bias.as_ref().map(|b| b.to_dtype(dtype)).transpose()?;
         Ok(candle_nn::Linear::new(w, b))
     }
 
@@ -299,7 +310,7 @@ impl AnyLinear {
     /// Converts an FP8 layer into its dequantized bf16 equivalent (dense stays dense).
     pub fn into_dense_bf16(self) -> Result<Self> {
         match self {
-            Self::Fp8(l) => Ok(Self::Dense(l.to_dense_bf16()?)),
+            Self::Fp8(l) => Ok(Self::Dense(l.to_dense(DType::BF16)?)),
             d => Ok(d),
         }
     }

@@ -235,27 +235,9 @@ impl Qwen3Options {
 // Linear helpers
 // ---------------------------------------------------------------------------------------------
 
-/// Dequantizes a blocked-FP8 layer on its own device into a dense `candle_nn::Linear` in
-/// `dtype` (f32 arithmetic, one rounding).
-pub fn dequantize_dense(l: &Fp8BlockLinear, dtype: DType) -> Result<candle_nn::Linear> {
-    let (n, k) = l.weight().dims2()?;
-    let s = l.weight_scale_inv();
-    let (nb, kb) = s.dims2()?;
-    let s = s
-        .reshape((nb, 1, kb, 1))?
-        .broadcast_as((nb, BLOCK, kb, BLOCK))?
-        .contiguous()?
-        .reshape((nb * BLOCK, kb * BLOCK))?
-        .narrow(0, 0, n)?
-        .narrow(1, 0, k)?;
-    let w = l.weight().to_dtype(DType::F32)?.mul(&s)?.to_dtype(dtype)?;
-    let b = l.bias().map(|b| b.to_dtype(dtype)).transpose()?;
-    Ok(candle_nn::Linear::new(w, b))
-}
-
 fn to_mode(l: AnyLinear, mode: LinearMode, dtype: DType) -> Result<AnyLinear> {
     match (l, mode) {
-        (AnyLinear::Fp8(f), LinearMode::Bf16) => Ok(AnyLinear::Dense(dequantize_dense(&f, dtype)?)),
+        (AnyLinear::Fp8(f), LinearMode::Bf16) => Ok(AnyLinear::Dense(f.to_dense(dtype)?)),
         (AnyLinear::Dense(d), _) if d.weight().dtype() != dtype => {
             let b = d.bias().map(|b| b.to_dtype(dtype)).transpose()?;
             Ok(AnyLinear::Dense(candle_nn::Linear::new(d.weight().to_dtype(dtype)?, b)))
