@@ -23,10 +23,11 @@ pub mod models;
 pub mod ops;
 pub mod quant;
 pub mod reference;
+pub mod testing;
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
 
 pub use format::F8E4M3;
-// pub use linear::Fp8BlockLinear;
-// pub use ops::fp8_block_matmul;
+pub use linear::Fp8BlockLinear;
+pub use ops::fp8_block_matmul;

@@ -1,1 +1,276 @@
-//! (in progress)
+//! The blocked-FP8 GEMM as a candle `CustomOp`: `y[M, N] (bf16) = qa · wᵀ` with per-token
+//! 1×128 activation scales and 128×128 weight scales, promoted into an f32 accumulator every
+//! K block (two-level accumulation, as on the GPU).
+//!
+//! [`fp8_block_matmul`] validates every operand (dtype, rank, shape, strides, device) with an
+//! error naming the tensor and the bad value, chooses the provider (see [`crate::dispatch`])
+//! and applies the op.
+
+use crate::dispatch::{self, BackendRequest, DeviceCaps, Provider};
+use crate::format::{act_scale_m_stride, e4m3_to_f32, num_blocks, weight_scale_shape, BLOCK, F8E4M3};
+use candle_core::{bail, CpuStorage, CustomOp2, DType, Device, Layout, Result, Shape, Tensor};
+use half::bf16;
+use rayon::prelude::*;
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+/// Validated GEMM dimensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemmShape {
+    /// Tokens (rows of `qa` and `y`).
+    pub m: usize,
+    /// Output features (rows of `w`).
+    pub n: usize,
+    /// Input features.
+    pub k: usize,
+}
+
+fn check_dtype(name: &str, t: &Tensor, want: DType) -> Result<()> {
+    if t.dtype() != want {
+        bail!("{name}: expected dtype {want:?}, got {:?} (shape {:?})", t.dtype(), t.dims())
+    }
+    Ok(())
+}
+
+fn dims2(name: &str, t: &Tensor) -> Result<(usize, usize)> {
+    match t.dims() {
+        &[a, b] => Ok((a, b)),
+        d => bail!("{name}: expected a rank-2 tensor, got shape {d:?}"),
+    }
+}
+
+fn check_row_major(name: &str, t: &Tensor) -> Result<()> {
+    let (r, c) = dims2(name, t)?;
+    let st = t.stride();
+    if r > 1 && c > 0 && (st[1] != 1 || st[0] != c) {
+        bail!("{name}: must be row-major contiguous [{r}, {c}] with strides [{c}, 1], got strides {st:?}")
+    }
+    if c > 1 && st[1] != 1 {
+        bail!("{name}: must be row-major contiguous, got strides {st:?}")
+    }
+    Ok(())
+}
+
+/// Checks the four GEMM operands against the numeric contract (design.md §1).
+pub fn validate_operands(qa: &Tensor, sa: &Tensor, w: &Tensor, sw: &Tensor) -> Result<GemmShape> {
+    check_dtype("qa", qa, DType::F8E4M3)?;
+    check_dtype("w", w, DType::F8E4M3)?;
+    check_dtype("sa", sa, DType::F32)?;
+    check_dtype("sw", sw, DType::F32)?;
+    let (m, k) = dims2("qa", qa)?;
+    let (n, kw) = dims2("w", w)?;
+    if k != kw {
+        bail!("K mismatch: qa is [{m}, {k}] (K = {k}) but w is [{n}, {kw}] (K = {kw})")
+    }
+    if k == 0 {
+        bail!("qa: K = 0 (shape [{m}, 0]); the GEMM needs at least one K element")
+    }
+    check_row_major("qa", qa)?;
+    check_row_major("w", w)?;
+    let kb = num_blocks(k);
+    if sa.dims() != [m, kb] {
+        bail!("sa: shape {:?} does not match qa [{m}, {k}]: expected [{m}, {kb}] = [M, ceil(K/128)]", sa.dims())
+    }
+    let st = sa.stride();
+    let mpad = act_scale_m_stride(m);
+    if (m > 1 && st[0] != 1) || (kb > 1 && st[1] != mpad) {
+        bail!(
+            "sa: must be MN-major with strides [1, {mpad}] (= [1, round_up(M, 4)]), got strides {st:?}; \
+             use candle_fp8::quant::quantize_activation or quant::act_scales_view"
+        )
+    }
+    let (nb, _) = weight_scale_shape(n, k);
+    crate::format::check_weight_scale_shape("sw", n, k, sw.dims())?;
+    if nb > 0 {
+        check_row_major("sw", sw)?;
+    }
+    for (name, t) in [("sa", sa), ("w", w), ("sw", sw)] {
+        if !t.device().same_device(qa.device()) {
+            bail!("{name}: on device {:?} but qa is on {:?}", t.device().location(), qa.device().location())
+        }
+    }
+    Ok(GemmShape { m, n, k })
+}
+
+/// Capabilities of the device the tensors live on.
+pub fn device_caps(device: &Device) -> Result<DeviceCaps> {
+    match device {
+        Device::Cpu => Ok(DeviceCaps::CPU),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(dev) => crate::cuda::device_caps(dev),
+        _ => bail!("candle-fp8 supports CPU and (with the `cuda` feature) CUDA devices, got {:?}", device.location()),
+    }
+}
+
+/// Logs a provider choice once per (provider, reason) pair.
+pub(crate) fn log_once(provider: Provider, what: &str) {
+    static SEEN: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+    let key = format!("{provider}:{what}");
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if seen.get_or_insert_with(HashSet::new).insert(key) {
+        tracing::info!(provider = provider.as_str(), "candle-fp8: {what}");
+    }
+}
+
+/// The GEMM op; the scales travel in the struct, `qa` and `w` are the op's arguments.
+struct Fp8BlockMatmul {
+    sa: Tensor,
+    sw: Tensor,
+    shape: GemmShape,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    provider: Provider,
+}
+
+impl CustomOp2 for Fp8BlockMatmul {
+    fn name(&self) -> &'static str {
+        "fp8-block-matmul"
+    }
+
+    fn cpu_fwd(&self, qa: &CpuStorage, qa_l: &Layout, w: &CpuStorage, w_l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let GemmShape { m, n, k } = self.shape;
+        let qa = &qa.as_slice::<F8E4M3>()?[qa_l.start_offset()..];
+        let w = &w.as_slice::<F8E4M3>()?[w_l.start_offset()..];
+        let (sa_st, sa_l) = self.sa.storage_and_layout();
+        let (sw_st, sw_l) = self.sw.storage_and_layout();
+        let (candle_core::Storage::Cpu(sa), candle_core::Storage::Cpu(sw)) = (&*sa_st, &*sw_st) else {
+            bail!("fp8-block-matmul: scales are not on the CPU while qa and w are")
+        };
+        let sa = &sa.as_slice::<f32>()?[sa_l.start_offset()..];
+        let sw = &sw.as_slice::<f32>()?[sw_l.start_offset()..];
+        let y = cpu_blocked_gemm(qa, sa, act_scale_m_stride(m), w, sw, m, n, k);
+        Ok((CpuStorage::BF16(y), Shape::from((m, n))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        qa: &candle_core::CudaStorage,
+        qa_l: &Layout,
+        w: &candle_core::CudaStorage,
+        w_l: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        let GemmShape { m, n, k } = self.shape;
+        let (sa_st, sa_l) = self.sa.storage_and_layout();
+        let (sw_st, sw_l) = self.sw.storage_and_layout();
+        let (candle_core::Storage::Cuda(sa), candle_core::Storage::Cuda(sw)) = (&*sa_st, &*sw_st) else {
+            bail!("fp8-block-matmul: scales are not on the CUDA device while qa and w are")
+        };
+        let y = crate::cuda::fp8_gemm(self.provider, (qa, qa_l), (sa, sa_l), (w, w_l), (sw, sw_l), m, n, k)?;
+        Ok((y, Shape::from((m, n))))
+    }
+}
+
+/// Dot product of two equal-length f32 slices with 8 independent accumulators (vectorizes).
+#[inline]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for l in 0..8 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    let mut s = acc.iter().sum::<f32>();
+    for (x, y) in ra.iter().zip(rb) {
+        s += x * y;
+    }
+    s
+}
+
+/// The CPU blocked-FP8 GEMM. One rayon task per 128-row block of `w`: each K block's weight
+/// tile is decoded once (unscaled e4m3 values, exact in f32), dotted with every token's
+/// decoded activations, and the partial sum is promoted into the f32 accumulator with
+/// `sa[m, kb] · sw[nb, kb]` — the same two-level accumulation as the GPU kernels.
+///
+/// `sa` is MN-major with column stride `sa_stride`; `sw` row-major `[ceil(n/128), ceil(k/128)]`.
+#[allow(clippy::too_many_arguments)]
+pub fn cpu_blocked_gemm(
+    qa: &[F8E4M3],
+    sa: &[f32],
+    sa_stride: usize,
+    w: &[F8E4M3],
+    sw: &[f32],
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Vec<bf16> {
+    let kb = num_blocks(k);
+    let nb = num_blocks(n);
+    let a: Vec<f32> = qa[..m * k].iter().map(|&v| e4m3_to_f32(v)).collect();
+    let blocks: Vec<Vec<f32>> = (0..nb)
+        .into_par_iter()
+        .map(|bn| {
+            let rows = BLOCK.min(n - bn * BLOCK);
+            let mut acc = vec![0f32; m * rows];
+            let mut tile = vec![0f32; rows * BLOCK];
+            for bk in 0..kb {
+                let c0 = bk * BLOCK;
+                let cols = BLOCK.min(k - c0);
+                for r in 0..rows {
+                    let src = &w[(bn * BLOCK + r) * k + c0..][..cols];
+                    for (d, &s) in tile[r * cols..(r + 1) * cols].iter_mut().zip(src) {
+                        *d = e4m3_to_f32(s);
+                    }
+                }
+                let s_w = sw[bn * kb + bk];
+                for i in 0..m {
+                    let ai = &a[i * k + c0..][..cols];
+                    let scale = sa[bk * sa_stride + i] * s_w;
+                    let out = &mut acc[i * rows..(i + 1) * rows];
+                    for (r, o) in out.iter_mut().enumerate() {
+                        *o += dot(ai, &tile[r * cols..(r + 1) * cols]) * scale;
+                    }
+                }
+            }
+            acc
+        })
+        .collect();
+    let mut y = vec![bf16::ZERO; m * n];
+    for (bn, acc) in blocks.iter().enumerate() {
+        let rows = BLOCK.min(n - bn * BLOCK);
+        for i in 0..m {
+            for r in 0..rows {
+                y[i * n + bn * BLOCK + r] = bf16::from_f32(acc[i * rows + r]);
+            }
+        }
+    }
+    y
+}
+
+/// Blocked-FP8 GEMM: `y[M, N] = Σ_kb sa[m, kb] · sw[n/128, kb] · Σ_{k ∈ kb} qa[m, k] · w[n, k]`
+/// in f32, returned as bf16.
+///
+/// - `qa`: e4m3 `[M, K]`, row-major (from [`crate::quant::quantize_activation`]).
+/// - `sa`: f32 `[M, ceil(K/128)]` with strides `(1, round_up(M, 4))` (MN-major).
+/// - `w`: e4m3 `[N, K]`, row-major (as stored in checkpoints).
+/// - `sw`: f32 `[ceil(N/128), ceil(K/128)]`, row-major (`weight_scale_inv`).
+///
+/// The provider follows `CANDLE_FP8_BACKEND` (see [`crate::dispatch`]).
+pub fn fp8_block_matmul(qa: &Tensor, sa: &Tensor, w: &Tensor, sw: &Tensor) -> Result<Tensor> {
+    fp8_block_matmul_with(dispatch::backend_from_env()?, qa, sa, w, sw)
+}
+
+/// [`fp8_block_matmul`] with an explicit provider request instead of the environment.
+pub fn fp8_block_matmul_with(
+    request: BackendRequest,
+    qa: &Tensor,
+    sa: &Tensor,
+    w: &Tensor,
+    sw: &Tensor,
+) -> Result<Tensor> {
+    let shape = validate_operands(qa, sa, w, sw)?;
+    let GemmShape { m, n, k } = shape;
+    if m == 0 || n == 0 {
+        return Tensor::zeros((m, n), DType::BF16, qa.device());
+    }
+    let caps = device_caps(qa.device())?;
+    let provider = dispatch::choose_provider(request, &caps, m, n, k)?;
+    if let Some(why) = crate::format::fast_path_refusal(m, n, k) {
+        if caps.is_cuda {
+            log_once(provider, &format!("shape off the fast path ({why}): using {provider}"));
+        }
+    }
+    log_once(provider, &format!("blocked-FP8 GEMM provider: {provider}"));
+    qa.apply_op2_no_bwd(w, &Fp8BlockMatmul { sa: sa.clone(), sw: sw.clone(), shape, provider })
+}

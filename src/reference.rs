@@ -1,1 +1,112 @@
-//! (in progress)
+//! The CPU reference: dequantize to f32, plain matmul. The single source of truth for tests,
+//! plus the two accuracy metrics every test and benchmark uses.
+
+use crate::format::{act_scale_m_stride, e4m3_to_f32, num_blocks, weight_scale_shape, BLOCK, F8E4M3};
+use candle_core::{bail, DType, Device, Result, Tensor};
+
+/// Reads a 2-D tensor into a row-major `Vec` on the CPU (any layout).
+fn to_vec2d<T: candle_core::WithDType>(t: &Tensor) -> Result<Vec<T>> {
+    t.to_device(&Device::Cpu)?.contiguous()?.flatten_all()?.to_vec1::<T>()
+}
+
+/// Dequantizes e4m3 activations `qa [M, K]` with their scales `sa [M, ceil(K/128)]` (any
+/// strides) to f32 `[M, K]` on the CPU.
+pub fn dequantize_activation(qa: &Tensor, sa: &Tensor) -> Result<Tensor> {
+    let (m, k) = qa.dims2()?;
+    let kb = num_blocks(k);
+    if sa.dims() != [m, kb] {
+        bail!("sa: shape {:?} does not match qa [{m}, {k}]: expected [{m}, {kb}]", sa.dims())
+    }
+    let q = to_vec2d::<F8E4M3>(qa)?;
+    let s = to_vec2d::<f32>(&sa.to_dtype(DType::F32)?)?;
+    let out: Vec<f32> = (0..m * k).map(|i| e4m3_to_f32(q[i]) * s[(i / k) * kb + (i % k) / BLOCK]).collect();
+    Tensor::from_vec(out, (m, k), &Device::Cpu)
+}
+
+/// Dequantizes a blocked-FP8 weight `w [N, K]` with `sw [ceil(N/128), ceil(K/128)]` to f32
+/// `[N, K]` on the CPU.
+pub fn dequantize_weight(w: &Tensor, sw: &Tensor) -> Result<Tensor> {
+    let (n, k) = w.dims2()?;
+    crate::format::check_weight_scale_shape("sw", n, k, sw.dims())?;
+    let (_, kb) = weight_scale_shape(n, k);
+    let q = to_vec2d::<F8E4M3>(w)?;
+    let s = to_vec2d::<f32>(&sw.to_dtype(DType::F32)?)?;
+    let out: Vec<f32> =
+        (0..n * k).map(|i| e4m3_to_f32(q[i]) * s[(i / k / BLOCK) * kb + (i % k) / BLOCK]).collect();
+    Tensor::from_vec(out, (n, k), &Device::Cpu)
+}
+
+/// The reference GEMM: `y = dequant(qa, sa) · dequant(w, sw)ᵀ` in f32, `[M, N]`, on the CPU.
+pub fn reference_matmul(qa: &Tensor, sa: &Tensor, w: &Tensor, sw: &Tensor) -> Result<Tensor> {
+    let a = dequantize_activation(qa, sa)?;
+    let b = dequantize_weight(w, sw)?;
+    if a.dim(1)? != b.dim(1)? {
+        bail!("reference_matmul: K mismatch: qa has K = {}, w has K = {}", a.dim(1)?, b.dim(1)?)
+    }
+    a.matmul(&b.t()?)
+}
+
+/// The same reference in f64 with a naive triple loop over the raw e4m3 codes, independent of
+/// candle's matmul (used to validate [`reference_matmul`] itself). `sa` is MN-major with
+/// column stride `round_up(m, 4)`, `sw` row-major.
+pub fn naive_matmul_f64(
+    qa: &[F8E4M3],
+    sa_mn_major: &[f32],
+    w: &[F8E4M3],
+    sw: &[f32],
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Vec<f64> {
+    let mpad = act_scale_m_stride(m);
+    let kb = num_blocks(k);
+    let mut y = vec![0f64; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let mut acc = 0f64;
+            for c in 0..k {
+                let a = e4m3_to_f32(qa[i * k + c]) as f64 * sa_mn_major[(c / BLOCK) * mpad + i] as f64;
+                let b = e4m3_to_f32(w[j * k + c]) as f64 * sw[(j / BLOCK) * kb + c / BLOCK] as f64;
+                acc += a * b;
+            }
+            y[i * n + j] = acc;
+        }
+    }
+    y
+}
+
+fn pair_f64(out: &Tensor, reference: &Tensor) -> Result<(Vec<f64>, Vec<f64>)> {
+    if out.dims() != reference.dims() {
+        bail!("shape mismatch: output {:?} vs reference {:?}", out.dims(), reference.dims())
+    }
+    let a = out.to_dtype(DType::F64)?.to_device(&Device::Cpu)?.flatten_all()?.to_vec1::<f64>()?;
+    let b = reference.to_dtype(DType::F64)?.to_device(&Device::Cpu)?.flatten_all()?.to_vec1::<f64>()?;
+    Ok((a, b))
+}
+
+/// `‖out − ref‖ / ‖ref‖` (NaN if either holds a NaN, so a NaN never passes a `<=` check).
+pub fn rel_err(out: &Tensor, reference: &Tensor) -> Result<f64> {
+    let (a, b) = pair_f64(out, reference)?;
+    Ok(rel_err_slices(&a, &b))
+}
+
+/// DeepGEMM's `calc_diff = 1 − 2⟨x, y⟩ / (‖x‖² + ‖y‖²)`.
+pub fn calc_diff(out: &Tensor, reference: &Tensor) -> Result<f64> {
+    let (a, b) = pair_f64(out, reference)?;
+    Ok(calc_diff_slices(&a, &b))
+}
+
+/// [`rel_err`] on slices.
+pub fn rel_err_slices(out: &[f64], reference: &[f64]) -> f64 {
+    let num: f64 = out.iter().zip(reference).map(|(a, b)| (a - b) * (a - b)).sum();
+    let den: f64 = reference.iter().map(|b| b * b).sum();
+    (num / den).sqrt()
+}
+
+/// [`calc_diff`] on slices.
+pub fn calc_diff_slices(out: &[f64], reference: &[f64]) -> f64 {
+    let xy: f64 = out.iter().zip(reference).map(|(a, b)| a * b).sum();
+    let xx: f64 = out.iter().map(|a| a * a).sum();
+    let yy: f64 = reference.iter().map(|b| b * b).sum();
+    1.0 - 2.0 * xy / (xx + yy)
+}
