@@ -284,7 +284,7 @@ fn hopper_gemm(dev: &CudaDevice, ops: &Operands, m: usize, n: usize, k: usize) -
     let stream = dev.cuda_stream();
     let st = stream_state(dev);
     let mut ws = st.workspace.lock().unwrap();
-    if ws_bytes > 0 && ws.as_ref().is_none_or(|b| b.len() < ws_bytes) {
+    if ws_bytes > 0 && ws.as_ref().map_or(true, |b| b.len() < ws_bytes) {
         // Grow to the next power of two so that a sequence of shapes settles quickly.
         *ws = Some(dev.alloc_zeros::<u8>(ws_bytes.next_power_of_two())?);
     }
