@@ -324,7 +324,7 @@ mod imp {
             for (i, m) in [3usize, 5].into_iter().enumerate() {
                 let a = make_act(&dev, m, 4096, 2)?;
                 let (wq, sw) = &w.w[0];
-                let mut one = |p: Option<Provider>| -> Result<f64> {
+                let one = |p: Option<Provider>| -> Result<f64> {
                     stream.synchronize()?;
                     let t = Instant::now();
                     match p {
@@ -376,7 +376,7 @@ mod imp {
                     }
                     let nw = if cold { copies } else { 1 };
                     let reps = if cold { copies.max(args.reps.min(2 * copies)) } else { args.reps };
-                    let mut gemm = |p: Provider| -> Result<f64> {
+                    let gemm = |p: Provider| -> Result<f64> {
                         let (t, _) = time_us(&stream, reps, args.samples, &mut |i| {
                             let (wq, sw) = &w.w[i % nw];
                             drop(fp8_block_matmul_with(BackendRequest::Force(p), &a.qa, &a.sa, wq, sw)?);

@@ -21,7 +21,10 @@ fn main() -> anyhow::Result<()> {
         println!("{var}={}", std::env::var(var).unwrap_or_default());
     }
     // cudarc loads libcuda at run time and panics when it is missing: report that plainly.
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
     let dev = std::panic::catch_unwind(|| Device::new_cuda(0));
+    std::panic::set_hook(hook);
     let dev = match dev {
         Ok(Ok(Device::Cuda(d))) => d,
         Ok(Ok(_)) => unreachable!(),

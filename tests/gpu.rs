@@ -44,10 +44,17 @@ fn quick() -> bool {
 /// The CUDA device, or the reason there is none (printed once per test as a skip).
 fn gpu() -> std::result::Result<Device, String> {
     static DEV: OnceLock<std::result::Result<Device, String>> = OnceLock::new();
-    DEV.get_or_init(|| match std::panic::catch_unwind(|| Device::new_cuda(0)) {
-        Ok(Ok(d)) => Ok(d),
-        Ok(Err(e)) => Err(format!("no CUDA device: {e}")),
-        Err(_) => Err("libcuda could not be loaded (no NVIDIA driver)".into()),
+    DEV.get_or_init(|| {
+        // cudarc panics when libcuda is missing: keep that panic out of the test output.
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let r = std::panic::catch_unwind(|| Device::new_cuda(0));
+        std::panic::set_hook(hook);
+        match r {
+            Ok(Ok(d)) => Ok(d),
+            Ok(Err(e)) => Err(format!("no CUDA device: {e}")),
+            Err(_) => Err("libcuda could not be loaded (no NVIDIA driver)".into()),
+        }
     })
     .clone()
 }

@@ -348,6 +348,7 @@ fn dequant_weight_f32(
 }
 
 /// bf16 `[n, k]` dequantized weight, `out[r][c] = w[r][c] * sw[r/128][c/128]` (any `n`, `k`).
+#[allow(dead_code)] // for a layer that caches a bf16 weight (dequant provider at load time)
 pub(crate) fn dequantize_weight(
     w: (&CudaStorage, &Layout),
     sw: (&CudaStorage, &Layout),
