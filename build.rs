@@ -194,18 +194,12 @@ fn build_kernels() -> Result<(), String> {
                 let obj = obj_dir.join(src.file_stem().unwrap()).with_extension("o");
                 let mut cmd = Command::new(&nvcc);
                 cmd.args(&flags).arg("-c").arg(&src).arg("-o").arg(&obj);
-                let started = std::time::Instant::now();
                 match cmd.output() {
                     Ok(o) if o.status.success() => {
                         let warn = String::from_utf8_lossy(&o.stderr);
                         for line in warn.lines().filter(|l| !l.trim().is_empty()) {
                             println!("cargo::warning=nvcc: {line}");
                         }
-                        println!(
-                            "cargo::warning=nvcc {} ({:.1}s)",
-                            src.file_name().unwrap().to_string_lossy(),
-                            started.elapsed().as_secs_f64()
-                        );
                     }
                     Ok(o) => errors.lock().unwrap().push(format!(
                         "nvcc failed on {} ({}):\n{:?}\n{}{}",

@@ -273,7 +273,11 @@ mod imp {
 
     pub fn main() -> Result<()> {
         let args = Args::parse();
-        let dev = match std::panic::catch_unwind(|| Device::new_cuda(0)) {
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let dev = std::panic::catch_unwind(|| Device::new_cuda(0));
+        std::panic::set_hook(hook);
+        let dev = match dev {
             Ok(Ok(d)) => d,
             Ok(Err(e)) => bail!("no CUDA device: {e}"),
             Err(_) => bail!("libcuda could not be loaded"),

@@ -65,7 +65,8 @@ done
 strip "$STAGE"/*
 
 mkdir -p "$BUNDLE"
-rm -f "$BUNDLE/fp8bin.tar.xz"
+# Only what ships: drop an unpacked bin/ or out/ left by a local gpu_run.sh.
+rm -rf "$BUNDLE/fp8bin.tar.xz" "$BUNDLE/bin" "$BUNDLE/out"
 tar -C "$STAGE" -cf - . | xz -T0 -6 >"$BUNDLE/fp8bin.tar.xz"
 cp scripts/gpu_run.sh "$BUNDLE/gpu_run.sh"
 ANCHORS="${ANCHORS:-}"
@@ -83,6 +84,7 @@ fi
   echo "candle-fp8 GPU bundle"
   echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo '+dirty') ($(git rev-parse --abbrev-ref HEAD 2>/dev/null))"
   echo "nvcc: $(nvcc --version | grep release)"
+  echo "kernels/: $(find kernels -type f | sort | xargs sha256sum | sha256sum | cut -c1-16) ($(find kernels -name '*.cu' | wc -l) .cu files; untracked: $(git status --porcelain --untracked-files=all kernels 2>/dev/null | wc -l))"
   echo "binaries (stripped):"
   (cd "$STAGE" && ls -l | tail -n +2 | awk '{printf "  %-10s %8.1f MB\n", $9, $5/1048576}')
   (cd "$STAGE" && sha256sum *) | sed 's/^/  /'
