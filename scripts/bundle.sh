@@ -76,7 +76,7 @@ if [[ -z "$ANCHORS" ]]; then
   done
 fi
 if [[ -n "$ANCHORS" && -f "$ANCHORS" ]]; then
-  cp "$ANCHORS" "$BUNDLE/anchors.py"
+  install -m 0644 "$ANCHORS" "$BUNDLE/anchors.py"
 else
   echo "bundle: warning: anchors.py not found; the anchors phase will be skipped" >&2
 fi
