@@ -221,23 +221,74 @@ impl GemmConfig {
     }
 }
 
+/// K split that best fills the machine (mirrors `fill_split` in `kernels/gemm.cu`): minimises
+/// (waves of CTAs per split) × (1 + 5 % per extra split) with `per_sm` CTAs resident per SM,
+/// at most 8 splits, at least 4 K blocks per split; shapes that already give ≥ 2 CTAs per SM
+/// are not split. (2 splits reduce inside a 2-CTA cluster; 3–8 through the f32 workspace,
+/// see `fp8gemm_workspace_bytes`.)
+fn fill_split(tiles: usize, kb: usize, num_sms: usize, per_sm: usize) -> i32 {
+    let slots = (num_sms * per_sm).max(1);
+    if tiles >= 2 * num_sms {
+        return 1;
+    }
+    let max_s = (kb / 4).clamp(1, 8);
+    let mut best = 1;
+    let mut best_cost = f64::INFINITY;
+    for s in 1..=max_s {
+        let waves = (tiles * s).div_ceil(slots) as f64;
+        let cost = waves / s as f64 * (1.0 + 0.05 * (s - 1) as f64);
+        if cost < best_cost - 1e-9 {
+            best_cost = cost;
+            best = s;
+        }
+    }
+    best as i32
+}
+
 /// Chooses our kernel configuration for an `m × n × k` GEMM on a GPU with `num_sms` SMs.
 ///
-/// Pure and cheap; unit-tested at the M boundaries.
+/// Pure and cheap; unit-tested at the M boundaries. Mirrors `auto_config` in
+/// `kernels/gemm.cu` (the rule measured on H200, see `docs/KERNELS.md`):
+///
+/// | M | schedule | tile (block_m × block_n) | stages | split-K |
+/// |---|---|---|---|---|
+/// | 1–8 | swap-AB | 8 tokens × 64 weight rows | 8 | none if N/64 ≥ #SMs, else fill (2 CTAs/SM), ≤ 8 |
+/// | 9–16 | swap-AB | 16 × 64 | 8 | same |
+/// | 17–128 | small-M | 64 × 128 | 6 | fill the SMs (1 CTA/SM), ≤ 8 |
+/// | 129–512 | warp-specialized | 128 × 128 | 6 | same |
+/// | > 512 | persistent | 256 × 128 (2 waves of 128) | 4 | none |
 pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig {
-    let _ = (n, k, num_sms);
-    let cfg = |kind: ScheduleKind, block_m, block_n, stages| GemmConfig {
+    let kb = k / 128;
+    let sms = if num_sms == 0 { 132 } else { num_sms };
+    let cfg = |kind: ScheduleKind, block_m, block_n, stages, split_k| GemmConfig {
         kind: kind as i32,
         block_m,
         block_n,
         stages,
-        split_k: 1,
+        split_k,
         num_sms: 0,
     };
-    if m <= 64 {
-        cfg(ScheduleKind::SmallM, 64, 128, 6)
+    if m <= 16 {
+        let bm = if m <= 8 { 8 } else { 16 };
+        // Memory-bound: with >= 1 tile per SM every tile is resident at once and a split only
+        // adds the reduction (measured 1×10240×5120: split 1 16.0 µs, split 3 17.3 µs).
+        let tiles = n.div_ceil(64);
+        let split = if tiles >= sms {
+            1
+        } else {
+            fill_split(tiles, kb, sms, 2)
+        };
+        cfg(ScheduleKind::SwapAb, bm, 64, 8, split)
+    } else if m <= 128 {
+        let tiles = m.div_ceil(64) * n.div_ceil(128);
+        let split = fill_split(tiles, kb, sms, 1);
+        cfg(ScheduleKind::SmallM, 64, 128, 6, split)
+    } else if m <= 512 {
+        let tiles = m.div_ceil(128) * n.div_ceil(128);
+        let split = fill_split(tiles, kb, sms, 1);
+        cfg(ScheduleKind::WarpSpecialized, 128, 128, 6, split)
     } else {
-        cfg(ScheduleKind::SmallM, 128, 128, 4)
+        cfg(ScheduleKind::Persistent, 256, 128, 4, 1)
     }
 }
 
@@ -290,6 +341,37 @@ mod tests {
             .to_string();
         assert!(e.contains("on the CPU"), "{e}");
         assert!(choose_provider(BackendRequest::Force(Provider::Dequant), &H200, 3, 100, 100).is_ok());
+    }
+
+    #[test]
+    fn config_boundaries_and_splits() {
+        let kinds = |m| choose_config(m, 4096, 4096, 132).schedule().unwrap();
+        assert_eq!(kinds(1), ScheduleKind::SwapAb);
+        assert_eq!(choose_config(8, 4096, 4096, 132).block_m, 8);
+        assert_eq!(choose_config(9, 4096, 4096, 132).block_m, 16);
+        assert_eq!(kinds(16), ScheduleKind::SwapAb);
+        assert_eq!(kinds(17), ScheduleKind::SmallM);
+        assert_eq!(kinds(128), ScheduleKind::SmallM);
+        assert_eq!(kinds(129), ScheduleKind::WarpSpecialized);
+        assert_eq!(kinds(512), ScheduleKind::WarpSpecialized);
+        assert_eq!(kinds(513), ScheduleKind::Persistent);
+        // Splits measured best on H200 (docs/KERNELS.md).
+        assert_eq!(choose_config(1, 4096, 4096, 132).split_k, 4);
+        assert_eq!(choose_config(1, 5120, 8192, 132).split_k, 3);
+        assert_eq!(choose_config(1, 5120, 25600, 132).split_k, 3);
+        assert_eq!(choose_config(1, 51200, 5120, 132).split_k, 1);
+        assert_eq!(choose_config(1, 10240, 5120, 132).split_k, 1);
+        assert_eq!(choose_config(64, 4096, 4096, 132).split_k, 4);
+        assert_eq!(choose_config(128, 4096, 4096, 132).split_k, 2);
+        assert_eq!(choose_config(4096, 4096, 4096, 132).split_k, 1);
+        // Short K is never split below 4 K blocks per split; splits stay within a cluster.
+        assert_eq!(choose_config(1, 128, 256, 132).split_k, 1);
+        for m in [1, 16, 64, 200] {
+            for (n, k) in [(128, 128), (4096, 4096), (5120, 25600), (51200, 5120)] {
+                let c = choose_config(m, n, k, 132);
+                assert!((1..=8).contains(&c.split_k) && c.split_k as usize <= (k / 128).max(1));
+            }
+        }
     }
 
     #[test]

@@ -160,22 +160,57 @@ impl CustomOp2 for Fp8BlockMatmul {
     }
 }
 
-/// Dot product of two equal-length f32 slices with 8 independent accumulators (vectorizes).
-#[inline]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for l in 0..8 {
-            acc[l] += x[l] * y[l];
+/// Partial dot products of one K block: `out[i * rows + r] = Σ_c a[i][c] · tile[r][c]` for all
+/// tokens `i < m` and weight rows `r < rows`, four tokens at a time so that each loaded weight
+/// value feeds four accumulators (8 lanes each, which the compiler maps onto SIMD registers).
+#[inline(always)]
+fn block_partials_body(a: &[f32], lda: usize, m: usize, tile: &[f32], rows: usize, cols: usize, out: &mut [f32]) {
+    let mut i = 0;
+    while i < m {
+        let g = (m - i).min(4);
+        let ar: [&[f32]; 4] = std::array::from_fn(|t| &a[(i + t.min(g - 1)) * lda..][..cols]);
+        for r in 0..rows {
+            let b = &tile[r * cols..(r + 1) * cols];
+            let mut acc = [[0f32; 8]; 4];
+            let full = cols / 8 * 8;
+            let mut c = 0;
+            while c < full {
+                for (t, at) in acc.iter_mut().enumerate() {
+                    for l in 0..8 {
+                        at[l] += ar[t][c + l] * b[c + l];
+                    }
+                }
+                c += 8;
+            }
+            for t in 0..g {
+                let mut sum = acc[t].iter().sum::<f32>();
+                for cc in full..cols {
+                    sum += ar[t][cc] * b[cc];
+                }
+                out[(i + t) * rows + r] = sum;
+            }
+        }
+        i += g;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn block_partials_avx2(a: &[f32], lda: usize, m: usize, tile: &[f32], rows: usize, cols: usize, out: &mut [f32]) {
+    block_partials_body(a, lda, m, tile, rows, cols, out)
+}
+
+/// [`block_partials_body`], with AVX2+FMA code when the CPU has it (checked once).
+fn block_partials(a: &[f32], lda: usize, m: usize, tile: &[f32], rows: usize, cols: usize, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static HAS_AVX2: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if *HAS_AVX2.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            // SAFETY: the CPU supports the features the function was compiled for.
+            return unsafe { block_partials_avx2(a, lda, m, tile, rows, cols, out) };
         }
     }
-    let mut s = acc.iter().sum::<f32>();
-    for (x, y) in ra.iter().zip(rb) {
-        s += x * y;
-    }
-    s
+    block_partials_body(a, lda, m, tile, rows, cols, out)
 }
 
 /// The CPU blocked-FP8 GEMM. One rayon task per 128-row block of `w`: each K block's weight
@@ -204,6 +239,7 @@ pub fn cpu_blocked_gemm(
             let rows = BLOCK.min(n - bn * BLOCK);
             let mut acc = vec![0f32; m * rows];
             let mut tile = vec![0f32; rows * BLOCK];
+            let mut partial = vec![0f32; m * rows];
             for bk in 0..kb {
                 let c0 = bk * BLOCK;
                 let cols = BLOCK.min(k - c0);
@@ -213,13 +249,14 @@ pub fn cpu_blocked_gemm(
                         *d = e4m3_to_f32(s);
                     }
                 }
+                block_partials(&a[c0..], k, m, &tile, rows, cols, &mut partial);
+                // Promotion: the block's partial sums enter the f32 accumulator with both scales.
                 let s_w = sw[bn * kb + bk];
                 for i in 0..m {
-                    let ai = &a[i * k + c0..][..cols];
                     let scale = sa[bk * sa_stride + i] * s_w;
-                    let out = &mut acc[i * rows..(i + 1) * rows];
-                    for (r, o) in out.iter_mut().enumerate() {
-                        *o += dot(ai, &tile[r * cols..(r + 1) * cols]) * scale;
+                    let (out, p) = (&mut acc[i * rows..(i + 1) * rows], &partial[i * rows..(i + 1) * rows]);
+                    for (o, v) in out.iter_mut().zip(p) {
+                        *o += v * scale;
                     }
                 }
             }

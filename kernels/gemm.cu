@@ -1,0 +1,276 @@
+// The C ABI of the GEMM (api.h): argument checks, config lookup, tensor-map encoding,
+// split-K workspace and reduction. Kernels live in include/fp8gemm/, instantiations in
+// gemm_<schedule>.cu.
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+
+#include "api.h"
+#include "fp8gemm/epilogue.cuh"
+#include "fp8gemm/launch.cuh"
+
+namespace fp8gemm {
+
+const ConfigEntry* small_m_configs(int* count);
+const ConfigEntry* swap_ab_configs(int* count);
+const ConfigEntry* warp_specialized_configs(int* count);
+const ConfigEntry* persistent_configs(int* count);
+
+namespace {
+
+// ---- cuTensorMapEncodeTiled without linking libcuda: ask the runtime for the entry point.
+PFN_cuTensorMapEncodeTiled_v12000 g_encode = nullptr;
+std::once_flag g_encode_once;
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  std::call_once(g_encode_once, [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+      g_encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  });
+  return g_encode;
+}
+
+// ---- per-device facts, queried once per device.
+struct DeviceInfo {
+  int major = 0, minor = 0, sms = 0;
+  size_t smem_optin = 0;
+};
+constexpr int kMaxDevices = 64;
+DeviceInfo g_dev[kMaxDevices];
+std::once_flag g_dev_once[kMaxDevices];
+
+int device_info(DeviceInfo* out, int* device) {
+  int d = 0;
+  if (cudaGetDevice(&d) != cudaSuccess || d < 0 || d >= kMaxDevices) return FP8GEMM_ERR_DEVICE;
+  std::call_once(g_dev_once[d], [d] {
+    DeviceInfo& i = g_dev[d];
+    int v = 0;
+    cudaDeviceGetAttribute(&i.major, cudaDevAttrComputeCapabilityMajor, d);
+    cudaDeviceGetAttribute(&i.minor, cudaDevAttrComputeCapabilityMinor, d);
+    cudaDeviceGetAttribute(&i.sms, cudaDevAttrMultiProcessorCount, d);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, d);
+    i.smem_optin = static_cast<size_t>(v);
+  });
+  *out = g_dev[d];
+  *device = d;
+  if (out->major != 9 || out->minor != 0) return FP8GEMM_ERR_DEVICE;
+  return FP8GEMM_OK;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// K split that best fills the machine: minimises (waves of CTAs per split) x (1 + 5% per
+// extra split), with `per_sm` CTAs resident per SM, at most 8 splits, at least 4 K blocks per
+// split. Shapes that already give >= 2 CTAs per SM are not split.
+int64_t fill_split(int64_t tiles, int64_t kb, int64_t sms, int64_t per_sm) {
+  const int64_t slots = sms * per_sm;
+  if (tiles >= 2 * sms) return 1;
+  int64_t max_s = kb / 4;
+  if (max_s > 8) max_s = 8;
+  int64_t best = 1;
+  double best_cost = 1e30;
+  for (int64_t s = 1; s <= (max_s < 1 ? 1 : max_s); ++s) {
+    const double waves = static_cast<double>((tiles * s + slots - 1) / slots);
+    const double cost = waves / s * (1.0 + 0.05 * (s - 1));
+    if (cost < best_cost - 1e-9) {
+      best_cost = cost;
+      best = s;
+    }
+  }
+  return best;
+}
+
+// The default configuration for a shape (FP8GEMM_KIND_AUTO); src/dispatch.rs mirrors it
+// (same rule, same numbers). Measured on H200, see docs/KERNELS.md.
+fp8gemm_config auto_config(int64_t m, int64_t n, int64_t k, int sms) {
+  fp8gemm_config c{FP8GEMM_KIND_SMALL_M, 64, 128, 6, 1, 0};
+  const int64_t kb = k / 128;
+  if (m <= 16) {
+    // Swap-AB: 64 weight rows per CTA, the tokens on the wgmma N side; ~74 KB smem: 2/SM.
+    c.kind = FP8GEMM_KIND_SWAP_AB;
+    c.block_m = m <= 8 ? 8 : 16;
+    c.block_n = 64;
+    c.stages = 8;
+    // Memory-bound: with >= 1 tile per SM every tile is resident at once and a split only adds
+    // the reduction (measured 1x10240x5120: split 1 16.0 us, split 3 17.3 us).
+    const int64_t tiles = (n + 63) / 64;
+    c.split_k = tiles >= sms ? 1 : static_cast<int32_t>(fill_split(tiles, kb, sms, 2));
+  } else if (m <= 128) {
+    c.kind = FP8GEMM_KIND_SMALL_M;
+    c.block_m = 64;
+    c.block_n = 128;
+    c.stages = 6;
+    c.split_k = static_cast<int32_t>(fill_split(((m + 63) / 64) * ((n + 127) / 128), kb, sms, 1));
+  } else if (m <= 512) {
+    c.kind = FP8GEMM_KIND_WARP_SPEC;
+    c.block_m = 128;
+    c.block_n = 128;
+    c.stages = 6;
+    c.split_k = static_cast<int32_t>(fill_split(((m + 127) / 128) * ((n + 127) / 128), kb, sms, 1));
+  } else {
+    c.kind = FP8GEMM_KIND_PERSISTENT;
+    c.block_m = 256;
+    c.block_n = 128;
+    c.stages = 4;
+  }
+  return c;
+}
+
+const ConfigEntry* find_config(const fp8gemm_config& c) {
+  using Lister = const ConfigEntry* (*)(int*);
+  const Lister lists[] = {small_m_configs, swap_ab_configs, warp_specialized_configs,
+                          persistent_configs};
+  for (Lister l : lists) {
+    int count = 0;
+    const ConfigEntry* e = l(&count);
+    for (int i = 0; i < count; ++i)
+      if (e[i].kind == c.kind && e[i].block_m == c.block_m && e[i].block_n == c.block_n &&
+          e[i].stages == c.stages)
+        return &e[i];
+  }
+  return nullptr;
+}
+
+int effective_split(const fp8gemm_config& c, int64_t k) {
+  int64_t s = c.split_k < 1 ? 1 : c.split_k;
+  const int64_t kb = k / 128;
+  if (s > kb) s = kb;
+  return static_cast<int>(s < 1 ? 1 : s);
+}
+
+size_t partial_bytes(const ConfigEntry* e, int split, int64_t m, int64_t n) {
+  if (e == nullptr || !split_uses_workspace(split, e->cluster_split)) return 0;
+  return static_cast<size_t>(split) * m * n * sizeof(float);
+}
+
+}  // namespace
+
+int make_tmap_2d(CUtensorMap* map, bool f32, const void* base, uint64_t inner, uint64_t outer,
+                 uint64_t row_stride_bytes, uint32_t box_inner, uint32_t box_outer,
+                 bool swizzle128) {
+  PFN_cuTensorMapEncodeTiled_v12000 enc = encode_fn();
+  if (!enc) return FP8GEMM_ERR_TMA;
+  const cuuint64_t dims[2] = {inner, outer};
+  const cuuint64_t strides[1] = {row_stride_bytes};
+  const cuuint32_t box[2] = {box_inner, box_outer};
+  const cuuint32_t estr[2] = {1, 1};
+  const CUresult r =
+      enc(map, f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_UINT8, 2,
+          const_cast<void*>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+          swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? FP8GEMM_OK : FP8GEMM_ERR_TMA;
+}
+
+bool raise_smem_limit_once(const void* func, std::atomic<uint64_t>& done_mask, int device,
+                           size_t bytes) {
+  const uint64_t bit = uint64_t(1) << (device & 63);
+  if (done_mask.load(std::memory_order_acquire) & bit) return true;
+  if (cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(bytes)) != cudaSuccess)
+    return false;
+  done_mask.fetch_or(bit, std::memory_order_release);
+  return true;
+}
+
+}  // namespace fp8gemm
+
+using namespace fp8gemm;
+
+extern "C" const char* fp8gemm_status_string(int32_t status) {
+  switch (status) {
+    case FP8GEMM_OK: return "ok";
+    case FP8GEMM_ERR_SHAPE: return "bad shape: need m >= 1, n % 16 == 0, k % 128 == 0 (and K per split small enough for the scale cache)";
+    case FP8GEMM_ERR_ALIGN: return "a pointer is not 16-byte aligned";
+    case FP8GEMM_ERR_CONFIG: return "this kernel configuration is not compiled in";
+    case FP8GEMM_ERR_DEVICE: return "the current device is not sm_90 (Hopper)";
+    case FP8GEMM_ERR_TMA: return "cuTensorMapEncodeTiled failed or is unavailable";
+    case FP8GEMM_ERR_LAUNCH: return "a CUDA runtime call or kernel launch failed";
+    case FP8GEMM_ERR_WORKSPACE: return "workspace missing or too small for this config";
+    case FP8GEMM_ERR_DTYPE: return "unsupported dtype code";
+    default: return "unknown status";
+  }
+}
+
+static fp8gemm_config resolve(const fp8gemm_config* cfg, int64_t m, int64_t n, int64_t k, int sms) {
+  if (cfg == nullptr || cfg->kind == FP8GEMM_KIND_AUTO) return auto_config(m, n, k, sms);
+  return *cfg;
+}
+
+extern "C" size_t fp8gemm_workspace_bytes(const fp8gemm_config* cfg, int64_t m, int64_t n,
+                                          int64_t k) {
+  if (m < 1 || n < 1 || k < 128) return 0;
+  int sms = 132;
+  DeviceInfo info;
+  int dev;
+  if (device_info(&info, &dev) == FP8GEMM_OK) sms = info.sms;
+  const fp8gemm_config c = resolve(cfg, m, n, k, sms);
+  return partial_bytes(find_config(c), effective_split(c, k), m, n);
+}
+
+extern "C" int32_t fp8gemm_gemm(const uint8_t* qa, const float* sa, const uint8_t* w,
+                                const float* sw, void* y, int64_t m, int64_t n, int64_t k,
+                                const fp8gemm_config* cfg, void* workspace,
+                                size_t workspace_bytes, void* stream) {
+  if (m < 1 || n < 16 || k < 128 || k % 128 != 0 || n % 16 != 0) return FP8GEMM_ERR_SHAPE;
+  if (m > 0x7fffffff || n > 0x7fffffff || k > 0x7fffffff) return FP8GEMM_ERR_SHAPE;
+  if (!qa || !sa || !w || !sw || !y) return FP8GEMM_ERR_ALIGN;
+  if (!aligned16(qa) || !aligned16(sa) || !aligned16(w) || !aligned16(y) ||
+      (reinterpret_cast<uintptr_t>(sw) & 3))
+    return FP8GEMM_ERR_ALIGN;
+  DeviceInfo info;
+  int dev = 0;
+  if (int st = device_info(&info, &dev)) return st;
+  const fp8gemm_config c = resolve(cfg, m, n, k, info.sms);
+  const ConfigEntry* e = find_config(c);
+  if (!e) return FP8GEMM_ERR_CONFIG;
+  const int split = effective_split(c, k);
+  if (split > 1 && !e->split_ok) return FP8GEMM_ERR_CONFIG;
+  const size_t need = partial_bytes(e, split, m, n);
+  if (need > 0 && (workspace == nullptr || workspace_bytes < need || !aligned16(workspace)))
+    return FP8GEMM_ERR_WORKSPACE;
+
+  GemmArgs a;
+  a.qa = qa;
+  a.sa = sa;
+  a.w = w;
+  a.sw = sw;
+  a.y = static_cast<__nv_bfloat16*>(y);
+  a.partial = need > 0 ? static_cast<float*>(workspace) : nullptr;
+  a.m = static_cast<int>(m);
+  a.n = static_cast<int>(n);
+  a.k = static_cast<int>(k);
+  a.split = split;
+  a.grid_limit = (c.num_sms > 0 && c.num_sms < info.sms) ? c.num_sms : info.sms;
+  a.device = dev;
+  a.smem_optin = info.smem_optin;
+  a.stream = static_cast<cudaStream_t>(stream);
+  if (int st = e->run(a)) return st;
+  if (need > 0) {  // split-K through the workspace: deterministic fixed-order reduce
+    const int64_t count = m * n;
+    int64_t blocks = (count / 4 + 255) / 256;
+    const int64_t cap = static_cast<int64_t>(info.sms) * 8;
+    if (blocks > cap) blocks = cap;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t lc = {};
+    lc.gridDim = dim3(static_cast<unsigned>(blocks), 1, 1);
+    lc.blockDim = dim3(256, 1, 1);
+    lc.stream = a.stream;
+    lc.attrs = attr;
+    lc.numAttrs = 1;
+    if (cudaLaunchKernelEx(&lc, splitk_reduce_kernel<256>, static_cast<const float*>(a.partial),
+                           a.y, count, split) != cudaSuccess)
+      return FP8GEMM_ERR_LAUNCH;
+  }
+  return FP8GEMM_OK;
+}

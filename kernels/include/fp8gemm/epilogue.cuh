@@ -1,0 +1,85 @@
+// Epilogues: write a warpgroup's f32 accumulator fragment (m64 x N wgmma layout) to y (bf16)
+// or, for split-K, to the f32 partial buffer; plus the deterministic split-K reduction.
+//
+// Fragment layout of wgmma m64nN (per thread): for j in [0, N/8): d[4j + 2h + e] is
+// row (warp%4)*16 + lane/4 + 8h, column 8j + 2*(lane%4) + e.
+#pragma once
+#include <cuda_bf16.h>
+#include <cstdint>
+
+namespace fp8gemm {
+
+// Stores one m64 x N fragment. `row0`/`col0`: the fragment's first MMA row / column.
+// kTransposed (swap-AB): MMA rows are output columns (features) and MMA columns are tokens.
+// Every in-bounds element is written; out-of-bounds ones (ragged M, last N tile) are skipped.
+template <int N, bool kTransposed, bool kPartial>
+__device__ __forceinline__ void store_fragment(const float* d, int row0, int col0, int m, int n,
+                                               __nv_bfloat16* __restrict__ y,
+                                               float* __restrict__ partial, int split) {
+  const int lane = threadIdx.x % 32;
+  const int r = row0 + ((threadIdx.x / 32) % 4) * 16 + lane / 4;
+  const int c = col0 + (lane % 4) * 2;
+  const int64_t split_off = static_cast<int64_t>(split) * m * n;
+#pragma unroll
+  for (int j = 0; j < N / 8; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = r + 8 * h, col = c + 8 * j;
+      const float v0 = d[4 * j + 2 * h], v1 = d[4 * j + 2 * h + 1];
+      if (!kTransposed) {
+        // y[row][col, col+1]; n % 16 == 0 and col even: col < n implies col + 1 < n.
+        if (row < m && col < n) {
+          const int64_t off = static_cast<int64_t>(row) * n + col;
+          if (kPartial)
+            *reinterpret_cast<float2*>(partial + split_off + off) = make_float2(v0, v1);
+          else
+            *reinterpret_cast<__nv_bfloat162*>(y + off) = __floats2bfloat162_rn(v0, v1);
+        }
+      } else {
+        // y[col][row] and y[col + 1][row]: tokens are MMA columns.
+        if (row < n) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int tok = col + e;
+            if (tok < m) {
+              const int64_t off = static_cast<int64_t>(tok) * n + row;
+              if (kPartial)
+                partial[split_off + off] = e ? v1 : v0;
+              else
+                y[off] = __float2bfloat16_rn(e ? v1 : v0);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// y[i] = bf16(sum_s partial[s][i]) in fixed split order: deterministic, no atomics.
+// count = m * n is a multiple of 4 (n % 16 == 0); buffers are 16-byte aligned.
+template <int kThreads = 256>
+__global__ void __launch_bounds__(kThreads) splitk_reduce_kernel(const float* __restrict__ partial,
+                                                            __nv_bfloat16* __restrict__ y,
+                                                            int64_t count, int splits) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // the GEMM's partials are complete
+  const int64_t n4 = count / 4;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n4;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    float4 acc = reinterpret_cast<const float4*>(partial)[i];
+    for (int s = 1; s < splits; ++s) {
+      const float4 v = reinterpret_cast<const float4*>(partial + s * count)[i];
+      acc.x += v.x;
+      acc.y += v.y;
+      acc.z += v.z;
+      acc.w += v.w;
+    }
+    __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x, acc.y);
+    __nv_bfloat162 hi = __floats2bfloat162_rn(acc.z, acc.w);
+    uint2 packed;
+    packed.x = *reinterpret_cast<uint32_t*>(&lo);
+    packed.y = *reinterpret_cast<uint32_t*>(&hi);
+    reinterpret_cast<uint2*>(y)[i] = packed;
+  }
+}
+
+}  // namespace fp8gemm

@@ -1,0 +1,154 @@
+// Host-side launcher shared by the schedule translation units: builds the three tensor maps,
+// sizes the grid and shared memory, raises the smem limit once per kernel and device, and
+// launches on the caller's stream. Never synchronizes.
+#pragma once
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "api.h"
+#include "sm90_fp8_gemm_1d2d.cuh"
+
+namespace fp8gemm {
+
+struct GemmArgs {
+  const uint8_t* qa;
+  const float* sa;
+  const uint8_t* w;
+  const float* sw;
+  __nv_bfloat16* y;
+  float* partial;   // split-K workspace (split * m * n floats) or null
+  int m, n, k;
+  int split;        // effective K split (>= 1, <= k / 128)
+  int grid_limit;   // persistent grid size (#SMs to use)
+  int device;
+  size_t smem_optin;  // cudaDevAttrMaxSharedMemoryPerBlockOptin
+  cudaStream_t stream;
+};
+
+// Defined in gemm.cu.
+int make_tmap_2d(CUtensorMap* map, bool f32, const void* base, uint64_t inner, uint64_t outer,
+                 uint64_t row_stride_bytes, uint32_t box_inner, uint32_t box_outer, bool swizzle128);
+bool raise_smem_limit_once(const void* func, std::atomic<uint64_t>& done_mask, int device,
+                           size_t bytes);
+
+using RunFn = int (*)(const GemmArgs&);
+
+// Split-K with at most this many splits reduces inside a cluster (no workspace, no reduce
+// kernel); more splits use the f32 workspace and splitk_reduce_kernel. Measured on H200:
+// 2-CTA clusters helped (M=128: 8.98 vs 9.57 us), clusters of 3-8 were up to 2x slower
+// (cluster placement), so only S = 2 takes the cluster path.
+constexpr int kMaxClusterSplit = 2;
+
+// Whether a (schedule, split) pair reduces through the workspace.
+inline bool split_uses_workspace(int split, bool cluster_capable) {
+  return split > 1 && !(cluster_capable && split <= kMaxClusterSplit);
+}
+
+struct ConfigEntry {
+  int kind, block_m, block_n, stages;
+  bool split_ok;
+  RunFn run;
+  bool cluster_split;  // split-K may reduce inside a cluster (non-persistent, no multicast)
+};
+
+template <class T>
+int run_sm90_fp8_gemm(const GemmArgs& a) {
+  using Ring = SmemRing<T::kStages, T::TM, T::TN, (T::kSwapAB ? T::TN : T::TM)>;
+  constexpr int kTokBox = T::kSwapAB ? T::TN : T::TM;
+  constexpr int kWBox = T::kSwapAB ? T::TM : T::TN;
+  constexpr int kSwRows = sw_rows_per_tile<T>();
+  const int kb_total = a.k / kBlockK;
+  const uint64_t m_pad = (static_cast<uint64_t>(a.m) + 3) / 4 * 4;
+
+  CUtensorMap t_act, t_w, t_sa;
+  // With a cluster, each CTA loads 1/kCluster of the activation tile (multicast).
+  int st = make_tmap_2d(&t_act, false, a.qa, a.k, a.m, a.k, kBlockK, kTokBox / T::kCluster, true);
+  if (st == FP8GEMM_OK) st = make_tmap_2d(&t_w, false, a.w, a.k, a.n, a.k, kBlockK, kWBox, true);
+  if (st == FP8GEMM_OK)
+    st = make_tmap_2d(&t_sa, true, a.sa, a.m, kb_total, m_pad * 4, kTokBox, 1, false);
+  if (st != FP8GEMM_OK) return st;
+
+  GemmParams p;
+  p.m = a.m;
+  p.n = a.n;
+  p.k = a.k;
+  p.kb_total = kb_total;
+  p.nb_total = (a.n + 127) / 128;
+  const int rows = T::kSwapAB ? a.n : a.m, cols = T::kSwapAB ? a.m : a.n;
+  p.shape.tiles_rows = (rows + T::TM - 1) / T::TM;
+  p.shape.tiles_cols = (cols + T::TN - 1) / T::TN;
+  p.shape.num_splits = a.split;
+  p.shape.kb_total = kb_total;
+  p.shape.kb_per_split = (kb_total + a.split - 1) / a.split;
+
+  const size_t smem = Ring::kFixedBytes + sizeof(float) * kSwRows * p.shape.kb_per_split;
+  if (smem > a.smem_optin) return FP8GEMM_ERR_SHAPE;  // K per split too long for the scale cache
+
+  // One kernel per (schedule, output mode); smem limit raised once per device.
+  constexpr bool kClusterSplitOk = !T::kPersistent && T::kCluster == 1;
+  const bool use_ws = split_uses_workspace(a.split, kClusterSplitOk);
+  const int mode = a.split == 1 ? kOutBf16 : (use_ws ? kOutWorkspace : kOutClusterSum);
+  if (use_ws && a.partial == nullptr) return FP8GEMM_ERR_WORKSPACE;
+  auto kern = mode == kOutBf16 ? sm90_fp8_gemm_1d2d_kernel<T, kOutBf16>
+              : mode == kOutWorkspace ? sm90_fp8_gemm_1d2d_kernel<T, kOutWorkspace>
+                                      : sm90_fp8_gemm_1d2d_kernel<T, (kClusterSplitOk ? kOutClusterSum : kOutWorkspace)>;
+  {
+    static std::atomic<uint64_t> done[3] = {{0}, {0}, {0}};
+    if (!raise_smem_limit_once(reinterpret_cast<const void*>(kern), done[mode], a.device, a.smem_optin))
+      return FP8GEMM_ERR_LAUNCH;
+  }
+
+  // Programmatic dependent launch: our prologue may overlap the previous kernel's tail (the
+  // kernel waits with griddepcontrol.wait before touching global inputs/outputs).
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  attr[1].id = cudaLaunchAttributeClusterDimension;
+  attr[1].val.clusterDim.x = T::kCluster;
+  attr[1].val.clusterDim.y = mode == kOutClusterSum ? a.split : 1;
+  attr[1].val.clusterDim.z = 1;
+  cudaLaunchConfig_t lc = {};
+  lc.blockDim = dim3(T::kThreads, 1, 1);
+  lc.dynamicSmemBytes = smem;
+  lc.stream = a.stream;
+  lc.attrs = attr;
+  lc.numAttrs = (T::kCluster > 1 || mode == kOutClusterSum) ? 2 : 1;
+
+  const int64_t col_units = (p.shape.tiles_cols + T::kCluster - 1) / T::kCluster;
+  const int64_t units = static_cast<int64_t>(p.shape.tiles_rows) * col_units;
+  if (T::kPersistent) {
+    if (a.split != 1) return FP8GEMM_ERR_CONFIG;
+    int64_t max_units = a.grid_limit / T::kCluster;
+    if (T::kCluster > 1) {
+      // Not every SM pair can host a cluster: a persistent grid must fit in one wave.
+      static std::atomic<int> max_clusters[64];
+      int c = max_clusters[a.device & 63].load(std::memory_order_relaxed);
+      if (c == 0) {
+        lc.gridDim = dim3(static_cast<unsigned>(max_units * T::kCluster), 1, 1);
+        if (cudaOccupancyMaxActiveClusters(&c, kern, &lc) != cudaSuccess || c <= 0) {
+          (void)cudaGetLastError();
+          c = -1;
+        }
+        max_clusters[a.device & 63].store(c, std::memory_order_relaxed);
+      }
+      if (c > 0 && c < max_units) max_units = c;
+    }
+    if (max_units < 1) max_units = 1;
+    lc.gridDim = dim3(static_cast<unsigned>((units < max_units ? units : max_units) * T::kCluster), 1, 1);
+  } else {
+    const int64_t ctas = units * T::kCluster;
+    if (ctas > 0x7fffffff) return FP8GEMM_ERR_SHAPE;
+    lc.gridDim = dim3(static_cast<unsigned>(ctas), a.split, 1);
+  }
+
+  const CUtensorMap& ta = T::kSwapAB ? t_w : t_act;
+  const CUtensorMap& tb = T::kSwapAB ? t_act : t_w;
+  if (cudaLaunchKernelEx(&lc, kern, ta, tb, t_sa, a.sw, a.y, a.partial, p) != cudaSuccess)
+    return FP8GEMM_ERR_LAUNCH;
+  return cudaGetLastError() == cudaSuccess ? FP8GEMM_OK : FP8GEMM_ERR_LAUNCH;
+}
+
+}  // namespace fp8gemm

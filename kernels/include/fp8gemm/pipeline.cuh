@@ -1,0 +1,79 @@
+// The shared-memory ring between the TMA producer and the wgmma consumers.
+//
+// Each stage holds one 128-wide K block: the MMA "A" tile [TM rows x 128 B], the MMA "B" tile
+// [TN rows x 128 B] (both 128B-swizzled, K-major, 1024-byte aligned) and the activation
+// scales of that K block for the tile's tokens (TMA-loaded, MN-major). Per stage a "full"
+// barrier (producer arrive + TMA bytes) and an "empty" barrier (one arrive per consumer warp).
+#pragma once
+#include <cstdint>
+
+#include "ptx/mbarrier.cuh"
+
+namespace fp8gemm {
+
+constexpr int kBlockK = 128;  // one FP8 scale block along K = one stage = 4 x wgmma k32
+
+__host__ __device__ constexpr int round_up_c(int x, int a) { return (x + a - 1) / a * a; }
+
+template <int kStages_, int TM, int TN, int kScaleTokens>
+struct SmemRing {
+  static constexpr int kStages = kStages_;
+  static constexpr int kABytes = TM * kBlockK;
+  static constexpr int kBBytes = TN * kBlockK;
+  static constexpr int kSBytes = kScaleTokens * 4;            // TMA box bytes of the scales
+  static constexpr int kSSlot = round_up_c(kSBytes, 128);     // slot size in the ring
+  static constexpr int kTxBytes = kABytes + kBBytes + kSBytes;  // expect_tx per stage
+  static constexpr int kRingBytes = kStages * (kABytes + kBBytes + kSSlot);
+  static constexpr int kBarrierBytes = 2 * kStages * 8;
+  // Everything but the per-tile weight-scale cache; +1024 for aligning the base.
+  static constexpr int kFixedBytes = kRingBytes + kBarrierBytes + 1024;
+
+  static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0,
+                "128B-swizzled tiles need 1024-byte alignment: TM, TN multiples of 8");
+  static_assert(kStages >= 2 && kStages <= 32, "stages");
+
+  uint8_t* base;  // 1024-byte aligned
+
+  __device__ __forceinline__ explicit SmemRing(uint8_t* raw)
+      : base(reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023))) {}
+
+  __device__ __forceinline__ uint8_t* a(int s) const { return base + s * kABytes; }
+  __device__ __forceinline__ uint8_t* b(int s) const { return base + kStages * kABytes + s * kBBytes; }
+  __device__ __forceinline__ float* scales(int s) const {
+    return reinterpret_cast<float*>(base + kStages * (kABytes + kBBytes) + s * kSSlot);
+  }
+  __device__ __forceinline__ uint64_t* full(int s) const {
+    return reinterpret_cast<uint64_t*>(base + kRingBytes) + s;
+  }
+  __device__ __forceinline__ uint64_t* empty(int s) const {
+    return reinterpret_cast<uint64_t*>(base + kRingBytes) + kStages + s;
+  }
+  // Per-tile cache of weight scales, after the barriers.
+  __device__ __forceinline__ float* sw_cache() const {
+    return reinterpret_cast<float*>(base + kRingBytes + kBarrierBytes);
+  }
+
+  // One thread: full barriers expect 1 producer arrive; empty ones one arrive per consumer warp.
+  __device__ __forceinline__ void init(uint32_t consumer_warps) const {
+    for (int s = 0; s < kStages; ++s) {
+      ptx::mbarrier_init(full(s), 1);
+      ptx::mbarrier_init(empty(s), consumer_warps);
+    }
+    ptx::fence_barrier_init();
+  }
+};
+
+// Position in the ring; producer and consumers each keep one and advance in lock step.
+template <int kStages>
+struct RingState {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void advance() {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+};
+
+}  // namespace fp8gemm

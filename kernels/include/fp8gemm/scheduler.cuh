@@ -1,0 +1,84 @@
+// Tile schedulers: which output tile (in MMA space) and which K range a CTA works on next.
+//
+// MMA space: rows = the wgmma M side (tokens normally, weight rows for swap-AB), cols = the
+// wgmma N side. `act_on_rows` says which side carries the activations; tiles along the
+// activation side vary fastest so that CTAs sharing a weight tile run together.
+#pragma once
+#include <cstdint>
+
+namespace fp8gemm {
+
+struct Tile {
+  int row0, col0;  // first MMA row / column of the tile
+  int kb0, kb1;    // K blocks [kb0, kb1)
+  int split;       // split-K index (0 without split)
+};
+
+struct TileShape {
+  int tiles_rows, tiles_cols;  // tile counts in MMA space
+  int kb_total, kb_per_split, num_splits;
+};
+
+// One tile per CTA: blockIdx.x = tile, blockIdx.y = K split. With kCluster = 2 the two CTAs
+// of a cluster (consecutive blockIdx.x) take neighbouring column tiles of the same row tile,
+// so they share (multicast) the row operand; a column tile past the end is a phantom that
+// still loads its share and writes nothing.
+template <int TM, int TN, bool kActOnRows, int kCluster = 1>
+struct OneTileScheduler {
+  static_assert(kCluster == 1 || kActOnRows, "clusters pair column tiles of a row tile");
+  TileShape s;
+  bool done = false;
+  __device__ __forceinline__ explicit OneTileScheduler(const TileShape& shape) : s(shape) {}
+  __device__ __forceinline__ bool next(Tile& t) {
+    if (done) return false;
+    done = true;
+    const int id = blockIdx.x / kCluster;
+    const int rank = blockIdx.x % kCluster;
+    int tr, tc;
+    if (kActOnRows) {
+      tr = id % s.tiles_rows;
+      tc = (id / s.tiles_rows) * kCluster + rank;
+    } else {
+      tc = id % s.tiles_cols;
+      tr = id / s.tiles_cols;
+    }
+    t.row0 = tr * TM;
+    t.col0 = tc * TN;
+    t.split = blockIdx.y;
+    t.kb0 = min(s.kb_total, t.split * s.kb_per_split);
+    t.kb1 = min(s.kb_total, t.kb0 + s.kb_per_split);
+    return true;
+  }
+};
+
+// Persistent: grid = #SMs, CTA i takes tiles i, i + grid, ... in a grouped raster order:
+// kGroup row-tiles (activation side) sweep together across the columns, so a wave of CTAs
+// shares few weight tiles and few activation tiles in L2.
+template <int TM, int TN, int kGroup, int kCluster = 1>
+struct PersistentScheduler {
+  TileShape s;
+  int next_id;
+  __device__ __forceinline__ explicit PersistentScheduler(const TileShape& shape)
+      : s(shape), next_id(blockIdx.x / kCluster) {}
+  // Units of work are column-tile groups of kCluster (one per CTA of a cluster).
+  __device__ __forceinline__ bool next(Tile& t) {
+    const int col_units = (s.tiles_cols + kCluster - 1) / kCluster;
+    const int total = s.tiles_rows * col_units;
+    if (next_id >= total) return false;
+    const int id = next_id;
+    next_id += gridDim.x / kCluster;
+    const int per_group = kGroup * col_units;
+    const int group = id / per_group;
+    const int first = group * kGroup;
+    const int gsz = min(s.tiles_rows - first, kGroup);
+    const int in = id % per_group;
+    t.row0 = (first + in % gsz) * TM;
+    t.col0 = ((in / gsz) * kCluster + static_cast<int>(blockIdx.x % kCluster)) * TN;
+    t.split = 0;
+    t.kb0 = 0;
+    t.kb1 = s.kb_total;
+    return true;
+  }
+};
+
+}  // namespace fp8gemm

@@ -1,0 +1,27 @@
+// Large-M schedule (> 256): persistent warp-specialized. grid = #SMs; each CTA walks tiles in
+// a grouped raster order. Two math warpgroups, each owning kWaves x 64 rows: with kWaves = 2
+// a tile is 256 x TN (BM = 256 as 2 x 128) and each warpgroup runs two m64 waves per K block
+// into one block accumulator, promoting each wave before the next (192 accumulator registers).
+// Weight scales of the current tile are cached in shared memory for the whole K loop.
+#pragma once
+#include "../scheduler.cuh"
+
+namespace fp8gemm {
+
+template <int kWaves_, int TN_, int kStages_, int kCluster_ = 1, int kMathWG_ = 2>
+struct Persistent {
+  // kCluster_ = 2: two CTAs (neighbouring column tiles) share the activation tile by TMA multicast.
+  static constexpr int kCluster = kCluster_;
+  static constexpr int kMathWG = kMathWG_, kWaves = kWaves_, TM = 64 * kMathWG_ * kWaves_, TN = TN_,
+                       kStages = kStages_;
+  static constexpr bool kSplitN = false;  // promote one N half while the other runs
+  static constexpr bool kSwapAB = false, kPersistent = true;
+  static constexpr int kThreads = (kMathWG + 1) * 128;
+  // Register split: 2 math warpgroups 232 + producer 40; 3 math warpgroups 160 + producer 24.
+  static constexpr int kMathRegs = kMathWG_ == 2 ? 232 : 160;
+  static constexpr int kProducerRegs = kMathWG_ == 2 ? 40 : 24;
+  static constexpr int kGroup = 8;  // row tiles swept together
+  using Scheduler = PersistentScheduler<TM, TN, kGroup, kCluster>;
+};
+
+}  // namespace fp8gemm

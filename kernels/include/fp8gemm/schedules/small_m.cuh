@@ -1,0 +1,20 @@
+// Small-M schedule (M <= 64..128): one CTA per 64 x TN output tile (one math warpgroup,
+// 64 tokens on the wgmma M side), a deep TMA ring, TN small enough that the grid fills the
+// SMs; optional split-K (blockIdx.y) into an f32 workspace with a deterministic reduce.
+#pragma once
+#include "../scheduler.cuh"
+
+namespace fp8gemm {
+
+template <int TN_, int kStages_>
+struct SmallM {
+  static constexpr int kMathWG = 1, kWaves = 1, TM = 64, TN = TN_, kStages = kStages_;
+  static constexpr bool kSplitN = true;  // promote one N half while the other runs
+  static constexpr bool kSwapAB = false, kPersistent = false;
+  static constexpr int kCluster = 1;
+  static constexpr int kThreads = (kMathWG + 1) * 128;
+  static constexpr int kMathRegs = 0, kProducerRegs = 0;  // 256 threads: no need to move registers
+  using Scheduler = OneTileScheduler<TM, TN, /*act on rows*/ true>;
+};
+
+}  // namespace fp8gemm

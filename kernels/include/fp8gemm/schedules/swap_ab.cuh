@@ -1,0 +1,21 @@
+// Swap-AB schedule for tiny M: compute y^T = w . qa^T. Weight rows sit on the wgmma M side
+// (64 per warpgroup, no padding waste), the few tokens on its N side (TN = 8/16/32/64).
+// Both operands stay K-major. The weight scale is one value per tile and K block; token
+// scales are per MMA column. Split-K (blockIdx.y) spreads long K over the SMs.
+#pragma once
+#include "../scheduler.cuh"
+
+namespace fp8gemm {
+
+template <int TOKENS, int kStages_>
+struct SwapAB {
+  static constexpr int kMathWG = 1, kWaves = 1, TM = 64, TN = TOKENS, kStages = kStages_;
+  static constexpr bool kSplitN = true;  // promote one N half while the other runs
+  static constexpr bool kSwapAB = true, kPersistent = false;
+  static constexpr int kCluster = 1;
+  static constexpr int kThreads = (kMathWG + 1) * 128;
+  static constexpr int kMathRegs = 0, kProducerRegs = 0;
+  using Scheduler = OneTileScheduler<TM, TN, /*act on rows*/ false>;
+};
+
+}  // namespace fp8gemm

@@ -1,0 +1,21 @@
+// Mid-M schedule (129..256): non-persistent warp-specialized. One producer warpgroup (one
+// thread issues TMA; setmaxnreg.dec to 40) and two math warpgroups (setmaxnreg.inc to 232),
+// each owning 64 rows of a 128 x TN tile.
+#pragma once
+#include "../scheduler.cuh"
+
+namespace fp8gemm {
+
+template <int TN_, int kStages_, int kCluster_ = 1>
+struct WarpSpecialized {
+  // kCluster_ = 2: two CTAs (neighbouring column tiles) share the activation tile by TMA multicast.
+  static constexpr int kCluster = kCluster_;
+  static constexpr int kMathWG = 2, kWaves = 1, TM = 128, TN = TN_, kStages = kStages_;
+  static constexpr bool kSplitN = false;  // promote one N half while the other runs
+  static constexpr bool kSwapAB = false, kPersistent = false;
+  static constexpr int kThreads = (kMathWG + 1) * 128;
+  static constexpr int kMathRegs = 232, kProducerRegs = 40;
+  using Scheduler = OneTileScheduler<TM, TN, /*act on rows*/ true, kCluster>;
+};
+
+}  // namespace fp8gemm

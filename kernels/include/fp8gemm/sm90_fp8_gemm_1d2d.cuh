@@ -1,0 +1,323 @@
+// sm90_fp8_gemm_1d2d: the blocked-FP8 GEMM body shared by every schedule.
+//
+//   y[m, n] = sum_kb sa[m, kb] * sw[n/128, kb] * sum_{k in kb} qa[m, k] * w[n, k]
+//
+// "1d2d": activation scales per (token, 128-K) (1-D blocks), weight scales per (128 x 128)
+// (2-D blocks). A schedule (schedules/*.cuh) is a traits struct: tile shape, warpgroups,
+// stages, operand roles (normal or swap-AB) and the tile scheduler. The kernel is:
+//   * one producer warpgroup (a single elected thread issues TMA into the ring),
+//   * kMathWG consumer warpgroups, each owning kWaves x 64 MMA rows of the tile, which per
+//     K block issue 4 x wgmma m64nTNk32 into a block accumulator, wait, and promote it into
+//     the f32 accumulator with both scales (two-level accumulation).
+#pragma once
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cstdint>
+#include <type_traits>
+
+#include "epilogue.cuh"
+#include "pipeline.cuh"
+#include "ptx/mbarrier.cuh"
+#include "ptx/tma.cuh"
+#include "ptx/wgmma.cuh"
+#include "scheduler.cuh"
+
+namespace fp8gemm {
+
+struct GemmParams {
+  int m, n, k;     // problem (y is m x n)
+  int kb_total;    // k / 128 = row stride of sw
+  int nb_total;    // ceil(n / 128) = rows of sw
+  TileShape shape; // tiles in MMA space, K split
+};
+
+// Traits every schedule provides:
+//   kMathWG, kWaves, TM (= kMathWG * kWaves * 64), TN, kStages, kSwapAB, kThreads,
+//   kMathRegs/kProducerRegs (0 = no setmaxnreg), Scheduler, kSplitN (issue each K block as
+//   two N halves so one is promoted while the other runs)
+// Output modes of one kernel instantiation.
+enum OutMode : int {
+  kOutBf16 = 0,        // store y directly
+  kOutWorkspace = 1,   // split-K: f32 partials to the workspace, a reduce kernel follows
+  kOutClusterSum = 2,  // split-K: the splits of a tile form a cluster (1, S, 1); rank 0 sums
+                       // the peers' accumulators from distributed shared memory in rank order
+};
+
+// Rows of sw (128-row blocks of W) one tile can touch.
+template <class T>
+__host__ __device__ constexpr int sw_rows_per_tile() {
+  if (T::kSwapAB || 128 % T::TN == 0) return 1;
+  if (T::TN % 128 == 0) return T::TN / 128;
+  return (T::TN + 127) / 128 + 1;  // straddling width: at most this many blocks
+}
+
+template <class T, int kMode>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    sm90_fp8_gemm_1d2d_kernel(const __grid_constant__ CUtensorMap tmap_a,
+                              const __grid_constant__ CUtensorMap tmap_b,
+                              const __grid_constant__ CUtensorMap tmap_sa,
+                              const float* __restrict__ sw, __nv_bfloat16* __restrict__ y,
+                              float* __restrict__ partial, const GemmParams p) {
+  using MMA = ptx::WgmmaE4M3<T::TN>;
+  using Ring = SmemRing<T::kStages, T::TM, T::TN, (T::kSwapAB ? T::TN : T::TM)>;
+  constexpr int kMathThreads = T::kMathWG * 128;
+  constexpr int kAcc = MMA::kAcc;
+  // Weight-scale rows a tile touches: swap-AB tiles (TM <= 128) and TN <= 128 tiles sit
+  // inside one 128-row block of W; a TN = 256 tile covers two.
+  constexpr int kSwRows = sw_rows_per_tile<T>();
+  // A tile whose width neither divides nor is a multiple of 128 (TN = 192) starts at a
+  // varying offset inside a weight-scale block: pick the scale per n8 group at run time.
+  constexpr bool kStraddle = !T::kSwapAB && (128 % T::TN != 0) && (T::TN % 128 != 0);
+  static_assert(T::TM == T::kMathWG * T::kWaves * 64, "TM = warpgroups x waves x 64");
+  static_assert(!T::kSwapAB || 128 % T::TM == 0,
+                "swap-AB: a weight tile must sit inside one 128-row block of weight scales");
+  static_assert(T::TN % 8 == 0 && T::TN <= 256, "wgmma N");
+
+  extern __shared__ uint8_t smem_raw[];
+  const Ring ring(smem_raw);
+  float* sw_cache = ring.sw_cache();
+
+  const int wg = threadIdx.x / 128;
+  const int tid_wg = threadIdx.x % 128;
+
+  if (threadIdx.x == 0) {
+    ptx::prefetch_tensormap(&tmap_a);
+    ptx::prefetch_tensormap(&tmap_b);
+    ptx::prefetch_tensormap(&tmap_sa);
+    ring.init(T::kMathWG * 4 * T::kCluster);  // empty: every consumer warp of the cluster
+  }
+  __syncthreads();
+  if constexpr (T::kCluster > 1) ptx::cluster_sync();  // peer barriers initialised
+  const uint32_t cta_rank = T::kCluster > 1 ? ptx::cluster_ctarank() : 0;
+  // Programmatic dependent launch: everything above overlapped the previous kernel's tail;
+  // from here on we read its outputs (qa, sa) and may overwrite what it reads.
+  ptx::griddep_wait();
+
+  typename T::Scheduler sched(p.shape);
+  Tile tile;
+
+  if (wg == T::kMathWG) {
+    // ---- TMA warp-group: loads A, B and the activation scales of one K block per stage.
+    if constexpr (T::kProducerRegs > 0) ptx::setmaxnreg_dec<T::kProducerRegs>();
+    if (tid_wg == 0) {
+      RingState<T::kStages> st;
+      while (sched.next(tile)) {
+        const int tok0 = T::kSwapAB ? tile.col0 : tile.row0;
+        for (int kb = tile.kb0; kb < tile.kb1; ++kb) {
+          ptx::mbarrier_wait(ring.empty(st.stage), st.phase ^ 1);
+          uint64_t* full = ring.full(st.stage);
+          ptx::mbarrier_arrive_expect_tx(full, Ring::kTxBytes);
+          if constexpr (T::kCluster > 1) {
+            // Row operand shared by the cluster: each CTA loads its slice for everyone.
+            constexpr int kSlice = T::TM / T::kCluster;
+            ptx::tma_load_2d_multicast(ring.a(st.stage) + cta_rank * kSlice * kBlockK, &tmap_a,
+                                       full, kb * kBlockK, tile.row0 + cta_rank * kSlice,
+                                       static_cast<uint16_t>((1u << T::kCluster) - 1));
+          } else {
+            ptx::tma_load_2d(ring.a(st.stage), &tmap_a, full, kb * kBlockK, tile.row0);
+          }
+          ptx::tma_load_2d(ring.b(st.stage), &tmap_b, full, kb * kBlockK, tile.col0);
+          ptx::tma_load_2d(ring.scales(st.stage), &tmap_sa, full, tok0, kb);
+          st.advance();
+        }
+      }
+      ptx::griddep_launch_dependents();
+    }
+    if constexpr (T::kCluster > 1) ptx::cluster_sync();  // peers done arriving on our barriers
+    if constexpr (kMode == kOutClusterSum) {
+      ptx::cluster_sync();  // matches the math warpgroups' "partials published"
+      ptx::cluster_sync();  // matches "rank 0 done reading"
+    }
+    return;
+  }
+
+  // ---- Math warp-groups: wgmma per K block, promote with scales, store.
+  if constexpr (T::kMathRegs > 0) ptx::setmaxnreg_inc<T::kMathRegs>();
+  const int warp = tid_wg / 32, lane = threadIdx.x % 32;
+  const int r_in = warp * 16 + lane / 4;  // fragment row within an m64 wave (and +8)
+  const int c_in = (lane % 4) * 2;        // fragment column within each n8 group (and +1)
+
+  float acc[T::kWaves][kAcc];
+  float blk[kAcc];  // block accumulator of one K block
+  RingState<T::kStages> st;
+
+  while (sched.next(tile)) {
+    const int nkb = tile.kb1 - tile.kb0;
+    // Weight scales of this tile (contiguous rows of sw) into shared memory.
+    const int sw_row0 = (T::kSwapAB ? tile.row0 : tile.col0) / 128;
+    const int sw_off = kStraddle ? tile.col0 % 128 : 0;  // tile start inside its scale block
+    ptx::named_barrier_sync(1, kMathThreads);  // previous tile done reading the cache
+    for (int i = threadIdx.x; i < kSwRows * nkb; i += kMathThreads) {
+      const int r = i / nkb, j = i - r * nkb;
+      const int nb = sw_row0 + r;
+      sw_cache[i] = nb < p.nb_total ? sw[static_cast<int64_t>(nb) * p.kb_total + tile.kb0 + j] : 0.f;
+    }
+    ptx::named_barrier_sync(1, kMathThreads);
+
+#pragma unroll
+    for (int w = 0; w < T::kWaves; ++w)
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) acc[w][i] = 0.f;
+
+    // Per K block the warpgroup's work is cut into units. With kSplitN (and TN >= 16) a unit
+    // is (wave w, N half h), u = 2w + h: two units are in flight in the two halves of the block
+    // accumulator; unit u is promoted while unit u+1 runs, then unit u+2 reuses its half. All
+    // in-flight state stays inside one iteration (a cross-K-block double buffer made ptxas
+    // serialize every wgmma, C7514). Without kSplitN a unit is one full-width wave, issued,
+    // waited for and promoted in turn (full-N wgmma is faster on the tensor cores for big
+    // tiles; two math warpgroups overlap each other's promotion).
+    constexpr bool kHalves = T::kSplitN && T::TN >= 16;
+    constexpr int kUnitN = kHalves ? T::TN / 2 : T::TN;
+    constexpr int kPerWave = kHalves ? 2 : 1;
+    constexpr int U = kPerWave * T::kWaves;
+    constexpr int kUnitAcc = kUnitN / 2;  // registers of one unit
+    constexpr int kUnitJ = kUnitN / 8;    // n8 groups of one unit
+    using UMMA = ptx::WgmmaE4M3<kUnitN>;
+
+    for (int i = 0; i < nkb; ++i) {
+      ptx::mbarrier_wait(ring.full(st.stage), st.phase);
+      const float* sa_s = ring.scales(st.stage);
+
+      // Scales of this K block, read before the stage is handed back.
+      float swv[kSwRows];
+#pragma unroll
+      for (int r = 0; r < kSwRows; ++r) swv[r] = sw_cache[r * nkb + i];
+      float row_s[T::kWaves][2];                   // normal: token scales of my two rows
+      float col_s[T::kSwapAB ? T::TN / 8 : 1][2];  // swap-AB: token scales of my columns
+      if constexpr (!T::kSwapAB) {
+#pragma unroll
+        for (int w = 0; w < T::kWaves; ++w) {
+          const int r = (wg * T::kWaves + w) * 64 + r_in;
+          row_s[w][0] = sa_s[r];
+          row_s[w][1] = sa_s[r + 8];
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < T::TN / 8; ++j) {
+          col_s[j][0] = sa_s[8 * j + c_in] * swv[0];
+          col_s[j][1] = sa_s[8 * j + c_in + 1] * swv[0];
+        }
+      }
+
+      const uint32_t a_base = ptx::smem_addr(ring.a(st.stage)) + wg * T::kWaves * 64 * kBlockK;
+      const uint32_t b_base = ptx::smem_addr(ring.b(st.stage));
+      auto issue = [&](auto unit) {
+        constexpr int u = decltype(unit)::value;
+        constexpr int w = u / kPerWave, h = u % kPerWave;
+        const uint64_t da = ptx::make_smem_desc_k128_sw128(a_base + w * 64 * kBlockK);
+        const uint64_t db = ptx::make_smem_desc_k128_sw128(b_base + h * kUnitN * kBlockK);
+        float* d = blk + (kHalves ? (u % 2) * kUnitAcc : 0);
+#pragma unroll
+        for (int x = 0; x < kUnitAcc; ++x) ptx::fence_operand(d[x]);
+        ptx::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBlockK / 32; ++kk) UMMA::mma(da + 2 * kk, db + 2 * kk, d, kk > 0);
+        ptx::wgmma_commit();
+      };
+      auto promote = [&](auto unit) {
+        constexpr int u = decltype(unit)::value;
+        constexpr int w = u / kPerWave, h = u % kPerWave;
+        float* d = blk + (kHalves ? (u % 2) * kUnitAcc : 0);
+#pragma unroll
+        for (int x = 0; x < kUnitAcc; ++x) ptx::fence_operand(d[x]);
+#pragma unroll
+        for (int jj = 0; jj < kUnitJ; ++jj) {
+          const int j = h * kUnitJ + jj;  // n8 group within the tile
+          float* a = acc[w] + 4 * j;
+          const float* b = d + 4 * jj;
+          if constexpr (!T::kSwapAB) {
+            float sc;
+            if constexpr (kStraddle) {
+              const int blk_idx = (sw_off + 8 * j) >> 7;  // 0 .. kSwRows-1, warp-uniform
+              sc = swv[0];
+#pragma unroll
+              for (int r = 1; r < kSwRows; ++r) sc = blk_idx == r ? swv[r] : sc;
+            } else {
+              sc = swv[(j * 8) / 128];
+            }
+            const float f0 = row_s[w][0] * sc, f1 = row_s[w][1] * sc;
+            a[0] += b[0] * f0;
+            a[1] += b[1] * f0;
+            a[2] += b[2] * f1;
+            a[3] += b[3] * f1;
+          } else {
+            a[0] += b[0] * col_s[j][0];
+            a[1] += b[1] * col_s[j][1];
+            a[2] += b[2] * col_s[j][0];
+            a[3] += b[3] * col_s[j][1];
+          }
+        }
+      };
+
+      // Unit u is promoted right after its wait; with halves, unit u+1 is already running.
+      auto step = [&](auto unit) {
+        constexpr int u = decltype(unit)::value;
+        if constexpr (!kHalves) issue(unit);
+        if constexpr (kHalves && u + 1 < U) ptx::wgmma_wait<1>(); else ptx::wgmma_wait<0>();
+        if constexpr (u + 1 == U) {
+          if (lane == 0) {  // all units done: the stage is free (in every CTA that shares it)
+            ptx::mbarrier_arrive(ring.empty(st.stage));
+#pragma unroll
+            for (int c = 1; c < T::kCluster; ++c)
+              ptx::mbarrier_arrive_cluster(ring.empty(st.stage), (cta_rank + c) % T::kCluster);
+          }
+        }
+        promote(unit);
+        if constexpr (kHalves && u + 2 < U) issue(std::integral_constant<int, u + 2>{});
+      };
+      if constexpr (kHalves) {
+        issue(std::integral_constant<int, 0>{});
+        if constexpr (U > 1) issue(std::integral_constant<int, 1>{});
+      }
+      step(std::integral_constant<int, 0>{});
+      if constexpr (U > 1) step(std::integral_constant<int, 1>{});
+      if constexpr (U > 2) step(std::integral_constant<int, 2>{});
+      if constexpr (U > 3) step(std::integral_constant<int, 3>{});
+      static_assert(U <= 4, "at most 2 waves x 2 halves");
+      st.advance();
+    }
+
+    // The next kernel (split-K reduce, next layer) may start its prologue once all CTAs are here.
+    if (tile.kb1 - tile.kb0 >= 0) ptx::griddep_launch_dependents();
+    // Epilogue: every in-bounds element of the tile is written (zeros for an empty K split).
+    if constexpr (kMode == kOutClusterSum) {
+      static_assert(!T::kPersistent && T::kCluster == 1, "cluster split-K: one tile per CTA");
+      static_assert(T::kWaves * kAcc * kMathThreads * 4 <= Ring::kRingBytes, "partials fit the ring");
+      // The ring is idle (every stage consumed): publish my accumulators there, thread-minor.
+      float* red = reinterpret_cast<float*>(ring.a(0));
+      const int t = threadIdx.x;
+#pragma unroll
+      for (int w = 0; w < T::kWaves; ++w)
+#pragma unroll
+        for (int x = 0; x < kAcc; ++x) red[(w * kAcc + x) * kMathThreads + t] = acc[w][x];
+      ptx::cluster_sync();  // partials published
+      const uint32_t rank = ptx::cluster_ctarank();
+      if (rank == 0) {
+        for (uint32_t r = 1; r < gridDim.y; ++r) {  // fixed order: deterministic
+          const uint32_t base = ptx::map_shared_to_rank(red, r);
+#pragma unroll
+          for (int w = 0; w < T::kWaves; ++w)
+#pragma unroll
+            for (int x = 0; x < kAcc; ++x)
+              acc[w][x] += ptx::ld_shared_cluster_f32(base + 4u * ((w * kAcc + x) * kMathThreads + t));
+        }
+#pragma unroll
+        for (int w = 0; w < T::kWaves; ++w) {
+          const int row0 = tile.row0 + (wg * T::kWaves + w) * 64;
+          store_fragment<T::TN, T::kSwapAB, false>(acc[w], row0, tile.col0, p.m, p.n, y, partial, 0);
+        }
+      }
+      ptx::cluster_sync();  // rank 0 done reading the peers
+    } else {
+#pragma unroll
+      for (int w = 0; w < T::kWaves; ++w) {
+        const int row0 = tile.row0 + (wg * T::kWaves + w) * 64;
+        store_fragment<T::TN, T::kSwapAB, kMode == kOutWorkspace>(acc[w], row0, tile.col0, p.m, p.n,
+                                                                  y, partial, tile.split);
+      }
+    }
+  }
+  if constexpr (T::kCluster > 1) ptx::cluster_sync();
+}
+
+}  // namespace fp8gemm
