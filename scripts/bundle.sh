@@ -24,8 +24,9 @@ bash scripts/candle_cuda.sh >/dev/null
 
 # The [patch] rewrites candle-core's Cargo.lock entry while it is active: keep the
 # committed lock file as it was.
-cp Cargo.lock "$CARGO_TARGET_DIR.Cargo.lock.orig" 2>/dev/null || { mkdir -p "$CARGO_TARGET_DIR"; cp Cargo.lock "$CARGO_TARGET_DIR.Cargo.lock.orig"; }
-trap 'cp "$CARGO_TARGET_DIR.Cargo.lock.orig" Cargo.lock' EXIT
+mkdir -p "$CARGO_TARGET_DIR"
+cp Cargo.lock "$CARGO_TARGET_DIR/Cargo.lock.orig"
+trap 'cp "$CARGO_TARGET_DIR/Cargo.lock.orig" Cargo.lock' EXIT
 
 CARGO=(cargo --config 'patch.crates-io.candle-core.path=".candle-cuda/candle-core"')
 EXAMPLES=(--example check_env --example bench)
@@ -56,7 +57,7 @@ t1=$(date +%s)
 echo "bundle: build took $((t1 - t0)) s"
 
 STAGE="$(mktemp -d)"
-trap 'cp "$CARGO_TARGET_DIR.Cargo.lock.orig" Cargo.lock; rm -rf "$STAGE"' EXIT
+trap 'cp "$CARGO_TARGET_DIR/Cargo.lock.orig" Cargo.lock; rm -rf "$STAGE"' EXIT
 cp "$GPU_TEST" "$STAGE/gpu"
 for ex in check_env bench decode; do
   [[ -x "$CARGO_TARGET_DIR/release/examples/$ex" ]] && [[ "$ex" != decode || -f examples/decode.rs ]] \
