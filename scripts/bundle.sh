@@ -19,6 +19,9 @@ BUNDLE="${BUNDLE_DIR:-$ROOT/bundle}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target/cuda}"
 MAX_MB=60
 
+# Describe the source before cargo's [patch] touches Cargo.lock.
+SRC_DESC="$(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo '+dirty') ($(git rev-parse --abbrev-ref HEAD 2>/dev/null))"
+
 eval "$(bash scripts/install_cuda.sh --env)"
 bash scripts/candle_cuda.sh >/dev/null
 
@@ -83,7 +86,7 @@ else
 fi
 {
   echo "candle-fp8 GPU bundle"
-  echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo '+dirty') ($(git rev-parse --abbrev-ref HEAD 2>/dev/null))"
+  echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) from $SRC_DESC"
   echo "nvcc: $(nvcc --version | grep release)"
   echo "kernels/: $(find kernels -type f | sort | xargs sha256sum | sha256sum | cut -c1-16) ($(find kernels -name '*.cu' | wc -l) .cu files; untracked: $(git status --porcelain --untracked-files=all kernels 2>/dev/null | wc -l))"
   echo "binaries (stripped):"
