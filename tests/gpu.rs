@@ -227,7 +227,8 @@ fn gpu_reference_agrees_with_cpu_reference() -> Result<()> {
         let cpu = |t: &Tensor| t.to_device(&Device::Cpu);
         let c = reference_matmul(&cpu(&op.qa)?, &cpu(&op.sa)?, &cpu(&op.w)?, &cpu(&op.sw)?)?;
         let e = rel_err(&g, &c)?;
-        assert!(e < 1e-5, "m={m} n={n} k={k}: GPU f32 reference vs CPU reference relerr {e:e}");
+        // f32 accumulation order differs (≈ sqrt(K)·2⁻²⁴); TF32 would show up as ≈ 5e-4.
+        assert!(e < 1e-4, "m={m} n={n} k={k}: GPU f32 reference vs CPU reference relerr {e:e}");
     }
     Ok(())
 }
