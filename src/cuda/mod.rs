@@ -1,1 +1,454 @@
-//! CUDA providers (in progress).
+//! CUDA providers of the blocked-FP8 GEMM (only built with the `cuda` feature).
+//!
+//! - [`ffi`]: the C ABI of our sm_90a kernels (`kernels/api.h`).
+//! - [`cublaslt`]: cuBLASLt with `VEC128_32F` (activations) × `BLK128x128_32F` (weights) scales.
+//! - the `dequant` provider: portable helper kernels (`dequant.cu`, PTX for compute_80, loaded
+//!   at run time) + candle's own cuBLAS f32 GEMM.
+//!
+//! Everything launches on candle's stream for the device (`CudaDevice::cuda_stream`), keeps
+//! cudarc's read/write guards alive across each launch, and never synchronizes the host.
+//! Per-device state (workspaces, cuBLASLt handle, capabilities) is cached and grown on demand.
+
+pub(crate) mod cublaslt;
+pub(crate) mod ffi;
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::{
+    sys as drv, CudaSlice, CudaView, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
+};
+use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, DeviceId, WrapErr};
+use candle_core::{bail, DType, Layout, Result};
+use half::bf16;
+
+use crate::dispatch::{choose_config, DeviceCaps, GemmConfig, Provider};
+use crate::format::{act_scale_m_stride, num_blocks, BLOCK, F8E4M3};
+
+/// PTX of the portable helper kernels (`src/cuda/dequant.cu`, built by build.rs).
+pub(crate) const HELPER_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/candle_fp8_dequant.ptx"));
+pub(crate) const HELPER_MODULE: &str = "candle_fp8_dequant";
+
+/// Facts about one device that the providers need, queried once per ordinal.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DeviceInfo {
+    pub caps: DeviceCaps,
+    pub num_sms: usize,
+}
+
+fn ordinal(dev: &CudaDevice) -> usize {
+    dev.cuda_stream().context().ordinal()
+}
+
+/// Capabilities of `dev` for the provider choice, cached per device ordinal.
+pub(crate) fn device_caps(dev: &CudaDevice) -> Result<DeviceCaps> {
+    Ok(device_info(dev)?.caps)
+}
+
+pub(crate) fn device_info(dev: &CudaDevice) -> Result<DeviceInfo> {
+    static INFO: OnceLock<Mutex<HashMap<usize, DeviceInfo>>> = OnceLock::new();
+    let ord = ordinal(dev);
+    let map = INFO.get_or_init(Default::default);
+    if let Some(i) = map.lock().unwrap().get(&ord) {
+        return Ok(*i);
+    }
+    let stream = dev.cuda_stream();
+    let ctx = stream.context();
+    let (major, minor) = ctx.compute_capability().w()?;
+    let num_sms = ctx
+        .attribute(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .w()? as usize;
+    let compute_cap = (major * 10 + minor) as u32;
+    let info = DeviceInfo {
+        caps: DeviceCaps {
+            is_cuda: true,
+            compute_cap,
+            have_hopper_kernels: ffi::HAVE_KERNELS,
+            have_cublaslt_blockwise: cublaslt::blockwise_unavailable_reason(compute_cap).is_none(),
+        },
+        num_sms,
+    };
+    map.lock().unwrap().insert(ord, info);
+    Ok(info)
+}
+
+/// Per-`CudaDevice` (i.e. per stream) scratch state.
+#[derive(Default)]
+struct StreamState {
+    /// Split-K workspace of our kernels, grown on demand, never shrunk.
+    workspace: Mutex<Option<CudaSlice<u8>>>,
+    /// cuBLASLt handle, workspace and algorithm cache.
+    lt: Mutex<Option<cublaslt::LtState>>,
+}
+
+fn stream_state(dev: &CudaDevice) -> Arc<StreamState> {
+    static STATES: OnceLock<Mutex<HashMap<DeviceId, Arc<StreamState>>>> = OnceLock::new();
+    STATES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap()
+        .entry(dev.id())
+        .or_default()
+        .clone()
+}
+
+/// `len` elements of `s` from `l.start_offset()`, as a typed view (bounds checked).
+fn view<'a, T: CudaDType>(
+    what: &str,
+    s: &'a CudaStorage,
+    l: &Layout,
+    len: usize,
+) -> Result<CudaView<'a, T>> {
+    let slice = s.as_cuda_slice::<T>()?;
+    let off = l.start_offset();
+    if off + len > slice.len() {
+        bail!(
+            "candle-fp8: {what} needs {len} elements from offset {off}, its storage holds {}",
+            slice.len()
+        )
+    }
+    Ok(slice.slice(off..off + len))
+}
+
+fn require_contiguous(what: &str, l: &Layout) -> Result<()> {
+    if !l.is_contiguous() {
+        bail!(
+            "candle-fp8: {what} must be contiguous (row-major), got shape {:?} stride {:?}",
+            l.dims(),
+            l.stride()
+        )
+    }
+    Ok(())
+}
+
+/// Elements of an MN-major activation-scale buffer that the kernels may read.
+fn act_scale_len(m: usize, k: usize) -> usize {
+    num_blocks(k) * act_scale_m_stride(m)
+}
+
+fn raw_stream(dev: &CudaDevice) -> *mut c_void {
+    dev.cuda_stream().cu_stream() as *mut c_void
+}
+
+/// Per-token, per-128 activation quantization on the GPU.
+///
+/// `x`: bf16 or f32, contiguous `[m, k]` (start offset honoured), `k % 128 == 0`. Returns
+/// `(q, sa)`: `q` e4m3 of `m * k` elements, `sa` f32 of `(k / 128) * round_up(m, 4)`
+/// elements, MN-major (padding rows are zero).
+pub(crate) fn quantize_activation(
+    x: &CudaStorage,
+    x_l: &Layout,
+    m: usize,
+    k: usize,
+) -> Result<(CudaStorage, CudaStorage)> {
+    require_contiguous("the activation", x_l)?;
+    if m == 0 || k == 0 || k % BLOCK != 0 {
+        bail!("candle-fp8 quantize_activation: need m >= 1 and k a non-zero multiple of {BLOCK}, got m={m} k={k}")
+    }
+    let dev = &x.device;
+    let stream = dev.cuda_stream();
+    let m_pad = act_scale_m_stride(m);
+    let mut q = unsafe { dev.alloc::<F8E4M3>(m * k)? };
+    let mut sa = if m == m_pad {
+        unsafe { dev.alloc::<f32>(act_scale_len(m, k))? }
+    } else {
+        dev.alloc_zeros::<f32>(act_scale_len(m, k))?
+    };
+    {
+        let (q_ptr, _gq) = q.device_ptr_mut(&stream);
+        let (sa_ptr, _gs) = sa.device_ptr_mut(&stream);
+        let status = match x.dtype() {
+            DType::BF16 => {
+                let xv = view::<bf16>("the activation", x, x_l, m * k)?;
+                let (x_ptr, _gx) = xv.device_ptr(&stream);
+                unsafe {
+                    ffi::fp8gemm_quantize_act(
+                        x_ptr as *const c_void,
+                        ffi::FP8GEMM_BF16,
+                        q_ptr as *mut u8,
+                        sa_ptr as *mut f32,
+                        m as i64,
+                        k as i64,
+                        raw_stream(dev),
+                    )
+                }
+            }
+            DType::F32 => {
+                let xv = view::<f32>("the activation", x, x_l, m * k)?;
+                let (x_ptr, _gx) = xv.device_ptr(&stream);
+                unsafe {
+                    ffi::fp8gemm_quantize_act(
+                        x_ptr as *const c_void,
+                        ffi::FP8GEMM_F32,
+                        q_ptr as *mut u8,
+                        sa_ptr as *mut f32,
+                        m as i64,
+                        k as i64,
+                        raw_stream(dev),
+                    )
+                }
+            }
+            dt => bail!("candle-fp8 quantize_activation: x must be bf16 or f32, got {dt:?}"),
+        };
+        ffi::check("quantize_activation", status)?;
+    }
+    Ok((
+        CudaStorage::wrap_cuda_slice(q, dev.clone()),
+        CudaStorage::wrap_cuda_slice(sa, dev.clone()),
+    ))
+}
+
+/// The four GEMM operands as typed views (inputs validated by the caller; bounds re-checked).
+pub(crate) struct Operands<'a> {
+    pub qa: CudaView<'a, F8E4M3>,
+    pub sa: CudaView<'a, f32>,
+    pub w: CudaView<'a, F8E4M3>,
+    pub sw: CudaView<'a, f32>,
+}
+
+fn operands<'a>(
+    qa: (&'a CudaStorage, &Layout),
+    sa: (&'a CudaStorage, &Layout),
+    w: (&'a CudaStorage, &Layout),
+    sw: (&'a CudaStorage, &Layout),
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Result<Operands<'a>> {
+    let kb = num_blocks(k);
+    let m_pad = act_scale_m_stride(m);
+    // The kernels read the scale columns with a stride of m_pad; the last column needs m rows,
+    // but TMA boxes may touch up to m_pad: ask for the full padded extent when it is there.
+    let sa_slice = sa.0.as_cuda_slice::<f32>()?;
+    let sa_off = sa.1.start_offset();
+    let sa_need = (kb - 1) * m_pad + m;
+    let sa_len = (kb * m_pad).min(sa_slice.len().saturating_sub(sa_off));
+    if sa_len < sa_need {
+        bail!(
+            "candle-fp8: activation scales need {sa_need} elements from offset {sa_off}, \
+             the storage holds {}",
+            sa_slice.len()
+        )
+    }
+    Ok(Operands {
+        qa: view::<F8E4M3>("the quantized activation", qa.0, qa.1, m * k)?,
+        sa: sa_slice.slice(sa_off..sa_off + sa_len),
+        w: view::<F8E4M3>("the weight", w.0, w.1, n * k)?,
+        sw: view::<f32>("the weight scales", sw.0, sw.1, num_blocks(n) * kb)?,
+    })
+}
+
+/// `y` (bf16, `m * n` elements) = blocked FP8 GEMM with `provider`.
+///
+/// Inputs are validated by the caller: `qa` e4m3 contiguous `[m, k]`; `sa` f32 with layout
+/// shape `[m, k/128]`, stride `[1, round_up(m, 4)]`; `w` e4m3 contiguous `[n, k]`; `sw` f32
+/// contiguous `[ceil(n/128), ceil(k/128)]` (start offsets honoured).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn fp8_gemm(
+    provider: Provider,
+    qa: (&CudaStorage, &Layout),
+    sa: (&CudaStorage, &Layout),
+    w: (&CudaStorage, &Layout),
+    sw: (&CudaStorage, &Layout),
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Result<CudaStorage> {
+    if m == 0 || n == 0 || k == 0 {
+        bail!("candle-fp8 fp8_gemm: empty shape m={m} n={n} k={k}")
+    }
+    let dev = qa.0.device.clone();
+    let ops = operands(qa, sa, w, sw, m, n, k)?;
+    match provider {
+        Provider::Hopper => hopper_gemm(&dev, &ops, m, n, k),
+        Provider::CublasLt => {
+            let st = stream_state(&dev);
+            let info = device_info(&dev)?;
+            cublaslt::gemm(&dev, &st.lt, info, &ops, m, n, k)
+        }
+        Provider::Dequant => dequant_gemm(&dev, &ops, m, n, k),
+        Provider::Cpu => bail!("candle-fp8 fp8_gemm: the cpu provider cannot run CUDA tensors"),
+    }
+}
+
+/// Our kernels: schedule from [`choose_config`], cached split-K workspace.
+fn hopper_gemm(dev: &CudaDevice, ops: &Operands, m: usize, n: usize, k: usize) -> Result<CudaStorage> {
+    let info = device_info(dev)?;
+    if let Some(why) = info.caps.unusable_reason(Provider::Hopper) {
+        bail!("candle-fp8: the hopper provider cannot run: {why}")
+    }
+    let cfg: GemmConfig = choose_config(m, n, k, info.num_sms);
+    let ws_bytes = unsafe { ffi::fp8gemm_workspace_bytes(&cfg, m as i64, n as i64, k as i64) };
+    let stream = dev.cuda_stream();
+    let st = stream_state(dev);
+    let mut ws = st.workspace.lock().unwrap();
+    if ws_bytes > 0 && ws.as_ref().map_or(true, |b| b.len() < ws_bytes) {
+        // Grow to the next power of two so that a sequence of shapes settles quickly.
+        *ws = Some(dev.alloc_zeros::<u8>(ws_bytes.next_power_of_two())?);
+    }
+    let mut y = unsafe { dev.alloc::<bf16>(m * n)? };
+    {
+        let (qa, _g1) = ops.qa.device_ptr(&stream);
+        let (sa, _g2) = ops.sa.device_ptr(&stream);
+        let (w, _g3) = ops.w.device_ptr(&stream);
+        let (sw, _g4) = ops.sw.device_ptr(&stream);
+        let (y_ptr, _g5) = y.device_ptr_mut(&stream);
+        let (ws_ptr, ws_len, _g6) = match ws.as_mut() {
+            Some(b) if ws_bytes > 0 => {
+                let len = b.len();
+                let (p, g) = b.device_ptr_mut(&stream);
+                (p as *mut c_void, len, Some(g))
+            }
+            _ => (std::ptr::null_mut(), 0, None),
+        };
+        let status = unsafe {
+            ffi::fp8gemm_gemm(
+                qa as *const u8,
+                sa as *const f32,
+                w as *const u8,
+                sw as *const f32,
+                y_ptr as *mut c_void,
+                m as i64,
+                n as i64,
+                k as i64,
+                &cfg,
+                ws_ptr,
+                ws_len,
+                raw_stream(dev),
+            )
+        };
+        ffi::check(&format!("gemm (m={m} n={n} k={k}, {cfg:?})"), status)?;
+    }
+    Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
+}
+
+pub(crate) fn helper_launch_cfg(total: usize) -> LaunchConfig {
+    const THREADS: u32 = 256;
+    let blocks = total.div_ceil(THREADS as usize).clamp(1, 132 * 32) as u32;
+    LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
+}
+
+/// `out[r][c] = w[r][c] * sw[r/128][c/128]` in f32 (portable helper kernel).
+fn dequant_weight_f32(
+    dev: &CudaDevice,
+    w: &CudaView<F8E4M3>,
+    sw: &CudaView<f32>,
+    n: usize,
+    k: usize,
+) -> Result<CudaSlice<f32>> {
+    let mut out = unsafe { dev.alloc::<f32>(n * k)? };
+    let f = dev.get_or_load_custom_func("candle_fp8_dequant_weight_f32", HELPER_MODULE, HELPER_PTX)?;
+    let (n64, k64) = (n as i64, k as i64);
+    let mut b = f.builder();
+    b.arg(w).arg(sw).arg(&mut out).arg(&n64).arg(&k64);
+    unsafe { b.launch(helper_launch_cfg(n * k)) }.w()?;
+    Ok(out)
+}
+
+/// bf16 `[n, k]` dequantized weight, `out[r][c] = w[r][c] * sw[r/128][c/128]` (any `n`, `k`).
+#[allow(dead_code)] // for a layer that caches a bf16 weight (dequant provider at load time)
+pub(crate) fn dequantize_weight(
+    w: (&CudaStorage, &Layout),
+    sw: (&CudaStorage, &Layout),
+    n: usize,
+    k: usize,
+) -> Result<CudaStorage> {
+    require_contiguous("the weight", w.1)?;
+    require_contiguous("the weight scales", sw.1)?;
+    if n == 0 || k == 0 {
+        bail!("candle-fp8 dequantize_weight: empty weight [{n}, {k}]")
+    }
+    let dev = w.0.device.clone();
+    let wv = view::<F8E4M3>("the weight", w.0, w.1, n * k)?;
+    let swv = view::<f32>("the weight scales", sw.0, sw.1, num_blocks(n) * num_blocks(k))?;
+    let mut out = unsafe { dev.alloc::<bf16>(n * k)? };
+    let f = dev.get_or_load_custom_func("candle_fp8_dequant_weight_bf16", HELPER_MODULE, HELPER_PTX)?;
+    let (n64, k64) = (n as i64, k as i64);
+    let mut b = f.builder();
+    b.arg(&wv).arg(&swv).arg(&mut out).arg(&n64).arg(&k64);
+    unsafe { b.launch(helper_launch_cfg(n * k)) }.w()?;
+    Ok(CudaStorage::wrap_cuda_slice(out, dev))
+}
+
+/// The dequant provider: both operands dequantized to f32 (portable helper kernels), candle's
+/// cuBLAS f32 GEMM (TF32 off unless the user enabled candle's reduced-precision f32 mode),
+/// bf16 output. Accuracy: only the bf16 output rounding; cost: 4 bytes per weight element of
+/// transient memory, f32 GEMM speed. (Caching a bf16 weight, [`dequantize_weight`], is the
+/// op/layer's choice.)
+fn dequant_gemm(dev: &CudaDevice, ops: &Operands, m: usize, n: usize, k: usize) -> Result<CudaStorage> {
+    let wf = dequant_weight_f32(dev, &ops.w, &ops.sw, n, k)?;
+    let mut xf = unsafe { dev.alloc::<f32>(m * k)? };
+    {
+        let f = dev.get_or_load_custom_func("candle_fp8_dequant_act_f32", HELPER_MODULE, HELPER_PTX)?;
+        let (m64, k64, mp64) = (m as i64, k as i64, act_scale_m_stride(m) as i64);
+        let mut b = f.builder();
+        b.arg(&ops.qa).arg(&ops.sa).arg(&mut xf).arg(&m64).arg(&k64).arg(&mp64);
+        unsafe { b.launch(helper_launch_cfg(m * k)) }.w()?;
+    }
+    let xs = CudaStorage::wrap_cuda_slice(xf, dev.clone());
+    let ws = CudaStorage::wrap_cuda_slice(wf, dev.clone());
+    let x_l = Layout::contiguous((1, m, k));
+    let w_l = Layout::contiguous((1, n, k)).transpose(1, 2)?;
+    let yf = xs.matmul(&ws, (1, m, n, k), &x_l, &w_l)?;
+    yf.to_dtype(&Layout::contiguous((m, n)), DType::BF16)
+}
+
+/// What a CUDA device offers this crate (printed by `examples/check_env.rs`).
+#[derive(Debug, Clone)]
+pub struct DeviceReport {
+    /// Device name, e.g. "NVIDIA H200".
+    pub name: String,
+    /// CUDA device ordinal.
+    pub ordinal: usize,
+    /// Compute capability as `major * 10 + minor`.
+    pub compute_cap: u32,
+    /// Streaming multiprocessors.
+    pub num_sms: usize,
+    /// `cuDriverGetVersion` (e.g. 13000 for CUDA 13.0).
+    pub driver_version: i32,
+    /// `cublasLtGetVersion`, or why libcublasLt could not be loaded.
+    pub cublaslt_version: std::result::Result<usize, String>,
+    /// What the provider choice sees.
+    pub caps: DeviceCaps,
+    /// Each CUDA provider with the reason it cannot run (`None`: usable).
+    pub providers: Vec<(Provider, Option<String>)>,
+    /// nvcc that compiled our kernels ("" when the build has none).
+    pub nvcc_version: &'static str,
+    /// nvcc flags used for our kernels.
+    pub nvcc_flags: &'static str,
+}
+
+/// Queries `dev` for [`DeviceReport`].
+pub fn device_report(dev: &CudaDevice) -> Result<DeviceReport> {
+    let info = device_info(dev)?;
+    let stream = dev.cuda_stream();
+    let ctx = stream.context();
+    let mut driver_version = 0i32;
+    unsafe { drv::cuDriverGetVersion(&mut driver_version) }.result().w()?;
+    let providers = [Provider::Hopper, Provider::CublasLt, Provider::Dequant]
+        .into_iter()
+        .map(|p| {
+            let why = info.caps.unusable_reason(p).or_else(|| match p {
+                Provider::Dequant if info.caps.compute_cap < 80 => {
+                    Some("the dequant helper kernels are built for sm_80+".into())
+                }
+                _ => None,
+            });
+            (p, why)
+        })
+        .collect();
+    Ok(DeviceReport {
+        name: ctx.name().w()?,
+        ordinal: ctx.ordinal(),
+        compute_cap: info.caps.compute_cap,
+        num_sms: info.num_sms,
+        driver_version,
+        cublaslt_version: cublaslt::cublaslt_version(),
+        caps: info.caps,
+        providers,
+        nvcc_version: option_env!("CANDLE_FP8_NVCC_VERSION").unwrap_or(""),
+        nvcc_flags: option_env!("CANDLE_FP8_NVCC_FLAGS_USED").unwrap_or(""),
+    })
+}

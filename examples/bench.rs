@@ -1,0 +1,456 @@
+//! GPU benchmark of the blocked-FP8 GEMM: ours (hopper) vs cuBLASLt blockwise vs candle's bf16
+//! matmul, same binary, same run (design.md §5).
+//!
+//! - Shapes: N = K = 4096 over M ∈ {1, 8, 9, …, 8192}, and the Qwen3-32B linears
+//!   (10240×5120, 5120×8192, 51200×5120, 5120×25600) over M ∈ {1, 2, …, 2048}.
+//! - Timing: CUDA-graph replay (a captured loop of launches, replayed, timed with events),
+//!   median of many samples; falls back to event-timed direct launches if capture fails.
+//!   "hot" = one input set; "cold" = a rotation of ≥ 8 weight copies totalling > 60 MB.
+//! - Reports µs, TFLOP/s, ours/cuBLASLt, time/floor with floor = max(bytes / 4.25 TB/s,
+//!   flops / 1300 TFLOP/s); "full linear" (bf16 in: quantize + GEMM) at small M; the first-call
+//!   latency of a new shape; the accuracy of each FP8 provider against a GPU f32 reference.
+//!
+//! ```text
+//! cargo run --release --features cuda --example bench -- --json bench.json
+//! ```
+
+#[cfg(not(feature = "cuda"))]
+fn main() {
+    eprintln!("bench: build with `--features cuda`");
+}
+
+#[cfg(feature = "cuda")]
+fn main() -> anyhow::Result<()> {
+    imp::main()
+}
+
+#[cfg(feature = "cuda")]
+mod imp {
+    use std::time::Instant;
+
+    use anyhow::{bail, Context, Result};
+    use candle_core::cuda_backend::cudarc::driver::{sys, CudaStream};
+    use candle_core::cuda_backend::CudaDevice;
+    use candle_core::{DType, Device, Tensor};
+    use candle_fp8::dispatch::{BackendRequest, Provider};
+    use candle_fp8::format::{act_scale_m_stride, e4m3_to_f32, num_blocks, BLOCK, F8E4M3};
+    use candle_fp8::ops::{device_caps, fp8_block_matmul_with};
+    use candle_fp8::quant::{act_scales_view, quantize_activation};
+    use candle_fp8::reference::rel_err;
+    use clap::Parser;
+    use rayon::prelude::*;
+    use serde_json::json;
+
+    const SQUARE_MS: [usize; 17] =
+        [1, 8, 9, 16, 24, 32, 64, 128, 160, 192, 224, 256, 512, 1024, 2048, 4096, 8192];
+    const QWEN: [(usize, usize, &str); 4] =
+        [(10240, 5120, "qkv"), (5120, 8192, "o"), (51200, 5120, "gate_up"), (5120, 25600, "down")];
+    const QWEN_MS: [usize; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 2048];
+    const COPY_BW: f64 = 4.25e12;
+    const FP8_FLOPS: f64 = 1.3e15;
+    const COLD_BYTES: usize = 64 << 20;
+
+    #[derive(Parser, Debug)]
+    #[command(about = "blocked-FP8 GEMM benchmark: ours vs cuBLASLt blockwise vs bf16")]
+    struct Args {
+        /// Write all rows as JSON here.
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+        /// Only these shapes, "M,N,K" each (overrides the default sets).
+        #[arg(long, num_args = 1..)]
+        shapes: Vec<String>,
+        /// Skip the Qwen3-32B shapes.
+        #[arg(long)]
+        no_qwen: bool,
+        /// Skip the N = K = 4096 sweep.
+        #[arg(long)]
+        no_square: bool,
+        /// Skip cold (weight-rotation) timing.
+        #[arg(long)]
+        no_cold: bool,
+        /// Skip the accuracy check against the GPU f32 reference.
+        #[arg(long)]
+        no_check: bool,
+        /// Timed samples per measurement (median reported).
+        #[arg(long, default_value_t = 25)]
+        samples: usize,
+        /// Launches captured per graph in hot mode.
+        #[arg(long, default_value_t = 20)]
+        reps: usize,
+        /// Full-linear (quantize + GEMM) rows for M up to this.
+        #[arg(long, default_value_t = 128)]
+        full_linear_max_m: usize,
+    }
+
+    /// Random e4m3 codes (never NaN) with a fast generator; content does not matter for speed.
+    fn random_fp8(len: usize, seed: u64) -> Vec<F8E4M3> {
+        (0..len)
+            .into_par_iter()
+            .with_min_len(1 << 16)
+            .map(|i| {
+                let mut z = (i as u64).wrapping_add(seed).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                z = (z ^ (z >> 29)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                let mut b = (z >> 56) as u8;
+                // Keep magnitudes moderate (exponent < 12) and avoid the NaN codes.
+                if (b & 0x78) > 0x58 {
+                    b &= 0xCF;
+                }
+                F8E4M3::from_bits(b)
+            })
+            .collect()
+    }
+
+    fn random_scales(len: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
+        (0..len)
+            .map(|i| {
+                let u = ((i as u64 + seed).wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40) as f32 / (1u64 << 24) as f32;
+                (lo + (hi - lo) * u).exp2()
+            })
+            .collect()
+    }
+
+    struct Weight {
+        n: usize,
+        k: usize,
+        w_host: Vec<F8E4M3>,
+        sw_host: Vec<f32>,
+        /// FP8 weight copies (first = hot) and their scales.
+        w: Vec<(Tensor, Tensor)>,
+        /// bf16 dequantized copies for the bf16 peer.
+        wb: Vec<Tensor>,
+    }
+
+    fn make_weight(dev: &Device, n: usize, k: usize, copies: usize, seed: u64) -> Result<Weight> {
+        let w_host = random_fp8(n * k, seed);
+        let (nb, kb) = (num_blocks(n), num_blocks(k));
+        let sw_host = random_scales(nb * kb, seed, -10.0, -4.0);
+        let w0 = Tensor::from_vec(w_host.clone(), (n, k), dev)?;
+        let sw0 = Tensor::from_vec(sw_host.clone(), (nb, kb), dev)?;
+        let deq: Vec<f32> = (0..n * k)
+            .into_par_iter()
+            .map(|i| e4m3_to_f32(w_host[i]) * sw_host[(i / k / BLOCK) * kb + (i % k) / BLOCK])
+            .collect();
+        let wb0 = Tensor::from_vec(deq, (n, k), dev)?.to_dtype(DType::BF16)?;
+        let mut w = vec![(w0.clone(), sw0.clone())];
+        let mut wb = vec![wb0.clone()];
+        for _ in 1..copies {
+            w.push((w0.copy()?, sw0.copy()?));
+            wb.push(wb0.copy()?);
+        }
+        Ok(Weight { n, k, w_host, sw_host, w, wb })
+    }
+
+    struct Act {
+        qa: Tensor,
+        sa: Tensor,
+        x: Tensor,
+        qa_host: Vec<F8E4M3>,
+        sa_host: Vec<f32>,
+    }
+
+    fn make_act(dev: &Device, m: usize, k: usize, seed: u64) -> Result<Act> {
+        let kb = num_blocks(k);
+        let mp = act_scale_m_stride(m);
+        let qa_host = random_fp8(m * k, seed ^ 0xA5A5);
+        let mut sa_host = random_scales(kb * mp, seed, -6.0, 0.0);
+        for g in 0..kb {
+            for r in m..mp {
+                sa_host[g * mp + r] = 0.0;
+            }
+        }
+        let qa = Tensor::from_vec(qa_host.clone(), (m, k), dev)?;
+        let sa = act_scales_view(Tensor::from_vec(sa_host.clone(), kb * mp, dev)?, m, kb)?;
+        let x: Vec<f32> = (0..m * k)
+            .into_par_iter()
+            .map(|i| e4m3_to_f32(qa_host[i]) * sa_host[((i % k) / BLOCK) * mp + i / k])
+            .collect();
+        let x = Tensor::from_vec(x, (m, k), dev)?.to_dtype(DType::BF16)?;
+        Ok(Act { qa, sa, x, qa_host, sa_host })
+    }
+
+    fn gpu_reference(dev: &Device, a: &Act, w: &Weight, m: usize) -> Result<Tensor> {
+        let (n, k) = (w.n, w.k);
+        let kb = num_blocks(k);
+        let mp = act_scale_m_stride(m);
+        let av: Vec<f32> = (0..m * k)
+            .into_par_iter()
+            .map(|i| e4m3_to_f32(a.qa_host[i]) * a.sa_host[((i % k) / BLOCK) * mp + i / k])
+            .collect();
+        let bv: Vec<f32> = (0..n * k)
+            .into_par_iter()
+            .map(|i| e4m3_to_f32(w.w_host[i]) * w.sw_host[(i / k / BLOCK) * kb + (i % k) / BLOCK])
+            .collect();
+        let at = Tensor::from_vec(av, (m, k), dev)?;
+        let bt = Tensor::from_vec(bv, (n, k), dev)?;
+        Ok(at.matmul(&bt.t()?)?.to_device(&Device::Cpu)?)
+    }
+
+    fn cuda_dev(dev: &Device) -> Result<CudaDevice> {
+        match dev {
+            Device::Cuda(d) => Ok(d.clone()),
+            _ => bail!("not a CUDA device"),
+        }
+    }
+
+    /// Median µs per call of `f(i)` (i = launch index, for weight rotation): captured
+    /// `reps` times into a CUDA graph, the graph replayed and timed with events.
+    fn time_us(
+        stream: &std::sync::Arc<CudaStream>,
+        reps: usize,
+        samples: usize,
+        f: &mut dyn FnMut(usize) -> Result<()>,
+    ) -> Result<(f64, &'static str)> {
+        // Warm up outside capture: module loads, handles, workspaces, heuristics.
+        for i in 0..reps.min(3) {
+            f(i)?;
+        }
+        stream.synchronize()?;
+        let ctx = stream.context();
+        let ev = || ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT));
+        let (e0, e1) = (ev()?, ev()?);
+        let captured = (|| -> Result<_> {
+            stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+            let mut res = Ok(());
+            for i in 0..reps {
+                res = f(i);
+                if res.is_err() {
+                    break;
+                }
+            }
+            let g = stream.end_capture(sys::CUgraphInstantiate_flags(0));
+            res?;
+            Ok(g?)
+        })();
+        let mut times = Vec::with_capacity(samples);
+        match captured {
+            Ok(Some(graph)) => {
+                graph.upload()?;
+                for _ in 0..2 {
+                    graph.launch()?;
+                }
+                for _ in 0..samples {
+                    e0.record(stream)?;
+                    graph.launch()?;
+                    e1.record(stream)?;
+                    e1.synchronize()?;
+                    times.push(e0.elapsed_ms(&e1)? as f64 * 1e3 / reps as f64);
+                }
+                times.sort_by(f64::total_cmp);
+                Ok((times[times.len() / 2], "graph"))
+            }
+            other => {
+                if let Err(e) = other {
+                    eprintln!("  graph capture failed ({e}); timing direct launches");
+                }
+                // Clear a possibly broken capture state.
+                let _ = stream.synchronize();
+                for _ in 0..samples {
+                    e0.record(stream)?;
+                    for i in 0..reps {
+                        f(i)?;
+                    }
+                    e1.record(stream)?;
+                    e1.synchronize()?;
+                    times.push(e0.elapsed_ms(&e1)? as f64 * 1e3 / reps as f64);
+                }
+                times.sort_by(f64::total_cmp);
+                Ok((times[times.len() / 2], "events"))
+            }
+        }
+    }
+
+    struct Row {
+        m: usize,
+        n: usize,
+        k: usize,
+        label: String,
+        mode: &'static str,
+        ours: Option<f64>,
+        lt: Option<f64>,
+        bf16: Option<f64>,
+        floor: f64,
+    }
+
+    pub fn main() -> Result<()> {
+        let args = Args::parse();
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let dev = std::panic::catch_unwind(|| Device::new_cuda(0));
+        std::panic::set_hook(hook);
+        let dev = match dev {
+            Ok(Ok(d)) => d,
+            Ok(Err(e)) => bail!("no CUDA device: {e}"),
+            Err(_) => bail!("libcuda could not be loaded"),
+        };
+        let cdev = cuda_dev(&dev)?;
+        // One stream, no cross-stream use: event tracking only gets in the way of capture.
+        unsafe { cdev.disable_event_tracking() };
+        let stream = cdev.cuda_stream();
+        let report = candle_fp8::cuda::device_report(&cdev)?;
+        println!("device: {} (sm_{}, {} SMs), driver {}", report.name, report.compute_cap, report.num_sms, report.driver_version);
+        let caps = device_caps(&dev)?;
+        let have = |p: Provider| match caps.unusable_reason(p) {
+            None => true,
+            Some(why) => {
+                println!("provider {p} unusable: {why}");
+                false
+            }
+        };
+        let (have_ours, have_lt) = (have(Provider::Hopper), have(Provider::CublasLt));
+
+        // Shape list: (m, n, k, label), grouped by (n, k).
+        let mut groups: Vec<(usize, usize, String, Vec<usize>)> = Vec::new();
+        if !args.shapes.is_empty() {
+            for s in &args.shapes {
+                let v: Vec<usize> = s.split(',').map(|x| x.trim().parse()).collect::<std::result::Result<_, _>>().with_context(|| format!("bad shape {s:?}"))?;
+                let [m, n, k] = v[..] else { bail!("shape {s:?} is not M,N,K") };
+                groups.push((n, k, "custom".into(), vec![m]));
+            }
+        } else {
+            if !args.no_square {
+                groups.push((4096, 4096, "square".into(), SQUARE_MS.to_vec()));
+            }
+            if !args.no_qwen {
+                for (n, k, name) in QWEN {
+                    groups.push((n, k, name.into(), QWEN_MS.to_vec()));
+                }
+            }
+        }
+
+        let mut json_rows = Vec::new();
+        let mut table: Vec<Row> = Vec::new();
+
+        // First-call latency of a new shape, per provider (includes module loading for the
+        // first provider call in the process).
+        let mut first_call = serde_json::Map::new();
+        {
+            let w = make_weight(&dev, 4096, 4096, 1, 1)?;
+            for (i, m) in [3usize, 5].into_iter().enumerate() {
+                let a = make_act(&dev, m, 4096, 2)?;
+                let (wq, sw) = &w.w[0];
+                let one = |p: Option<Provider>| -> Result<f64> {
+                    stream.synchronize()?;
+                    let t = Instant::now();
+                    match p {
+                        Some(p) => drop(fp8_block_matmul_with(BackendRequest::Force(p), &a.qa, &a.sa, wq, sw)?),
+                        None => drop(a.x.matmul(&w.wb[0].t()?)?),
+                    }
+                    stream.synchronize()?;
+                    Ok(t.elapsed().as_secs_f64() * 1e3)
+                };
+                let tag = if i == 0 { "first_call_in_process_ms" } else { "first_call_new_shape_ms" };
+                let mut o = serde_json::Map::new();
+                if have_ours {
+                    o.insert("hopper".into(), json!(one(Some(Provider::Hopper))?));
+                }
+                if have_lt {
+                    o.insert("cublaslt".into(), json!(one(Some(Provider::CublasLt))?));
+                }
+                o.insert("bf16".into(), json!(one(None)?));
+                println!("{tag} (m={m} n=4096 k=4096): {}", serde_json::Value::Object(o.clone()));
+                first_call.insert(tag.into(), serde_json::Value::Object(o));
+            }
+        }
+
+        for (gi, (n, k, label, ms)) in groups.iter().enumerate() {
+            let (n, k) = (*n, *k);
+            let w_bytes = n * k;
+            let copies = if args.no_cold { 1 } else { 8usize.max(COLD_BYTES.div_ceil(w_bytes) + 1) };
+            println!("== {label}: N={n} K={k} ({copies} weight copies)");
+            let w = make_weight(&dev, n, k, copies, 100 + gi as u64)?;
+            for &m in ms {
+                let a = make_act(&dev, m, k, 1000 + m as u64)?;
+                let flops = 2.0 * (m * n * k) as f64;
+                let bytes = (m * k + n * k + 2 * m * n + 4 * num_blocks(k) * (act_scale_m_stride(m) + num_blocks(n))) as f64;
+                let floor_us = (bytes / COPY_BW).max(flops / FP8_FLOPS) * 1e6;
+                let mut acc = serde_json::Map::new();
+                if !args.no_check {
+                    let r = gpu_reference(&dev, &a, &w, m)?;
+                    for (p, ok) in [(Provider::Hopper, have_ours), (Provider::CublasLt, have_lt)] {
+                        if ok {
+                            let (wq, sw) = &w.w[0];
+                            let y = fp8_block_matmul_with(BackendRequest::Force(p), &a.qa, &a.sa, wq, sw)?;
+                            acc.insert(p.as_str().into(), json!(rel_err(&y.to_device(&Device::Cpu)?, &r)?));
+                        }
+                    }
+                }
+                for cold in [false, true] {
+                    if cold && args.no_cold {
+                        continue;
+                    }
+                    let nw = if cold { copies } else { 1 };
+                    let reps = if cold { copies.max(args.reps.min(2 * copies)) } else { args.reps };
+                    let gemm = |p: Provider| -> Result<f64> {
+                        let (t, _) = time_us(&stream, reps, args.samples, &mut |i| {
+                            let (wq, sw) = &w.w[i % nw];
+                            drop(fp8_block_matmul_with(BackendRequest::Force(p), &a.qa, &a.sa, wq, sw)?);
+                            Ok(())
+                        })?;
+                        Ok(t)
+                    };
+                    let ours = if have_ours { Some(gemm(Provider::Hopper)?) } else { None };
+                    let lt = if have_lt { Some(gemm(Provider::CublasLt)?) } else { None };
+                    let (bf16, mode) = time_us(&stream, reps, args.samples, &mut |i| {
+                        drop(a.x.matmul(&w.wb[i % nw].t()?)?);
+                        Ok(())
+                    })?;
+                    let full = if have_ours && m <= args.full_linear_max_m {
+                        let (t, _) = time_us(&stream, reps, args.samples, &mut |i| {
+                            let (wq, sw) = &w.w[i % nw];
+                            let (qa, sa) = quantize_activation(&a.x)?;
+                            drop(fp8_block_matmul_with(BackendRequest::Force(Provider::Hopper), &qa, &sa, wq, sw)?);
+                            Ok(())
+                        })?;
+                        Some(t)
+                    } else {
+                        None
+                    };
+                    let temp = if cold { "cold" } else { "hot" };
+                    let tflops = |t: Option<f64>| t.map(|t| flops / t * 1e-6);
+                    println!(
+                        "  m={m:<5} {temp:<4} ours {:>9} lt {:>9} bf16 {bf16:>9.2} full {:>9} | ours/lt {:>6} ours/floor {:>6} floor {floor_us:.2}",
+                        fmt(ours), fmt(lt), fmt(full),
+                        ratio(ours, lt), ratio(ours, Some(floor_us))
+                    );
+                    json_rows.push(json!({
+                        "m": m, "n": n, "k": k, "label": label, "temp": temp, "timing": mode,
+                        "ours_us": ours, "cublaslt_us": lt, "bf16_us": bf16, "full_linear_us": full,
+                        "ours_tflops": tflops(ours), "cublaslt_tflops": tflops(lt), "bf16_tflops": flops / bf16 * 1e-6,
+                        "floor_us": floor_us, "ours_over_cublaslt": ours.zip(lt).map(|(a, b)| a / b),
+                        "ours_over_floor": ours.map(|o| o / floor_us), "relerr": acc.clone(),
+                    }));
+                    table.push(Row { m, n, k, label: format!("{label}/{temp}"), mode, ours, lt, bf16: Some(bf16), floor: floor_us });
+                }
+            }
+        }
+
+        println!("\n{:<14} {:>5} {:>6} {:>6} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>6}", "shape", "M", "N", "K", "ours µs", "cuBLASLt", "bf16", "TFLOP/s", "ours/lt", "/floor", "timing");
+        for r in &table {
+            let fl = 2.0 * (r.m * r.n * r.k) as f64;
+            println!(
+                "{:<14} {:>5} {:>6} {:>6} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>6}",
+                r.label, r.m, r.n, r.k, fmt(r.ours), fmt(r.lt), fmt(r.bf16),
+                r.ours.map(|t| format!("{:.0}", fl / t * 1e-6)).unwrap_or("-".into()),
+                ratio(r.ours, r.lt), ratio(r.ours, Some(r.floor)), r.mode
+            );
+        }
+        if let Some(path) = &args.json {
+            let doc = json!({
+                "device": report.name, "compute_cap": report.compute_cap, "num_sms": report.num_sms,
+                "driver_version": report.driver_version, "nvcc": report.nvcc_version,
+                "first_call": first_call, "rows": json_rows,
+            });
+            std::fs::write(path, serde_json::to_string_pretty(&doc)?)?;
+            println!("wrote {}", path.display());
+        }
+        Ok(())
+    }
+
+    fn fmt(t: Option<f64>) -> String {
+        t.map(|t| format!("{t:.2}")).unwrap_or_else(|| "-".into())
+    }
+
+    fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+        a.zip(b).map(|(a, b)| format!("{:.2}", a / b)).unwrap_or_else(|| "-".into())
+    }
+}

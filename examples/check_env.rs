@@ -1,0 +1,76 @@
+//! Prints what this machine offers candle-fp8: GPU, compute capability, SM count, driver and
+//! library versions, and which providers are usable (with the reason when not).
+//!
+//! ```text
+//! cargo run --release --features cuda --example check_env
+//! ```
+
+#[cfg(not(feature = "cuda"))]
+fn main() {
+    println!("check_env: built without the `cuda` feature; only the cpu provider exists.");
+}
+
+#[cfg(feature = "cuda")]
+fn main() -> anyhow::Result<()> {
+    use candle_core::Device;
+    use candle_fp8::dispatch::{backend_from_env, choose_provider, BACKEND_ENV};
+
+    println!("candle-fp8 {} check_env", env!("CARGO_PKG_VERSION"));
+    println!("{BACKEND_ENV}={:?}", std::env::var(BACKEND_ENV).unwrap_or_default());
+    for var in ["LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES"] {
+        println!("{var}={}", std::env::var(var).unwrap_or_default());
+    }
+    // cudarc loads libcuda at run time and panics when it is missing: report that plainly.
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let dev = std::panic::catch_unwind(|| Device::new_cuda(0));
+    std::panic::set_hook(hook);
+    let dev = match dev {
+        Ok(Ok(Device::Cuda(d))) => d,
+        Ok(Ok(_)) => unreachable!(),
+        Ok(Err(e)) => {
+            println!("no usable CUDA device: {e}");
+            println!("providers: cpu only");
+            return Ok(());
+        }
+        Err(_) => {
+            println!("no usable CUDA device: libcuda could not be loaded (no driver?)");
+            println!("providers: cpu only");
+            return Ok(());
+        }
+    };
+    let r = candle_fp8::cuda::device_report(&dev)?;
+    println!("gpu {}: {}", r.ordinal, r.name);
+    println!("compute capability: {}.{}", r.compute_cap / 10, r.compute_cap % 10);
+    println!("SMs: {}", r.num_sms);
+    println!(
+        "driver: CUDA {}.{} ({})",
+        r.driver_version / 1000,
+        (r.driver_version % 1000) / 10,
+        r.driver_version
+    );
+    match &r.cublaslt_version {
+        Ok(v) => println!("cuBLASLt: {v}"),
+        Err(e) => println!("cuBLASLt: {e}"),
+    }
+    if r.nvcc_version.is_empty() {
+        println!("our kernels: NOT compiled into this build");
+    } else {
+        println!("our kernels: {} | {}", r.nvcc_version, r.nvcc_flags);
+    }
+    println!("providers:");
+    for (p, why) in &r.providers {
+        match why {
+            None => println!("  {p:<9} usable"),
+            Some(w) => println!("  {p:<9} unusable: {w}"),
+        }
+    }
+    let req = backend_from_env()?;
+    for (m, n, k) in [(1, 4096, 4096), (2048, 10240, 5120), (16, 4096, 4000)] {
+        match choose_provider(req, &r.caps, m, n, k) {
+            Ok(p) => println!("choice for m={m} n={n} k={k}: {p}"),
+            Err(e) => println!("choice for m={m} n={n} k={k}: error: {e}"),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Builds the CUDA binaries here (no GPU needed) and packs them for the H200 machine, which has
+# no cargo: stripped release builds of tests/gpu.rs, examples/check_env.rs, examples/bench.rs
+# (and examples/decode.rs when present), with the dynamic-loading candle-core
+# (scripts/candle_cuda.sh) and the pinned CUDA 13.0 compiler (scripts/install_cuda.sh).
+#
+#   bash scripts/bundle.sh            # from the repo root (any worktree)
+#   -> bundle/fp8bin.tar.xz bundle/gpu_run.sh bundle/anchors.py bundle/MANIFEST.txt
+#
+# On the H200 (repo root): bash bundle/gpu_run.sh [env] [test] [sanitize] [bench] [anchors]
+#
+# Env: CARGO_TARGET_DIR (default <repo>/target/cuda), BUNDLE_DIR (default <repo>/bundle),
+#      ANCHORS (default /work/shared/peers/anchors.py, else ../shared/peers/anchors.py).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+BUNDLE="${BUNDLE_DIR:-$ROOT/bundle}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target/cuda}"
+MAX_MB=60
+
+# Describe the source before cargo's [patch] touches Cargo.lock.
+SRC_DESC="$(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo '+dirty') ($(git rev-parse --abbrev-ref HEAD 2>/dev/null))"
+
+eval "$(bash scripts/install_cuda.sh --env)"
+bash scripts/candle_cuda.sh >/dev/null
+
+# The [patch] rewrites candle-core's Cargo.lock entry while it is active: keep the
+# committed lock file as it was.
+mkdir -p "$CARGO_TARGET_DIR"
+cp Cargo.lock "$CARGO_TARGET_DIR/Cargo.lock.orig"
+trap 'cp "$CARGO_TARGET_DIR/Cargo.lock.orig" Cargo.lock' EXIT
+
+CARGO=(cargo --config 'patch.crates-io.candle-core.path=".candle-cuda/candle-core"')
+EXAMPLES=(--example check_env --example bench)
+[[ -f examples/decode.rs ]] && EXAMPLES+=(--example decode)
+
+t0=$(date +%s)
+echo "bundle: building (target dir $CARGO_TARGET_DIR)"
+"${CARGO[@]}" build --release --features cuda "${EXAMPLES[@]}"
+# The test binary's path has a hash: ask cargo for it.
+"${CARGO[@]}" test --release --features cuda --test gpu --no-run --message-format=json \
+  >"$CARGO_TARGET_DIR/gpu-test-build.json"
+GPU_TEST="$(python3 - "$CARGO_TARGET_DIR/gpu-test-build.json" <<'PY'
+import json, sys
+exe = None
+for line in open(sys.argv[1]):
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        continue
+    if msg.get("reason") == "compiler-artifact" and msg.get("target", {}).get("name") == "gpu" \
+            and msg.get("executable"):
+        exe = msg["executable"]
+print(exe or "")
+PY
+)"
+[[ -n "$GPU_TEST" && -x "$GPU_TEST" ]] || { echo "bundle: could not find the tests/gpu.rs binary" >&2; exit 1; }
+t1=$(date +%s)
+echo "bundle: build took $((t1 - t0)) s"
+
+STAGE="$(mktemp -d)"
+trap 'cp "$CARGO_TARGET_DIR/Cargo.lock.orig" Cargo.lock; rm -rf "$STAGE"' EXIT
+cp "$GPU_TEST" "$STAGE/gpu"
+for ex in check_env bench decode; do
+  [[ -x "$CARGO_TARGET_DIR/release/examples/$ex" ]] && [[ "$ex" != decode || -f examples/decode.rs ]] \
+    && cp "$CARGO_TARGET_DIR/release/examples/$ex" "$STAGE/$ex"
+done
+strip "$STAGE"/*
+
+mkdir -p "$BUNDLE"
+# Only what ships: drop an unpacked bin/ or out/ left by a local gpu_run.sh.
+rm -rf "$BUNDLE/fp8bin.tar.xz" "$BUNDLE/bin" "$BUNDLE/out"
+tar -C "$STAGE" -cf - . | xz -T0 -6 >"$BUNDLE/fp8bin.tar.xz"
+cp scripts/gpu_run.sh "$BUNDLE/gpu_run.sh"
+ANCHORS="${ANCHORS:-}"
+if [[ -z "$ANCHORS" ]]; then
+  for cand in /work/shared/peers/anchors.py "$ROOT/../shared/peers/anchors.py"; do
+    [[ -f "$cand" ]] && { ANCHORS="$cand"; break; }
+  done
+fi
+if [[ -n "$ANCHORS" && -f "$ANCHORS" ]]; then
+  install -m 0644 "$ANCHORS" "$BUNDLE/anchors.py"
+else
+  echo "bundle: warning: anchors.py not found; the anchors phase will be skipped" >&2
+fi
+{
+  echo "candle-fp8 GPU bundle"
+  echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) from $SRC_DESC"
+  echo "nvcc: $(nvcc --version | grep release)"
+  echo "kernels/: $(find kernels -type f | sort | xargs sha256sum | sha256sum | cut -c1-16) ($(find kernels -name '*.cu' | wc -l) .cu files; untracked: $(git status --porcelain --untracked-files=all kernels 2>/dev/null | wc -l))"
+  echo "binaries (stripped):"
+  (cd "$STAGE" && ls -l | tail -n +2 | awk '{printf "  %-10s %8.1f MB\n", $9, $5/1048576}')
+  (cd "$STAGE" && sha256sum *) | sed 's/^/  /'
+} >"$BUNDLE/MANIFEST.txt"
+cat "$BUNDLE/MANIFEST.txt"
+size_mb=$(du -sm "$BUNDLE" | cut -f1)
+echo "bundle: $BUNDLE is ${size_mb} MB (limit ${MAX_MB} MB); run on the GPU machine with:"
+echo "  bash bundle/gpu_run.sh            # all phases: env test sanitize bench anchors"
+if (( size_mb >= MAX_MB )); then
+  echo "bundle: ERROR: bundle is ${size_mb} MB >= ${MAX_MB} MB" >&2
+  exit 1
+fi

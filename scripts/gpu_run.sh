@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Runs the candle-fp8 GPU bundle on the H200 machine (no cargo there), from the repo root:
+#
+#   bash bundle/gpu_run.sh [PHASE...]     PHASE: env test sanitize bench anchors  (default: all)
+#
+# Logs and JSON go to $OUT (default bundle/out). Per-phase time limits (seconds) via
+# TEST_TIMEOUT, SANITIZE_TIMEOUT, BENCH_TIMEOUT, ANCHORS_TIMEOUT; extra arguments via
+# TEST_ARGS (libtest filter/flags), BENCH_ARGS, ANCHORS_ARGS.
+set -uo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+OUT="${OUT:-$HERE/out}"
+mkdir -p "$OUT"
+BIN="$HERE/bin"
+PHASES=("$@")
+[[ ${#PHASES[@]} -eq 0 ]] && PHASES=(env test sanitize bench anchors)
+
+if [[ ! -x "$BIN/gpu" || "$HERE/fp8bin.tar.xz" -nt "$BIN/gpu" ]]; then
+  rm -rf "$BIN" && mkdir -p "$BIN"
+  tar -xJf "$HERE/fp8bin.tar.xz" -C "$BIN" || { echo "gpu_run: cannot unpack fp8bin.tar.xz"; exit 1; }
+fi
+export LD_LIBRARY_PATH="/usr/local/cuda/targets/x86_64-linux/lib:/usr/local/nvidia/lib64:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PATH="/usr/local/cuda/bin:$PATH"
+export RUST_BACKTRACE=1
+SUMMARY="$OUT/summary.txt"
+[[ -f "$HERE/MANIFEST.txt" ]] && cp "$HERE/MANIFEST.txt" "$OUT/MANIFEST.txt"
+
+phase() {  # phase NAME TIMEOUT CMD... : run, log to $OUT/NAME.log, record the status
+  local name="$1" limit="$2"; shift 2
+  echo "=== $name ($(date -u +%H:%M:%S), limit ${limit}s): $*" | tee -a "$SUMMARY"
+  local t0=$SECONDS
+  timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  tail -n 40 "$OUT/$name.log"
+  echo "=== $name: rc=$rc in $((SECONDS - t0)) s" | tee -a "$SUMMARY"
+  return $rc
+}
+
+test_counts() {  # sums libtest's "test result" lines of a log: "N passed, N failed"
+  awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+       END { printf "%d passed, %d failed\n", p, f }' "$1"
+}
+
+SANITIZER="$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)"
+SMALL_FILTER="${SANITIZE_FILTER:-providers_match_reference_on_shape_grid activation_quantization_is_bit_exact repeated_calls_are_bitwise_identical}"
+
+for p in "${PHASES[@]}"; do
+  case "$p" in
+    env)
+      nvidia-smi >"$OUT/nvidia-smi.log" 2>&1
+      phase check_env 60 "$BIN/check_env"
+      ;;
+    test)
+      # shellcheck disable=SC2086
+      phase test "${TEST_TIMEOUT:-540}" "$BIN/gpu" --nocapture --test-threads="${TEST_THREADS:-2}" ${TEST_ARGS:-}
+      grep -E "^(test |ok |SKIP|thread .* panicked)" "$OUT/test.log" | tail -n 60
+      echo "tests: $(test_counts "$OUT/test.log")" | tee -a "$SUMMARY"
+      ;;
+    sanitize)
+      if [[ -z "$SANITIZER" ]]; then
+        echo "=== sanitize: compute-sanitizer not found" | tee -a "$SUMMARY"
+        continue
+      fi
+      for tool in memcheck racecheck; do
+        # shellcheck disable=SC2086
+        phase "sanitize-$tool" "${SANITIZE_TIMEOUT:-280}" \
+          env CANDLE_FP8_GPU_QUICK=1 "$SANITIZER" --tool "$tool" --error-exitcode 99 --print-limit 20 \
+          "$BIN/gpu" --test-threads=1 $SMALL_FILTER
+        echo "sanitize-$tool: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitize-$tool.log" | tail -n 1); tests: $(test_counts "$OUT/sanitize-$tool.log")" | tee -a "$SUMMARY"
+      done
+      ;;
+    bench)
+      # shellcheck disable=SC2086
+      phase bench "${BENCH_TIMEOUT:-540}" "$BIN/bench" --json "$OUT/bench.json" ${BENCH_ARGS:-}
+      ;;
+    anchors)
+      if [[ -f "$HERE/anchors.py" ]]; then
+        # shellcheck disable=SC2086
+        phase anchors "${ANCHORS_TIMEOUT:-540}" python3 "$HERE/anchors.py" --json "$OUT/anchors.json" ${ANCHORS_ARGS:-}
+      else
+        echo "=== anchors: anchors.py not in the bundle" | tee -a "$SUMMARY"
+      fi
+      ;;
+    *)
+      echo "gpu_run: unknown phase $p (env test sanitize bench anchors)" | tee -a "$SUMMARY"
+      ;;
+  esac
+done
+echo "--- summary ($SUMMARY)"
+cat "$SUMMARY"

@@ -1,0 +1,138 @@
+//! `extern "C"` declarations mirroring `kernels/api.h`, and the status → error mapping.
+//!
+//! Every function launches asynchronously on the stream it is given and never synchronizes.
+//! When the build has no compiled kernels (no `kernels/*.cu`, cfg `fp8gemm_kernels` unset),
+//! stand-ins with the same signatures return `FP8GEMM_ERR_CONFIG`.
+
+#![allow(non_camel_case_types)]
+
+use std::ffi::c_void;
+
+use crate::dispatch::GemmConfig;
+
+pub const FP8GEMM_OK: i32 = 0;
+#[allow(dead_code)] // returned by the stand-ins of a kernel-less build
+pub const FP8GEMM_ERR_CONFIG: i32 = 3;
+
+/// `enum fp8gemm_dtype`.
+pub const FP8GEMM_BF16: i32 = 0;
+pub const FP8GEMM_F32: i32 = 1;
+
+/// Whether this build contains our compiled kernels.
+pub const HAVE_KERNELS: bool = cfg!(fp8gemm_kernels);
+
+#[cfg(fp8gemm_kernels)]
+mod sys {
+    use super::*;
+    extern "C" {
+        pub fn fp8gemm_status_string(status: i32) -> *const std::ffi::c_char;
+        pub fn fp8gemm_workspace_bytes(cfg: *const GemmConfig, m: i64, n: i64, k: i64) -> usize;
+        pub fn fp8gemm_quantize_act(
+            x: *const c_void,
+            x_dtype: i32,
+            q: *mut u8,
+            sa: *mut f32,
+            m: i64,
+            k: i64,
+            stream: *mut c_void,
+        ) -> i32;
+        #[allow(clippy::too_many_arguments)]
+        pub fn fp8gemm_gemm(
+            qa: *const u8,
+            sa: *const f32,
+            w: *const u8,
+            sw: *const f32,
+            y: *mut c_void,
+            m: i64,
+            n: i64,
+            k: i64,
+            cfg: *const GemmConfig,
+            workspace: *mut c_void,
+            workspace_bytes: usize,
+            stream: *mut c_void,
+        ) -> i32;
+        #[allow(dead_code)] // the dequant provider uses the portable helper (dequant.cu)
+        pub fn fp8gemm_dequant_weight(
+            w: *const u8,
+            sw: *const f32,
+            out: *mut c_void,
+            n: i64,
+            k: i64,
+            stream: *mut c_void,
+        ) -> i32;
+    }
+}
+
+#[cfg(not(fp8gemm_kernels))]
+#[allow(clippy::too_many_arguments, clippy::missing_safety_doc)]
+mod sys {
+    use super::*;
+    pub unsafe fn fp8gemm_status_string(_status: i32) -> *const std::ffi::c_char {
+        std::ptr::null()
+    }
+    pub unsafe fn fp8gemm_workspace_bytes(_: *const GemmConfig, _: i64, _: i64, _: i64) -> usize {
+        0
+    }
+    pub unsafe fn fp8gemm_quantize_act(
+        _: *const c_void,
+        _: i32,
+        _: *mut u8,
+        _: *mut f32,
+        _: i64,
+        _: i64,
+        _: *mut c_void,
+    ) -> i32 {
+        FP8GEMM_ERR_CONFIG
+    }
+    pub unsafe fn fp8gemm_gemm(
+        _: *const u8,
+        _: *const f32,
+        _: *const u8,
+        _: *const f32,
+        _: *mut c_void,
+        _: i64,
+        _: i64,
+        _: i64,
+        _: *const GemmConfig,
+        _: *mut c_void,
+        _: usize,
+        _: *mut c_void,
+    ) -> i32 {
+        FP8GEMM_ERR_CONFIG
+    }
+    #[allow(dead_code)]
+    pub unsafe fn fp8gemm_dequant_weight(
+        _: *const u8,
+        _: *const f32,
+        _: *mut c_void,
+        _: i64,
+        _: i64,
+        _: *mut c_void,
+    ) -> i32 {
+        FP8GEMM_ERR_CONFIG
+    }
+}
+
+pub use sys::*;
+
+/// The name of a status code, as the kernels report it.
+pub fn status_string(status: i32) -> String {
+    if !HAVE_KERNELS {
+        return "this build has no compiled kernels (kernels/*.cu missing at build time)".into();
+    }
+    // SAFETY: the kernels return a static NUL-terminated string (or NULL).
+    let p = unsafe { fp8gemm_status_string(status) };
+    if p.is_null() {
+        return format!("unknown status {status}");
+    }
+    unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+/// Maps a kernel status code to a candle error naming the call and the status.
+pub fn check(what: &str, status: i32) -> candle_core::Result<()> {
+    if status == FP8GEMM_OK {
+        Ok(())
+    } else {
+        candle_core::bail!("candle-fp8 {what}: {} (status {status})", status_string(status))
+    }
+}

@@ -1,0 +1,381 @@
+//! GPU acceptance suite (built only with the `cuda` feature; every test prints a skip reason
+//! and passes when no usable CUDA device is present).
+//!
+//! Every CUDA provider (hopper, cublaslt, dequant) against the dequantized reference on fresh
+//! random operands whose scales vary per token, per N block and per K block (log-spaced), with
+//! the allocator poisoned (NaN) before each call so an unwritten output cannot pass:
+//! `relerr ≤ 3e-3` and `calc_diff < 1e-3` (design.md §1). Small shapes use the CPU reference;
+//! large ones a GPU f32 reference (host-dequantized operands, candle's f32 cuBLAS GEMM with
+//! TF32 off), itself cross-checked against the CPU reference. Also: activation quantization
+//! bit-exact against the CPU quantizer, determinism (20 calls bitwise identical), and the
+//! `CANDLE_FP8_BACKEND` override.
+//!
+//! `CANDLE_FP8_GPU_QUICK=1` runs a reduced grid (used under compute-sanitizer).
+#![cfg(feature = "cuda")]
+
+use std::sync::OnceLock;
+
+use candle_core::{DType, Device, Result, Tensor};
+use candle_fp8::dispatch::{BackendRequest, Provider, BACKEND_ENV};
+use candle_fp8::format::{act_scale_m_stride, e4m3_to_f32, num_blocks, BLOCK, F8E4M3};
+use candle_fp8::ops::{device_caps, fp8_block_matmul, fp8_block_matmul_with};
+use candle_fp8::quant::{act_scales_view, quantize_activation};
+use candle_fp8::reference::{calc_diff, reference_matmul, rel_err};
+use candle_fp8::testing::{random_operands, Operands, Rng};
+use rayon::prelude::*;
+
+const MS: [usize; 28] = [
+    1, 2, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 200, 255, 256, 257,
+    511, 512, 1000, 2048, 4096,
+];
+const NS: [usize; 6] = [128, 256, 1024, 4096, 5120, 10240];
+const KS: [usize; 5] = [128, 256, 4096, 5120, 8192];
+const QWEN: [(usize, usize); 4] = [(10240, 5120), (5120, 8192), (51200, 5120), (5120, 25600)];
+const PROVIDERS: [Provider; 3] = [Provider::Hopper, Provider::CublasLt, Provider::Dequant];
+const MAX_RELERR: f64 = 3e-3;
+const MAX_CALC_DIFF: f64 = 1e-3;
+/// Above this many multiply-adds the GPU f32 reference replaces the CPU one.
+const CPU_REF_MAX_MACS: usize = 1 << 32;
+
+fn quick() -> bool {
+    std::env::var("CANDLE_FP8_GPU_QUICK").is_ok_and(|v| v != "0" && !v.is_empty())
+}
+
+/// The CUDA device, or the reason there is none (printed once per test as a skip).
+fn gpu() -> std::result::Result<Device, String> {
+    static DEV: OnceLock<std::result::Result<Device, String>> = OnceLock::new();
+    DEV.get_or_init(|| {
+        // cudarc panics when libcuda is missing: keep that panic out of the test output.
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let r = std::panic::catch_unwind(|| Device::new_cuda(0));
+        std::panic::set_hook(hook);
+        match r {
+            Ok(Ok(d)) => Ok(d),
+            Ok(Err(e)) => Err(format!("no CUDA device: {e}")),
+            Err(_) => Err("libcuda could not be loaded (no NVIDIA driver)".into()),
+        }
+    })
+    .clone()
+}
+
+macro_rules! gpu_or_skip {
+    ($name:expr) => {
+        match gpu() {
+            Ok(d) => d,
+            Err(why) => {
+                println!("SKIP {}: {why}", $name);
+                return Ok(());
+            }
+        }
+    };
+}
+
+/// Providers usable on `dev`, printing why the others are skipped.
+fn usable(dev: &Device, test: &str) -> Result<Vec<Provider>> {
+    let caps = device_caps(dev)?;
+    Ok(PROVIDERS
+        .into_iter()
+        .filter(|p| match caps.unusable_reason(*p) {
+            None => true,
+            Some(why) => {
+                println!("SKIP {test} [{p}]: {why}");
+                false
+            }
+        })
+        .collect())
+}
+
+/// Fills the device's allocator pool with NaNs (bf16 and f32) of at least `elems` elements
+/// and frees them, so that the next output allocation most likely reuses poisoned memory.
+fn poison(dev: &Device, elems: usize) -> Result<()> {
+    let a = Tensor::full(f32::NAN, elems, dev)?;
+    let b = Tensor::full(half::bf16::NAN, elems, dev)?;
+    drop((a, b));
+    Ok(())
+}
+
+/// Operands with `m` rows taken from `op` (which has at least `m` rows), re-laid out so that
+/// the scale column stride is `round_up(m, 4)`.
+fn first_rows(op: &Operands, m: usize, k: usize, dev: &Device) -> Result<Operands> {
+    let kb = num_blocks(k);
+    let (mp0, mp) = (op.sa.stride()[1], act_scale_m_stride(m));
+    let mut sa_host = vec![0f32; kb * mp];
+    for g in 0..kb {
+        sa_host[g * mp..g * mp + m].copy_from_slice(&op.sa_host[g * mp0..g * mp0 + m]);
+    }
+    let qa_host = op.qa_host[..m * k].to_vec();
+    Ok(Operands {
+        qa: Tensor::from_vec(qa_host.clone(), (m, k), dev)?,
+        sa: act_scales_view(Tensor::from_vec(sa_host.clone(), kb * mp, dev)?, m, kb)?,
+        w: op.w.clone(),
+        sw: op.sw.clone(),
+        qa_host,
+        sa_host,
+        w_host: op.w_host.clone(),
+        sw_host: op.sw_host.clone(),
+    })
+}
+
+/// GPU f32 reference: operands dequantized on the host (rayon), f32 GEMM on the GPU.
+fn gpu_reference(op: &Operands, m: usize, n: usize, k: usize, dev: &Device) -> Result<Tensor> {
+    let kb = num_blocks(k);
+    let mp = act_scale_m_stride(m);
+    let a: Vec<f32> = (0..m * k)
+        .into_par_iter()
+        .map(|i| e4m3_to_f32(op.qa_host[i]) * op.sa_host[((i % k) / BLOCK) * mp + i / k])
+        .collect();
+    let b: Vec<f32> = (0..n * k)
+        .into_par_iter()
+        .map(|i| e4m3_to_f32(op.w_host[i]) * op.sw_host[(i / k / BLOCK) * kb + (i % k) / BLOCK])
+        .collect();
+    let a = Tensor::from_vec(a, (m, k), dev)?;
+    let b = Tensor::from_vec(b, (n, k), dev)?;
+    a.matmul(&b.t()?)?.to_device(&Device::Cpu)
+}
+
+fn reference(op: &Operands, m: usize, n: usize, k: usize, dev: &Device) -> Result<Tensor> {
+    if m * n * k <= CPU_REF_MAX_MACS {
+        let cpu = |t: &Tensor| t.to_device(&Device::Cpu);
+        reference_matmul(&cpu(&op.qa)?, &cpu(&op.sa)?, &cpu(&op.w)?, &cpu(&op.sw)?)
+    } else {
+        gpu_reference(op, m, n, k, dev)
+    }
+}
+
+fn check(y: &Tensor, r: &Tensor, what: &str) -> Result<()> {
+    assert_eq!(y.dtype(), DType::BF16, "{what}");
+    assert_eq!(y.dims(), r.dims(), "{what}");
+    let y = y.to_device(&Device::Cpu)?;
+    let (e, d) = (rel_err(&y, r)?, calc_diff(&y, r)?);
+    assert!(
+        e <= MAX_RELERR && d < MAX_CALC_DIFF,
+        "{what}: relerr {e:.3e} (max {MAX_RELERR:e}), calc_diff {d:.3e} (max {MAX_CALC_DIFF:e})"
+    );
+    Ok(())
+}
+
+fn run_case(dev: &Device, providers: &[Provider], op: &Operands, m: usize, n: usize, k: usize) -> Result<()> {
+    let r = reference(op, m, n, k, dev)?;
+    for &p in providers {
+        poison(dev, m * n)?;
+        let y = fp8_block_matmul_with(BackendRequest::Force(p), &op.qa, &op.sa, &op.w, &op.sw)?;
+        check(&y, &r, &format!("{p} m={m} n={n} k={k}"))?;
+    }
+    Ok(())
+}
+
+#[test]
+fn providers_match_reference_on_shape_grid() -> Result<()> {
+    let dev = gpu_or_skip!("providers_match_reference_on_shape_grid");
+    let providers = usable(&dev, "providers_match_reference_on_shape_grid")?;
+    // Subsample the M × N × K cross product: every M meets two (N, K) pairs, and every N and
+    // K value is met by many M values (rotation by index).
+    let ms: Vec<usize> = if quick() { vec![1, 3, 4, 9, 64, 129, 257] } else { MS.to_vec() };
+    let mut cases = Vec::new();
+    for (i, &m) in ms.iter().enumerate() {
+        for j in 0..2 {
+            let n = NS[(i + 3 * j) % NS.len()];
+            let k = KS[(2 * i + j) % KS.len()];
+            if quick() && m * n * k > 1 << 30 {
+                continue;
+            }
+            cases.push((m, n, k));
+        }
+    }
+    // Group by (n, k) so the weight is generated once.
+    cases.sort_by_key(|&(m, n, k)| (n, k, m));
+    let mut last: Option<(usize, usize, Operands)> = None;
+    for (idx, &(m, n, k)) in cases.iter().enumerate() {
+        let m_max = cases.iter().filter(|c| (c.1, c.2) == (n, k)).map(|c| c.0).max().unwrap();
+        if last.as_ref().map_or(true, |(ln, lk, _)| (*ln, *lk) != (n, k)) {
+            last = Some((n, k, random_operands(m_max, n, k, 1000 + idx as u64, &dev)?));
+        }
+        let full = &last.as_ref().unwrap().2;
+        let op = first_rows(full, m, k, &dev)?;
+        run_case(&dev, &providers, &op, m, n, k)?;
+        println!("ok m={m} n={n} k={k}");
+    }
+    Ok(())
+}
+
+#[test]
+fn providers_match_reference_on_qwen3_32b_shapes() -> Result<()> {
+    let dev = gpu_or_skip!("providers_match_reference_on_qwen3_32b_shapes");
+    if quick() {
+        println!("SKIP providers_match_reference_on_qwen3_32b_shapes: CANDLE_FP8_GPU_QUICK");
+        return Ok(());
+    }
+    let providers = usable(&dev, "providers_match_reference_on_qwen3_32b_shapes")?;
+    for (i, &(n, k)) in QWEN.iter().enumerate() {
+        let full = random_operands(2048, n, k, 7000 + i as u64, &dev)?;
+        for m in [1, 16, 2048] {
+            let op = first_rows(&full, m, k, &dev)?;
+            run_case(&dev, &providers, &op, m, n, k)?;
+            println!("ok qwen m={m} n={n} k={k}");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn gpu_reference_agrees_with_cpu_reference() -> Result<()> {
+    let dev = gpu_or_skip!("gpu_reference_agrees_with_cpu_reference");
+    for (i, &(m, n, k)) in [(3, 256, 4096), (129, 1024, 5120), (64, 5120, 8192)].iter().enumerate() {
+        let op = random_operands(m, n, k, 31 + i as u64, &dev)?;
+        let g = gpu_reference(&op, m, n, k, &dev)?;
+        let cpu = |t: &Tensor| t.to_device(&Device::Cpu);
+        let c = reference_matmul(&cpu(&op.qa)?, &cpu(&op.sa)?, &cpu(&op.w)?, &cpu(&op.sw)?)?;
+        let e = rel_err(&g, &c)?;
+        // f32 accumulation order differs (≈ sqrt(K)·2⁻²⁴); TF32 would show up as ≈ 5e-4.
+        assert!(e < 1e-4, "m={m} n={n} k={k}: GPU f32 reference vs CPU reference relerr {e:e}");
+    }
+    Ok(())
+}
+
+/// Rows of very different magnitudes, an all-zero row, and exact group maxima.
+fn activation_data(m: usize, k: usize, seed: u64) -> Vec<f32> {
+    let mut rng = Rng::new(seed);
+    (0..m * k)
+        .map(|i| {
+            let r = i / k;
+            if r == 1 {
+                0.0
+            } else {
+                rng.normal() * 2f32.powi((r % 13) as i32 - 6)
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn activation_quantization_is_bit_exact() -> Result<()> {
+    let dev = gpu_or_skip!("activation_quantization_is_bit_exact");
+    if !device_caps(&dev)?.have_hopper_kernels {
+        println!("SKIP activation_quantization_is_bit_exact: this build has no kernels");
+        return Ok(());
+    }
+    let ms: &[usize] = if quick() { &[1, 3, 8] } else { &[1, 2, 3, 4, 5, 8, 17, 129, 1000, 4096] };
+    for &m in ms {
+        for k in [128, 4096, 5120] {
+            for dtype in [DType::F32, DType::BF16] {
+                let x = Tensor::from_vec(activation_data(m, k, (m * k) as u64), (m, k), &Device::Cpu)?
+                    .to_dtype(dtype)?;
+                let (qc, sc) = quantize_activation(&x)?;
+                let (qg, sg) = quantize_activation(&x.to_device(&dev)?)?;
+                let what = format!("m={m} k={k} {dtype:?}");
+                assert_eq!(qg.dims(), qc.dims(), "{what}");
+                assert_eq!(sg.dims(), sc.dims(), "{what}");
+                assert_eq!(sg.stride(), sc.stride(), "{what}: scale strides");
+                let qc: Vec<u8> = qc.flatten_all()?.to_vec1::<F8E4M3>()?.iter().map(|v| v.to_bits()).collect();
+                let qg: Vec<u8> = qg.to_device(&Device::Cpu)?.flatten_all()?.to_vec1::<F8E4M3>()?.iter().map(|v| v.to_bits()).collect();
+                if let Some(i) = (0..qc.len()).find(|&i| qc[i] != qg[i]) {
+                    panic!("{what}: q differs first at row {} col {}: cpu {:#04x} gpu {:#04x}", i / k, i % k, qc[i], qg[i]);
+                }
+                let sc: Vec<u32> = sc.to_vec2::<f32>()?.concat().iter().map(|v| v.to_bits()).collect();
+                let sg: Vec<u32> = sg.to_device(&Device::Cpu)?.to_vec2::<f32>()?.concat().iter().map(|v| v.to_bits()).collect();
+                assert_eq!(sc, sg, "{what}: scales differ");
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn quantize_then_gemm_matches_cpu_pipeline() -> Result<()> {
+    let dev = gpu_or_skip!("quantize_then_gemm_matches_cpu_pipeline");
+    let providers = usable(&dev, "quantize_then_gemm_matches_cpu_pipeline")?;
+    if !device_caps(&dev)?.have_hopper_kernels {
+        println!("SKIP quantize_then_gemm_matches_cpu_pipeline: this build has no kernels");
+        return Ok(());
+    }
+    for (m, n, k) in [(1, 4096, 4096), (7, 1024, 5120), (300, 256, 8192)] {
+        let x = Tensor::from_vec(activation_data(m, k, 5), (m, k), &Device::Cpu)?.to_dtype(DType::BF16)?;
+        let op = random_operands(1, n, k, 77, &Device::Cpu)?;
+        let (qa, sa) = quantize_activation(&x)?;
+        let r = reference_matmul(&qa, &sa, &op.w, &op.sw)?;
+        let (qa, sa) = quantize_activation(&x.to_device(&dev)?)?;
+        let (w, sw) = (op.w.to_device(&dev)?, op.sw.to_device(&dev)?);
+        for &p in &providers {
+            poison(&dev, m * n)?;
+            let y = fp8_block_matmul_with(BackendRequest::Force(p), &qa, &sa, &w, &sw)?;
+            check(&y, &r, &format!("pipeline {p} m={m} n={n} k={k}"))?;
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn repeated_calls_are_bitwise_identical() -> Result<()> {
+    let dev = gpu_or_skip!("repeated_calls_are_bitwise_identical");
+    let providers = usable(&dev, "repeated_calls_are_bitwise_identical")?;
+    let shapes: &[(usize, usize, usize)] =
+        if quick() { &[(1, 256, 512)] } else { &[(1, 4096, 4096), (16, 5120, 25600), (129, 1024, 5120), (2048, 5120, 8192)] };
+    for &(m, n, k) in shapes {
+        let op = random_operands(m, n, k, 99, &dev)?;
+        for &p in &providers {
+            let req = BackendRequest::Force(p);
+            let first: Vec<u16> = fp8_block_matmul_with(req, &op.qa, &op.sa, &op.w, &op.sw)?
+                .to_device(&Device::Cpu)?
+                .flatten_all()?
+                .to_vec1::<half::bf16>()?
+                .iter()
+                .map(|v| v.to_bits())
+                .collect();
+            for i in 1..20 {
+                poison(&dev, m * n)?;
+                let y: Vec<u16> = fp8_block_matmul_with(req, &op.qa, &op.sa, &op.w, &op.sw)?
+                    .to_device(&Device::Cpu)?
+                    .flatten_all()?
+                    .to_vec1::<half::bf16>()?
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect();
+                assert!(first == y, "{p} m={m} n={n} k={k}: call {i} differs from call 0");
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn backend_env_override() -> Result<()> {
+    // The only test that touches CANDLE_FP8_BACKEND (all others pass the request explicitly).
+    let dev = gpu_or_skip!("backend_env_override");
+    let caps = device_caps(&dev)?;
+    let (m, n, k) = (5, 256, 512);
+    let op = random_operands(m, n, k, 5, &dev)?;
+    let r = reference(&op, m, n, k, &dev)?;
+    let call = |v: &str| {
+        std::env::set_var(BACKEND_ENV, v);
+        let y = fp8_block_matmul(&op.qa, &op.sa, &op.w, &op.sw);
+        std::env::remove_var(BACKEND_ENV);
+        y
+    };
+    for v in ["", "auto", "AUTO", " dequant "] {
+        check(&call(v)?, &r, &format!("{BACKEND_ENV}={v:?}"))?;
+    }
+    for p in PROVIDERS {
+        match (caps.unusable_reason(p), call(p.as_str())) {
+            (None, Ok(y)) => check(&y, &r, &format!("{BACKEND_ENV}={p}"))?,
+            (None, Err(e)) => panic!("{BACKEND_ENV}={p} should run: {e}"),
+            (Some(_), Ok(_)) => panic!("{BACKEND_ENV}={p} should be refused on this device"),
+            (Some(_), Err(e)) => assert!(e.to_string().contains(p.as_str()), "{e}"),
+        }
+    }
+    let e = call("tensorrt").unwrap_err().to_string();
+    assert!(e.contains("tensorrt") && e.contains("expected one of"), "{e}");
+    let e = call("cpu").unwrap_err().to_string();
+    assert!(e.contains("CUDA"), "cpu on CUDA tensors must be refused: {e}");
+    // Off the fast path (K % 128 != 0): hopper/cublaslt are refused, auto falls back.
+    let op2 = random_operands(3, 256, 200, 6, &dev)?;
+    let r2 = reference(&op2, 3, 256, 200, &dev)?;
+    std::env::set_var(BACKEND_ENV, "hopper");
+    let e = fp8_block_matmul(&op2.qa, &op2.sa, &op2.w, &op2.sw);
+    std::env::set_var(BACKEND_ENV, "auto");
+    let y = fp8_block_matmul(&op2.qa, &op2.sa, &op2.w, &op2.sw);
+    std::env::remove_var(BACKEND_ENV);
+    assert!(e.is_err(), "hopper must refuse K = 200");
+    check(&y?, &r2, "auto with K = 200")?;
+    Ok(())
+}
