@@ -318,8 +318,9 @@ pub fn parse_safetensors_header(bytes: &[u8], file_len: u64, path: &Path) -> Res
     let mut out = BTreeMap::new();
     for (name, v) in entries {
         if name == "__metadata__" {
-            if !v.is_object() {
-                bail!("{p}: __metadata__ must be a JSON object, got {v}")
+            // The safetensors crate (which maps the file later) requires string values.
+            if !v.as_object().is_some_and(|m| m.values().all(Value::is_string)) {
+                bail!("{p}: __metadata__ must be a JSON object of strings, got {v}")
             }
             continue;
         }
@@ -367,7 +368,11 @@ fn parse_entry(path: &Path, name: &str, v: &Value, data_len: u64) -> Result<Tens
              the file is truncated or the header is corrupt"
         )
     }
-    let numel = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    // candle computes contiguous strides (products of trailing dims) even for empty tensors,
+    // so the product of the non-zero dims must fit too: [0, 2^32, 2^32] holds no element but
+    // its strides overflow (a panic in builds with overflow checks).
+    let strides_fit = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d.max(1))).is_some();
+    let numel = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)).filter(|_| strides_fit);
     let bits = numel.and_then(|n| n.checked_mul(dtype.bitsize()));
     let Some(bits) = bits else { bail!("{p}: tensor {name} shape {shape:?} overflows") };
     if bits % 8 != 0 || (bits / 8) as u64 != e - b {
