@@ -256,15 +256,31 @@ impl TensorInfo {
 /// length, the JSON, every tensor's dtype, shape and offsets, and that the data section is
 /// covered exactly (contiguous tensors, ending at the end of the file). Returns the tensors
 /// by name. Errors name the file and the problem; nothing is read past the file's end.
+/// The checks are those of [`parse_safetensors_header`], which this reads the bytes for.
 pub fn read_safetensors_header(path: &Path) -> Result<BTreeMap<String, TensorInfo>> {
     let p = path.display();
     let mut file = std::fs::File::open(path).map_err(|e| err(format!("{p}: cannot open safetensors file: {e}")))?;
     let len = file.metadata().map_err(|e| err(format!("{p}: cannot stat: {e}")))?.len();
-    if len < 8 {
-        bail!("{p}: truncated safetensors file: {len} bytes, fewer than the 8-byte header length")
+    let n = match len {
+        0..=7 => 0, // parse_safetensors_header reports the truncation
+        _ => {
+            let mut n8 = [0u8; 8];
+            file.read_exact(&mut n8).map_err(|e| err(format!("{p}: cannot read the header length: {e}")))?;
+            header_len(n8, len, path)?
+        }
+    };
+    let mut bytes = vec![0u8; (8 + n).min(len) as usize];
+    if len >= 8 {
+        bytes[..8].copy_from_slice(&n.to_le_bytes());
+        file.read_exact(&mut bytes[8..]).map_err(|e| err(format!("{p}: cannot read the {n}-byte header: {e}")))?;
     }
-    let mut n8 = [0u8; 8];
-    file.read_exact(&mut n8).map_err(|e| err(format!("{p}: cannot read the header length: {e}")))?;
+    parse_safetensors_header(&bytes, len, path)
+}
+
+/// The header length `n` from the first 8 bytes of a `len`-byte file, checked against the
+/// size limit and the file size.
+fn header_len(n8: [u8; 8], len: u64, path: &Path) -> Result<u64> {
+    let p = path.display();
     let n = u64::from_le_bytes(n8);
     if n > MAX_HEADER_BYTES {
         bail!("{p}: header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit (corrupt or not a safetensors file)")
@@ -276,17 +292,35 @@ pub fn read_safetensors_header(path: &Path) -> Result<BTreeMap<String, TensorInf
             len - 8
         )
     }
-    let mut header = vec![0u8; n as usize];
-    file.read_exact(&mut header).map_err(|e| err(format!("{p}: cannot read the {n}-byte header: {e}")))?;
-    let json: Value = serde_json::from_slice(&header)
+    Ok(n)
+}
+
+/// Validates a safetensors header held in memory: `bytes` is the start of a `file_len`-byte
+/// file (at least its 8-byte length and the header; the whole file is fine too), and `path`
+/// only names the file in errors. Performs every check of [`read_safetensors_header`] — the
+/// function it calls — and never indexes past `bytes` (the fuzz targets drive it directly).
+pub fn parse_safetensors_header(bytes: &[u8], file_len: u64, path: &Path) -> Result<BTreeMap<String, TensorInfo>> {
+    let p = path.display();
+    if file_len < 8 {
+        bail!("{p}: truncated safetensors file: {file_len} bytes, fewer than the 8-byte header length")
+    }
+    let Some(n8) = bytes.get(..8) else {
+        bail!("{p}: only {} bytes of the header were given, fewer than the 8-byte header length", bytes.len())
+    };
+    let n = header_len(n8.try_into().expect("8 bytes"), file_len, path)?;
+    let Some(header) = bytes.get(8..8 + n as usize) else {
+        bail!("{p}: only {} bytes were given, fewer than the 8 + {n} of the header", bytes.len())
+    };
+    let json: Value = serde_json::from_slice(header)
         .map_err(|e| err(format!("{p}: safetensors header is not valid JSON: {e}")))?;
     let Value::Object(entries) = json else { bail!("{p}: safetensors header must be a JSON object") };
-    let data_len = len - 8 - n;
+    let data_len = file_len - 8 - n;
     let mut out = BTreeMap::new();
     for (name, v) in entries {
         if name == "__metadata__" {
-            if !v.is_object() {
-                bail!("{p}: __metadata__ must be a JSON object, got {v}")
+            // The safetensors crate (which maps the file later) requires string values.
+            if !v.as_object().is_some_and(|m| m.values().all(Value::is_string)) {
+                bail!("{p}: __metadata__ must be a JSON object of strings, got {v}")
             }
             continue;
         }
@@ -334,7 +368,11 @@ fn parse_entry(path: &Path, name: &str, v: &Value, data_len: u64) -> Result<Tens
              the file is truncated or the header is corrupt"
         )
     }
-    let numel = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    // candle computes contiguous strides (products of trailing dims) even for empty tensors,
+    // so the product of the non-zero dims must fit too: [0, 2^32, 2^32] holds no element but
+    // its strides overflow (a panic in builds with overflow checks).
+    let strides_fit = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d.max(1))).is_some();
+    let numel = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)).filter(|_| strides_fit);
     let bits = numel.and_then(|n| n.checked_mul(dtype.bitsize()));
     let Some(bits) = bits else { bail!("{p}: tensor {name} shape {shape:?} overflows") };
     if bits % 8 != 0 || (bits / 8) as u64 != e - b {
