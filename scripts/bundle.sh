@@ -38,10 +38,12 @@ EXAMPLES=(--example check_env --example bench)
 t0=$(date +%s)
 echo "bundle: building (target dir $CARGO_TARGET_DIR)"
 "${CARGO[@]}" build --release --features cuda "${EXAMPLES[@]}"
-# The test binary's path has a hash: ask cargo for it.
-"${CARGO[@]}" test --release --features cuda --test gpu --no-run --message-format=json \
+# The test binaries' paths have a hash: ask cargo for them.
+GPU_TESTS=(gpu gpu_reliability)
+"${CARGO[@]}" test --release --features cuda "${GPU_TESTS[@]/#/--test=}" --no-run --message-format=json \
   >"$CARGO_TARGET_DIR/gpu-test-build.json"
-GPU_TEST="$(python3 - "$CARGO_TARGET_DIR/gpu-test-build.json" <<'PY'
+test_exe() {  # test_exe NAME: the executable cargo built for tests/NAME.rs
+  python3 - "$CARGO_TARGET_DIR/gpu-test-build.json" "$1" <<'PY'
 import json, sys
 exe = None
 for line in open(sys.argv[1]):
@@ -49,19 +51,22 @@ for line in open(sys.argv[1]):
         msg = json.loads(line)
     except ValueError:
         continue
-    if msg.get("reason") == "compiler-artifact" and msg.get("target", {}).get("name") == "gpu" \
+    if msg.get("reason") == "compiler-artifact" and msg.get("target", {}).get("name") == sys.argv[2] \
             and msg.get("executable"):
         exe = msg["executable"]
 print(exe or "")
 PY
-)"
-[[ -n "$GPU_TEST" && -x "$GPU_TEST" ]] || { echo "bundle: could not find the tests/gpu.rs binary" >&2; exit 1; }
+}
 t1=$(date +%s)
 echo "bundle: build took $((t1 - t0)) s"
 
 STAGE="$(mktemp -d)"
 trap 'cp "$CARGO_TARGET_DIR/Cargo.lock.orig" Cargo.lock; rm -rf "$STAGE"' EXIT
-cp "$GPU_TEST" "$STAGE/gpu"
+for t in "${GPU_TESTS[@]}"; do
+  exe="$(test_exe "$t")"
+  [[ -n "$exe" && -x "$exe" ]] || { echo "bundle: could not find the tests/$t.rs binary" >&2; exit 1; }
+  cp "$exe" "$STAGE/$t"
+done
 for ex in check_env bench decode; do
   [[ -x "$CARGO_TARGET_DIR/release/examples/$ex" ]] && [[ "$ex" != decode || -f examples/decode.rs ]] \
     && cp "$CARGO_TARGET_DIR/release/examples/$ex" "$STAGE/$ex"

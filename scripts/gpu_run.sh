@@ -81,8 +81,29 @@ for p in "${PHASES[@]}"; do
         echo "=== anchors: anchors.py not in the bundle" | tee -a "$SUMMARY"
       fi
       ;;
+    reliability)
+      # shellcheck disable=SC2086
+      phase reliability "${RELIABILITY_TIMEOUT:-300}" "$BIN/gpu_reliability" --nocapture --test-threads=1 ${RELIABILITY_ARGS:-}
+      echo "reliability: $(test_counts "$OUT/reliability.log")" | tee -a "$SUMMARY"
+      ;;
+    decode)
+      # Qwen3-32B architecture with random FP8 weights (timings meaningful, text not), prompt
+      # of 100 tokens: fp8 and bf16 linears at batch 1 and 16; then the accuracy check.
+      for lin in ${DECODE_LINEAR:-fp8 bf16}; do
+        for b in ${DECODE_BATCH:-1 16}; do
+          phase "decode-$lin-b$b" "${DECODE_TIMEOUT:-150}" "$BIN/decode" --device cuda \
+            --random-weights "${DECODE_MODEL:-qwen3-32b}" --prompt-len 100 --max-new-tokens "${DECODE_TOKENS:-64}" \
+            --ignore-eos --batch "$b" --linear "$lin" --json "$OUT/decode-$lin-b$b.json"
+        done
+      done
+      phase decode-accuracy-tiny "${DECODE_TIMEOUT:-150}" "$BIN/decode" --device cuda --check-accuracy 256 \
+        --max-new-tokens 8 --json "$OUT/decode-accuracy-tiny.json"
+      [[ -n "${DECODE_ACCURACY_32B:-}" ]] && phase decode-accuracy-32b "${DECODE_TIMEOUT:-150}" "$BIN/decode" \
+        --device cuda --random-weights qwen3-32b --check-accuracy "$DECODE_ACCURACY_32B" --prompt-len 100 \
+        --max-new-tokens 8 --json "$OUT/decode-accuracy-32b.json"
+      ;;
     *)
-      echo "gpu_run: unknown phase $p (env test sanitize bench anchors)" | tee -a "$SUMMARY"
+      echo "gpu_run: unknown phase $p (env test sanitize bench anchors reliability decode)" | tee -a "$SUMMARY"
       ;;
   esac
 done
