@@ -13,6 +13,13 @@ namespace fp8gemm {
 constexpr float kE4M3Max = 448.f;
 constexpr float kScaleEps = 1e-4f;
 
+// max.NaN.f32: the larger operand, or NaN if either is NaN (sm_80+).
+__device__ __forceinline__ float max_nan(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+
 // One group = one row x 128 columns. kLanes lanes per group, each loading 16 bytes:
 // bf16 -> 8 values (16 lanes/group, 2 groups per warp); f32 -> 4 values (32 lanes/group).
 // s = max(amax, 1e-4) / 448 ; q = cvt.rn.satfinite.e4m3(x / s) with IEEE division.
@@ -56,12 +63,14 @@ __global__ void __launch_bounds__(256) quantize_act_kernel(const T* __restrict__
 #pragma unroll
       for (int i = 0; i < kVals; ++i) v[i] = 0.f;
     }
+    // NaN-propagating max (fmaxf would drop a NaN): a NaN input gives a NaN scale and NaN
+    // codes, exactly as the CPU quantizer does, so a bad activation is never hidden.
     float amax = 0.f;
 #pragma unroll
-    for (int i = 0; i < kVals; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    for (int i = 0; i < kVals; ++i) amax = max_nan(amax, fabsf(v[i]));
 #pragma unroll
-    for (int o = kLanes / 2; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float s = ptx::div_rn(fmaxf(amax, kScaleEps), kE4M3Max);
+    for (int o = kLanes / 2; o > 0; o /= 2) amax = max_nan(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float s = ptx::div_rn(max_nan(amax, kScaleEps), kE4M3Max);
     if (valid) {
       uint16_t packed[kVals / 2];
 #pragma unroll

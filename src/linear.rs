@@ -160,6 +160,42 @@ impl Fp8BlockLinear {
         Ok(candle_nn::Linear::new(w, b))
     }
 
+    /// The reference computation of this layer on its own device: activations quantized
+    /// exactly as in [`Module::forward`], then both operands dequantized to f32 and multiplied
+    /// in f32 (design.md §1's reference). It differs from `forward` only by summation order and
+    /// the output rounding, so comparing the two checks the kernels, not the FP8 format.
+    pub fn forward_reference(&self, x: &Tensor) -> Result<Tensor> {
+        let (m, lead) = self.check_input(x)?;
+        let (qa, sa) = quant::quantize_activation(&x.reshape((m, self.in_dim()))?)?;
+        let y = dequantize_activation(&qa, &sa)?.matmul(&self.dequantize()?.t()?)?;
+        self.finish(y, lead, x.dtype())
+    }
+
+    /// Checks the input of a forward and returns (tokens, leading dims).
+    fn check_input(&self, x: &Tensor) -> Result<(usize, Vec<usize>)> {
+        let dims = x.dims();
+        let Some((&k, lead)) = dims.split_last() else {
+            bail!("Fp8BlockLinear: input must have at least one dimension, got a scalar")
+        };
+        if k != self.in_dim() {
+            bail!("Fp8BlockLinear: input has {k} features (shape {dims:?}) but the weight expects {}", self.in_dim())
+        }
+        if !matches!(x.dtype(), DType::BF16 | DType::F16 | DType::F32) {
+            bail!("Fp8BlockLinear: input must be bf16, f16 or f32, got {:?}", x.dtype())
+        }
+        Ok((lead.iter().product(), lead.to_vec()))
+    }
+
+    /// Adds the bias and restores the leading dims and the input dtype.
+    fn finish(&self, y: Tensor, mut lead: Vec<usize>, dtype: DType) -> Result<Tensor> {
+        let y = match &self.bias {
+            Some(b) => y.broadcast_add(&b.to_dtype(y.dtype())?)?,
+            None => y,
+        };
+        lead.push(self.out_dim());
+        y.reshape(lead)?.to_dtype(dtype)
+    }
+
     /// Fuses layers that share their input (q/k/v, gate/up) into one along N, so a forward
     /// runs one GEMM. Every part but the last must have `N % 128 == 0`, so that the 128-row
     /// scale blocks stay aligned.
@@ -251,26 +287,19 @@ fn check_scales(name: &str, scale_inv: &Tensor) -> Result<()> {
 
 impl Module for Fp8BlockLinear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let dims = x.dims();
-        let Some((&k, lead)) = dims.split_last() else {
-            bail!("Fp8BlockLinear: input must have at least one dimension, got a scalar")
-        };
-        if k != self.in_dim() {
-            bail!("Fp8BlockLinear: input has {k} features (shape {dims:?}) but the weight expects {}", self.in_dim())
-        }
-        if !matches!(x.dtype(), DType::BF16 | DType::F16 | DType::F32) {
-            bail!("Fp8BlockLinear: input must be bf16, f16 or f32, got {:?}", x.dtype())
-        }
-        let m: usize = lead.iter().product();
-        let y = self.forward_2d(&x.reshape((m, k))?)?;
-        let y = match &self.bias {
-            Some(b) => y.broadcast_add(&b.to_dtype(y.dtype())?)?,
-            None => y,
-        };
-        let mut out_dims = lead.to_vec();
-        out_dims.push(self.out_dim());
-        y.reshape(out_dims)?.to_dtype(x.dtype())
+        let (m, lead) = self.check_input(x)?;
+        let y = self.forward_2d(&x.reshape((m, self.in_dim()))?)?;
+        self.finish(y, lead, x.dtype())
     }
+}
+
+/// f32 `[M, K]` from e4m3 `qa [M, K]` and its scales `sa [M, ceil(K/128)]`, on their device.
+fn dequantize_activation(qa: &Tensor, sa: &Tensor) -> Result<Tensor> {
+    let (m, k) = qa.dims2()?;
+    let kp = sa.dim(1)? * BLOCK;
+    let a = qa.to_dtype(DType::F32)?;
+    let a = if kp != k { a.pad_with_zeros(1, 0, kp - k)? } else { a };
+    a.reshape((m, kp / BLOCK, BLOCK))?.broadcast_mul(&sa.unsqueeze(2)?)?.reshape((m, kp))?.narrow(1, 0, k)
 }
 
 /// A linear layer that is either blocked-FP8 or dense (for modules a checkpoint leaves
@@ -281,6 +310,9 @@ pub enum AnyLinear {
     Fp8(Fp8BlockLinear),
     /// A plain candle linear (bf16 weights in practice).
     Dense(candle_nn::Linear),
+    /// A blocked-FP8 layer computed through [`Fp8BlockLinear::forward_reference`] (for
+    /// accuracy checks of the kernels).
+    Fp8Reference(Fp8BlockLinear),
 }
 
 impl AnyLinear {
@@ -302,7 +334,7 @@ impl AnyLinear {
     /// Output features.
     pub fn out_dim(&self) -> usize {
         match self {
-            Self::Fp8(l) => l.out_dim(),
+            Self::Fp8(l) | Self::Fp8Reference(l) => l.out_dim(),
             Self::Dense(l) => l.weight().dims()[0],
         }
     }
@@ -310,7 +342,7 @@ impl AnyLinear {
     /// Converts an FP8 layer into its dequantized bf16 equivalent (dense stays dense).
     pub fn into_dense_bf16(self) -> Result<Self> {
         match self {
-            Self::Fp8(l) => Ok(Self::Dense(l.to_dense(DType::BF16)?)),
+            Self::Fp8(l) | Self::Fp8Reference(l) => Ok(Self::Dense(l.to_dense(DType::BF16)?)),
             d => Ok(d),
         }
     }
@@ -320,6 +352,7 @@ impl Module for AnyLinear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self {
             Self::Fp8(l) => l.forward(x),
+            Self::Fp8Reference(l) => l.forward_reference(x),
             Self::Dense(l) => l.forward(x),
         }
     }

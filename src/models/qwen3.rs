@@ -17,7 +17,7 @@
 //!   through [`quantize_weight`](crate::quant::quantize_weight), for tests and the example.
 //! - [`compare_greedy`]: top-1 agreement and max |Δlogit| of two models over greedy steps.
 
-use crate::format::{f32_to_e4m3, num_blocks, BLOCK};
+use crate::format::{f32_to_e4m3, num_blocks};
 use crate::linear::{AnyLinear, Fp8BlockLinear};
 use candle_core::{bail, DType, Device, Module, Result, Tensor, D};
 use candle_nn::VarBuilder;
@@ -338,7 +338,7 @@ impl Proj {
 /// Bytes held by a linear layer's weights: `(fp8 bytes incl. scales, dense bytes)`.
 fn linear_bytes(l: &AnyLinear) -> (usize, usize) {
     match l {
-        AnyLinear::Fp8(f) => (f.weight().elem_count() + f.weight_scale_inv().elem_count() * 4, 0),
+        AnyLinear::Fp8(f) | AnyLinear::Fp8Reference(f) => (f.weight().elem_count() + f.weight_scale_inv().elem_count() * 4, 0),
         AnyLinear::Dense(d) => (0, d.weight().elem_count() * d.weight().dtype().size_in_bytes()),
     }
 }
@@ -699,30 +699,42 @@ impl Qwen3Model {
     }
 
     /// A copy of this model whose FP8 linears are dequantized into dense layers (the bf16
-    /// reference path), sharing the embeddings and norms. Its KV cache starts empty.
+    /// baseline: measures the FP8 format's effect), sharing the embeddings and norms. Its KV
+    /// cache starts empty.
     pub fn to_dense(&self) -> Result<Self> {
         let dtype = self.dtype;
-        let f = |l: AnyLinear| to_mode(l, LinearMode::Bf16, dtype);
+        self.map_linears(&|l| to_mode(l, LinearMode::Bf16, dtype), LinearMode::Bf16)
+    }
+
+    /// A copy of this model whose FP8 linears run [`Fp8BlockLinear::forward_reference`]: the
+    /// same quantized activations and weights, multiplied in f32 after dequantization. Against
+    /// this, the FP8 kernels differ only by summation order and output rounding. It shares
+    /// every weight with `self` (no extra memory); its KV cache starts empty.
+    pub fn to_reference(&self) -> Result<Self> {
+        let f = |l: AnyLinear| {
+            Ok(match l {
+                AnyLinear::Fp8(f) => AnyLinear::Fp8Reference(f),
+                l => l,
+            })
+        };
+        self.map_linears(&f, self.mode)
+    }
+
+    fn map_linears(&self, f: &dyn Fn(AnyLinear) -> Result<AnyLinear>, mode: LinearMode) -> Result<Self> {
         let layers = self
             .layers
             .iter()
             .map(|l| {
                 Ok(DecoderLayer {
-                    qkv: l.qkv.clone().map(&f)?,
+                    qkv: l.qkv.clone().map(f)?,
                     o: f(l.o.clone())?,
-                    gate_up: l.gate_up.clone().map(&f)?,
+                    gate_up: l.gate_up.clone().map(f)?,
                     down: f(l.down.clone())?,
                     ..l.clone()
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self {
-            layers,
-            lm_head: f(self.lm_head.clone())?,
-            kv: vec![KvCache::default(); self.kv.len()],
-            mode: LinearMode::Bf16,
-            ..self.clone()
-        })
+        Ok(Self { layers, lm_head: f(self.lm_head.clone())?, kv: vec![KvCache::default(); self.kv.len()], mode, ..self.clone() })
     }
 
     /// The configuration.
@@ -753,7 +765,11 @@ impl Qwen3Model {
     /// Kinds of the decoder's linear layers, one string per module as loaded:
     /// `"fp8"` or `"dense"`, keyed by `layer.module` (`0.qkv`, `0.o`, `0.gate_up`, `0.down`, …).
     pub fn linear_kinds(&self) -> Vec<(String, &'static str)> {
-        let kind = |l: &AnyLinear| if matches!(l, AnyLinear::Fp8(_)) { "fp8" } else { "dense" };
+        let kind = |l: &AnyLinear| match l {
+            AnyLinear::Fp8(_) => "fp8",
+            AnyLinear::Fp8Reference(_) => "fp8-reference",
+            AnyLinear::Dense(_) => "dense",
+        };
         let mut out = Vec::new();
         for (i, l) in self.layers.iter().enumerate() {
             for (name, p) in [("qkv", &l.qkv), ("gate_up", &l.gate_up)] {
