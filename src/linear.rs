@@ -162,13 +162,14 @@ impl Fp8BlockLinear {
 
     /// The reference computation of this layer on its own device: activations quantized
     /// exactly as in [`Module::forward`], then both operands dequantized to f32 and multiplied
-    /// in f32 (design.md §1's reference). It differs from `forward` only by summation order and
-    /// the output rounding, so comparing the two checks the kernels, not the FP8 format.
+    /// in f32 (design.md §1's reference), rounded to bf16 like the kernels' output. It differs from
+    /// `forward` only by f32 summation order, so comparing the two checks the kernels, not the FP8 format.
     pub fn forward_reference(&self, x: &Tensor) -> Result<Tensor> {
         let (m, lead) = self.check_input(x)?;
         let (qa, sa) = quant::quantize_activation(&x.reshape((m, self.in_dim()))?)?;
         let y = dequantize_activation(&qa, &sa)?.matmul(&self.dequantize()?.t()?)?;
-        self.finish(y, lead, x.dtype())
+        // The GEMM's contract is bf16 out: round the reference the same way.
+        self.finish(y.to_dtype(DType::BF16)?, lead, x.dtype())
     }
 
     /// Checks the input of a forward and returns (tokens, leading dims).
