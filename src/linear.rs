@@ -150,7 +150,7 @@ impl Fp8BlockLinear {
             .reshape((nb * BLOCK, kb * BLOCK))?
             .narrow(0, 0, n)?
             .narrow(1, 0, k)?;
-        self.weight.to_dtype(DType::F32)?.mul(&scales)
+        quant::e4m3_to_f32(&self.weight)?.mul(&scales)
     }
 
     /// A plain `candle_nn::Linear` with the dequantized weight in `dtype` (bf16 is the baseline).
@@ -298,7 +298,7 @@ impl Module for Fp8BlockLinear {
 fn dequantize_activation(qa: &Tensor, sa: &Tensor) -> Result<Tensor> {
     let (m, k) = qa.dims2()?;
     let kp = sa.dim(1)? * BLOCK;
-    let a = qa.to_dtype(DType::F32)?;
+    let a = quant::e4m3_to_f32(qa)?;
     let a = if kp != k { a.pad_with_zeros(1, 0, kp - k)? } else { a };
     a.reshape((m, kp / BLOCK, BLOCK))?.broadcast_mul(&sa.unsqueeze(2)?)?.reshape((m, kp))?.narrow(1, 0, k)
 }

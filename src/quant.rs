@@ -122,6 +122,33 @@ fn quantize_activation_cuda(x: &Tensor, m: usize, k: usize, kb: usize) -> Result
     Ok((q, act_scales_view(s, m, kb)?))
 }
 
+/// e4m3 `[R, C]` → f32, exactly, on the tensor's device. (candle has no e4m3 casts on CUDA:
+/// there our dequant kernel runs with unit block scales, whose bf16 output is exact since every
+/// e4m3 value is a bf16 value.)
+pub fn e4m3_to_f32(t: &Tensor) -> Result<Tensor> {
+    if t.dtype() != DType::F8E4M3 {
+        bail!("e4m3_to_f32: expected an F8E4M3 tensor, got {:?}", t.dtype())
+    }
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(_) = t.device() {
+        use candle_core::{op::BackpropOp, Storage};
+        let (r, c) = t.dims2()?;
+        let t = t.contiguous()?;
+        let (nb, kb) = format::weight_scale_shape(r, c);
+        let ones = Tensor::ones((nb, kb), DType::F32, t.device())?;
+        let out = {
+            let (ts, tl) = t.storage_and_layout();
+            let (os, ol) = ones.storage_and_layout();
+            let (Storage::Cuda(ts), Storage::Cuda(os)) = (&*ts, &*os) else {
+                bail!("e4m3_to_f32: tensors are not on the CUDA device")
+            };
+            crate::cuda::dequantize_weight((ts, tl), (os, ol), r, c)?
+        };
+        return Tensor::from_storage(Storage::Cuda(out), (r, c), BackpropOp::none(), false).to_dtype(DType::F32);
+    }
+    t.to_dtype(DType::F32)
+}
+
 /// CPU 128×128 block quantization of a row-major `[n, k]` weight slice.
 ///
 /// Returns `(q, scales)`: `q` row-major `[n, k]`, `scales` row-major `[ceil(n/128), ceil(k/128)]`
