@@ -343,6 +343,12 @@ pub fn parse_safetensors_header(bytes: &[u8], file_len: u64, path: &Path) -> Res
     if at as u64 != data_len {
         bail!("{p}: the data section holds {data_len} bytes but the tensors cover {at}: the file is truncated or has trailing bytes")
     }
+    // After our checks (whose errors are clearer): serde_json's Value keeps the last of
+    // duplicate keys, but the safetensors crate (which maps the file later) refuses duplicate
+    // fields in a tensor entry. Run its header parser too: what we accept, the loader accepts.
+    if let Err(e) = serde_json::from_slice::<safetensors::tensor::Metadata>(header) {
+        bail!("{p}: safetensors header rejected by the safetensors format: {e}")
+    }
     Ok(out)
 }
 

@@ -596,6 +596,13 @@ fn safetensors_cases() -> Vec<Case> {
         case("S29", "empty tensor whose strides overflow", &[SINGLE_FILE, "tensor a", "[0, 4294967296, 4294967296]", "overflows"], || {
             open_header(one("F32", json!([0, 4294967296u64, 4294967296u64]), json!([0, 0])), &[])
         }),
+        case("S30", "duplicate field in a tensor entry", &[SINGLE_FILE, "duplicate field `shape`"], || {
+            let h = br#"{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,1],"shape":[1]}}"#;
+            let mut b = (h.len() as u64).to_le_bytes().to_vec();
+            b.extend_from_slice(h);
+            b.push(0);
+            open_bytes(&b)
+        }),
         case("S27", "read_safetensors_header on a directory", &["cannot"], || {
             let d = tempfile::tempdir()?;
             read_safetensors_header(d.path()).map(|_| ())
