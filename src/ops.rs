@@ -86,7 +86,12 @@ pub fn validate_operands(qa: &Tensor, sa: &Tensor, w: &Tensor, sw: &Tensor) -> R
     }
     for (name, t) in [("sa", sa), ("w", w), ("sw", sw)] {
         if !t.device().same_device(qa.device()) {
-            bail!("{name}: on device {:?} but qa is on {:?}", t.device().location(), qa.device().location())
+            let hint = if t.device().location() == qa.device().location() {
+                " (two candle Device handles for the same GPU: create all operands from one Device)"
+            } else {
+                ""
+            };
+            bail!("{name}: on device {:?} but qa is on {:?}{hint}", t.device().location(), qa.device().location())
         }
     }
     Ok(GemmShape { m, n, k })

@@ -7,7 +7,8 @@
 //!
 //! Everything launches on candle's stream for the device (`CudaDevice::cuda_stream`), keeps
 //! cudarc's read/write guards alive across each launch, and never synchronizes the host.
-//! Per-device state (workspaces, cuBLASLt handle, capabilities) is cached and grown on demand.
+//! Per-(device, thread) state (workspaces, cuBLASLt handle) and per-device capabilities are
+//! cached and grown on demand.
 
 pub(crate) mod cublaslt;
 pub(crate) mod ffi;
@@ -83,13 +84,18 @@ struct StreamState {
     lt: Mutex<Option<cublaslt::LtState>>,
 }
 
+/// The workspace / cuBLASLt state for launches from this thread on this device. Keyed by
+/// thread too: candle's default device launches on CUDA's per-thread default stream, so two
+/// threads sharing one `Device` run on different streams, and a shared split-K workspace would
+/// be a cross-stream race. Within one thread, launches are stream-ordered.
 fn stream_state(dev: &CudaDevice) -> Arc<StreamState> {
-    static STATES: OnceLock<Mutex<HashMap<DeviceId, Arc<StreamState>>>> = OnceLock::new();
+    type Key = (DeviceId, std::thread::ThreadId);
+    static STATES: OnceLock<Mutex<HashMap<Key, Arc<StreamState>>>> = OnceLock::new();
     STATES
         .get_or_init(Default::default)
         .lock()
-        .unwrap()
-        .entry(dev.id())
+        .unwrap_or_else(|e| e.into_inner())
+        .entry((dev.id(), std::thread::current().id()))
         .or_default()
         .clone()
 }
