@@ -40,6 +40,23 @@ impl Rng {
         (lo + (hi - lo) * self.uniform()).exp2()
     }
 
+    /// Uniform in `[0, 1)` with 53 random bits.
+    pub fn unit_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in `[-1, 1)`.
+    pub fn uniform_f32(&mut self) -> f32 {
+        (self.unit_f64() * 2.0 - 1.0) as f32
+    }
+
+    /// Exactly standard normal (Box–Muller).
+    pub fn normal_f32(&mut self) -> f32 {
+        let u1 = self.unit_f64().max(1e-300);
+        let u2 = self.unit_f64();
+        ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
+    }
+
     /// `len` normal values scaled by `std`.
     pub fn normal_vec(&mut self, len: usize, std: f32) -> Vec<f32> {
         (0..len).map(|_| self.normal() * std).collect()

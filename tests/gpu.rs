@@ -13,7 +13,11 @@
 //! `CANDLE_FP8_GPU_QUICK=1` runs a reduced grid (used under compute-sanitizer).
 #![cfg(feature = "cuda")]
 
-use std::sync::OnceLock;
+#[path = "common/gpu.rs"]
+#[macro_use]
+mod gpu;
+use gpu::{usable, PROVIDERS};
+
 
 use candle_core::{DType, Device, Result, Tensor};
 use candle_fp8::dispatch::{BackendRequest, Provider, BACKEND_ENV};
@@ -31,7 +35,6 @@ const MS: [usize; 28] = [
 const NS: [usize; 6] = [128, 256, 1024, 4096, 5120, 10240];
 const KS: [usize; 5] = [128, 256, 4096, 5120, 8192];
 const QWEN: [(usize, usize); 4] = [(10240, 5120), (5120, 8192), (51200, 5120), (5120, 25600)];
-const PROVIDERS: [Provider; 3] = [Provider::Hopper, Provider::CublasLt, Provider::Dequant];
 const MAX_RELERR: f64 = 3e-3;
 const MAX_CALC_DIFF: f64 = 1e-3;
 /// Above this many multiply-adds the GPU f32 reference replaces the CPU one.
@@ -41,50 +44,6 @@ fn quick() -> bool {
     std::env::var("CANDLE_FP8_GPU_QUICK").is_ok_and(|v| v != "0" && !v.is_empty())
 }
 
-/// The CUDA device, or the reason there is none (printed once per test as a skip).
-fn gpu() -> std::result::Result<Device, String> {
-    static DEV: OnceLock<std::result::Result<Device, String>> = OnceLock::new();
-    DEV.get_or_init(|| {
-        // cudarc panics when libcuda is missing: keep that panic out of the test output.
-        let hook = std::panic::take_hook();
-        std::panic::set_hook(Box::new(|_| {}));
-        let r = std::panic::catch_unwind(|| Device::new_cuda(0));
-        std::panic::set_hook(hook);
-        match r {
-            Ok(Ok(d)) => Ok(d),
-            Ok(Err(e)) => Err(format!("no CUDA device: {e}")),
-            Err(_) => Err("libcuda could not be loaded (no NVIDIA driver)".into()),
-        }
-    })
-    .clone()
-}
-
-macro_rules! gpu_or_skip {
-    ($name:expr) => {
-        match gpu() {
-            Ok(d) => d,
-            Err(why) => {
-                println!("SKIP {}: {why}", $name);
-                return Ok(());
-            }
-        }
-    };
-}
-
-/// Providers usable on `dev`, printing why the others are skipped.
-fn usable(dev: &Device, test: &str) -> Result<Vec<Provider>> {
-    let caps = device_caps(dev)?;
-    Ok(PROVIDERS
-        .into_iter()
-        .filter(|p| match caps.unusable_reason(*p) {
-            None => true,
-            Some(why) => {
-                println!("SKIP {test} [{p}]: {why}");
-                false
-            }
-        })
-        .collect())
-}
 
 /// Fills the device's allocator pool with NaNs (bf16 and f32) of at least `elems` elements
 /// and frees them, so that the next output allocation most likely reuses poisoned memory.

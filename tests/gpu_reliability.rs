@@ -19,58 +19,24 @@
 //!   under `compute-sanitizer --tool {memcheck,racecheck,synccheck}` (checked against the CPU).
 #![cfg(feature = "cuda")]
 
+#[path = "common/gpu.rs"]
+#[macro_use]
+mod gpu;
+use gpu::usable;
+
 use candle_core::cuda_backend::cudarc::driver::result::mem_get_info;
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_fp8::dispatch::{choose_config, BackendRequest, Provider};
 use candle_fp8::format::{act_scale_m_stride, num_blocks, F8E4M3};
-use candle_fp8::ops::{device_caps, fp8_block_matmul, fp8_block_matmul_with};
+use candle_fp8::ops::{fp8_block_matmul, fp8_block_matmul_with};
 use candle_fp8::reference::{calc_diff_slices, naive_matmul_f64, rel_err_slices};
 use candle_fp8::testing::{random_operands, Operands};
 use candle_fp8::Fp8BlockLinear;
-use std::sync::OnceLock;
 use std::time::Instant;
 
-const PROVIDERS: [Provider; 3] = [Provider::Hopper, Provider::CublasLt, Provider::Dequant];
 /// SM count used only to print the schedule a shape gets (H100 SXM / H200: 132).
 const PRINT_SMS: usize = 132;
 
-/// The CUDA device, or the reason there is none.
-fn gpu() -> std::result::Result<Device, String> {
-    static DEV: OnceLock<std::result::Result<Device, String>> = OnceLock::new();
-    DEV.get_or_init(|| match std::panic::catch_unwind(|| Device::new_cuda(0)) {
-        Ok(Ok(d)) => Ok(d),
-        Ok(Err(e)) => Err(format!("no CUDA device: {e}")),
-        Err(_) => Err("libcuda could not be loaded (no NVIDIA driver)".into()),
-    })
-    .clone()
-}
-
-macro_rules! gpu_or_skip {
-    ($name:expr) => {
-        match gpu() {
-            Ok(d) => d,
-            Err(why) => {
-                println!("SKIP {}: {why}", $name);
-                return Ok(());
-            }
-        }
-    };
-}
-
-/// Providers usable on `dev` (printing why the others are skipped).
-fn usable(dev: &Device, test: &str) -> Result<Vec<Provider>> {
-    let caps = device_caps(dev)?;
-    Ok(PROVIDERS
-        .into_iter()
-        .filter(|p| match caps.unusable_reason(*p) {
-            None => true,
-            Some(why) => {
-                println!("SKIP {test} [{p}]: {why}");
-                false
-            }
-        })
-        .collect())
-}
 
 fn gemm(p: Provider, o: &Operands) -> Result<Tensor> {
     fp8_block_matmul_with(BackendRequest::Force(p), &o.qa, &o.sa, &o.w, &o.sw)

@@ -935,42 +935,7 @@ fn fill_rows_on_device(rows: usize, cols: usize, dtype: DType, device: &Device, 
 // Random numbers (deterministic, no dependency)
 // ---------------------------------------------------------------------------------------------
 
-/// SplitMix64: small, fast, deterministic.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from a seed.
-    pub fn new(seed: u64) -> Self {
-        Self(seed ^ 0x9E37_79B9_7F4A_7C15)
-    }
-
-    /// Next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    pub fn unit_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Uniform in [-1, 1).
-    pub fn uniform_f32(&mut self) -> f32 {
-        (self.unit_f64() * 2.0 - 1.0) as f32
-    }
-
-    /// Standard normal (Box–Muller).
-    pub fn normal_f32(&mut self) -> f32 {
-        let u1 = self.unit_f64().max(1e-300);
-        let u2 = self.unit_f64();
-        ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
-    }
-}
+pub use crate::testing::Rng;
 
 // ---------------------------------------------------------------------------------------------
 // Sampling and generation

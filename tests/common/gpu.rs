@@ -1,0 +1,57 @@
+//! Shared helpers of the GPU test files (`tests/gpu.rs`, `tests/gpu_reliability.rs`): the
+//! CUDA device or the reason there is none, the skip macro, and the usable providers.
+#![allow(dead_code)]
+
+use candle_core::{Device, Result};
+use candle_fp8::dispatch::Provider;
+use candle_fp8::ops::device_caps;
+use std::sync::OnceLock;
+
+/// Every CUDA provider.
+pub const PROVIDERS: [Provider; 3] = [Provider::Hopper, Provider::CublasLt, Provider::Dequant];
+
+/// The CUDA device, or the reason there is none (printed by each test as its skip reason).
+pub fn gpu() -> std::result::Result<Device, String> {
+    static DEV: OnceLock<std::result::Result<Device, String>> = OnceLock::new();
+    DEV.get_or_init(|| {
+        // cudarc panics when libcuda is missing: keep that panic out of the test output.
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let r = std::panic::catch_unwind(|| Device::new_cuda(0));
+        std::panic::set_hook(hook);
+        match r {
+            Ok(Ok(d)) => Ok(d),
+            Ok(Err(e)) => Err(format!("no CUDA device: {e}")),
+            Err(_) => Err("libcuda could not be loaded (no NVIDIA driver)".into()),
+        }
+    })
+    .clone()
+}
+
+/// The device, or print `SKIP <test>: <reason>` and return `Ok(())` from the test.
+macro_rules! gpu_or_skip {
+    ($name:expr) => {
+        match $crate::gpu::gpu() {
+            Ok(d) => d,
+            Err(why) => {
+                println!("SKIP {}: {why}", $name);
+                return Ok(());
+            }
+        }
+    };
+}
+
+/// Providers usable on `dev`, printing why the others are skipped.
+pub fn usable(dev: &Device, test: &str) -> Result<Vec<Provider>> {
+    let caps = device_caps(dev)?;
+    Ok(PROVIDERS
+        .into_iter()
+        .filter(|p| match caps.unusable_reason(*p) {
+            None => true,
+            Some(why) => {
+                println!("SKIP {test} [{p}]: {why}");
+                false
+            }
+        })
+        .collect())
+}
