@@ -178,14 +178,15 @@ fn block_partials_body(a: &[f32], lda: usize, m: usize, tile: &[f32], rows: usiz
             let b = &tile[r * cols..(r + 1) * cols];
             let mut acc = [[0f32; 8]; 4];
             let full = cols / 8 * 8;
-            let mut c = 0;
-            while c < full {
-                for (t, at) in acc.iter_mut().enumerate() {
+            // Fixed-size 8-lane arrays: one bounds check per chunk, none per lane, so it vectorizes.
+            for c in (0..full).step_by(8) {
+                let bc: &[f32; 8] = b[c..c + 8].try_into().expect("8 lanes");
+                for (at, a) in acc.iter_mut().zip(ar.iter()) {
+                    let ac: &[f32; 8] = a[c..c + 8].try_into().expect("8 lanes");
                     for l in 0..8 {
-                        at[l] += ar[t][c + l] * b[c + l];
+                        at[l] += ac[l] * bc[l];
                     }
                 }
-                c += 8;
             }
             for t in 0..g {
                 let mut sum = acc[t].iter().sum::<f32>();
