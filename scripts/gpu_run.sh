@@ -53,6 +53,10 @@ for p in "${PHASES[@]}"; do
     test)
       # shellcheck disable=SC2086
       phase test "${TEST_TIMEOUT:-540}" "$BIN/gpu" --nocapture --test-threads="${TEST_THREADS:-2}" ${TEST_ARGS:-}
+      if [[ -x "$BIN/qwen3_gpu" ]]; then  # the model on CUDA (appended to the same log)
+        "$BIN/qwen3_gpu" --nocapture --test-threads=1 >>"$OUT/test.log" 2>&1
+        echo "=== qwen3_gpu: rc=$?" | tee -a "$SUMMARY"
+      fi
       grep -E "^(test |ok |SKIP|thread .* panicked)" "$OUT/test.log" | tail -n 60
       echo "tests: $(test_counts "$OUT/test.log")" | tee -a "$SUMMARY"
       ;;
