@@ -117,6 +117,16 @@ pub(crate) fn log_once(provider: Provider, what: &str) {
     }
 }
 
+/// Logs the first GEMM of each provider. Runs on every call, so it is a flag test, not a
+/// formatted string and a lock.
+fn log_provider_once(provider: Provider) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static SEEN: [AtomicBool; 4] = [const { AtomicBool::new(false) }; 4];
+    if !SEEN[provider as usize].swap(true, Ordering::Relaxed) {
+        tracing::info!(provider = provider.as_str(), "candle-fp8: blocked-FP8 GEMM provider: {provider}");
+    }
+}
+
 /// The GEMM op; the scales travel in the struct, `qa` and `w` are the op's arguments.
 struct Fp8BlockMatmul {
     sa: Tensor,
@@ -314,6 +324,6 @@ pub fn fp8_block_matmul_with(
             log_once(provider, &format!("shape off the fast path ({why}): using {provider}"));
         }
     }
-    log_once(provider, &format!("blocked-FP8 GEMM provider: {provider}"));
+    log_provider_once(provider);
     qa.apply_op2_no_bwd(w, &Fp8BlockMatmul { sa: sa.clone(), sw: sw.clone(), shape, provider })
 }
