@@ -28,6 +28,9 @@ __global__ void __launch_bounds__(256) quantize_act_kernel(const T* __restrict__
                                                            uint8_t* __restrict__ q,
                                                            float* __restrict__ sa, int64_t m,
                                                            int64_t k) {
+  // Let a PDL-launched GEMM start now: it prefetches its weights while we run and waits
+  // (griddepcontrol.wait) for our completion before it reads q / sa.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   constexpr int kVals = 16 / sizeof(T);
   constexpr int kLanes = 128 / kVals;
   constexpr int kGroupsPerWarp = 32 / kLanes;

@@ -221,41 +221,35 @@ impl GemmConfig {
     }
 }
 
-/// K split that best fills the machine (mirrors `fill_split` in `kernels/gemm.cu`): minimises
-/// (waves of CTAs per split) × (1 + 5 % per extra split) with `per_sm` CTAs resident per SM,
-/// at most 8 splits, at least 4 K blocks per split; shapes that already give ≥ 2 CTAs per SM
-/// are not split. (2 splits reduce inside a 2-CTA cluster; 3–8 through the f32 workspace,
-/// see `fp8gemm_workspace_bytes`.)
-fn fill_split(tiles: usize, kb: usize, num_sms: usize, per_sm: usize) -> i32 {
-    let slots = (num_sms * per_sm).max(1);
-    if tiles >= 2 * num_sms {
-        return 1;
-    }
-    let max_s = (kb / 4).clamp(1, 8);
-    let mut best = 1;
-    let mut best_cost = f64::INFINITY;
-    for s in 1..=max_s {
-        let waves = (tiles * s).div_ceil(slots) as f64;
-        let cost = waves / s as f64 * (1.0 + 0.05 * (s - 1) as f64);
-        if cost < best_cost - 1e-9 {
-            best_cost = cost;
-            best = s;
-        }
-    }
-    best as i32
+/// Largest K split (≤ 8) that keeps ≥ 16 K blocks per split and at most `max_ctas` CTAs in
+/// all; 1 when none does. Mirrors `split_for` in `kernels/gemm.cu`. The two limits are the
+/// H200 sweep's findings (`harness.py sweep`, docs/KERNELS.md): splits shorter than 16 K blocks
+/// lose their pipeline ramp to the reduction, and more CTAs than the SMs can hold at once only
+/// add a tail. (2 splits reduce inside a 2-CTA cluster; 3–8 through the f32 workspace, see
+/// `fp8gemm_workspace_bytes`.)
+fn split_for(tiles: usize, kb: usize, max_ctas: usize) -> i32 {
+    (1..=8usize)
+        .rev()
+        .find(|&s| s == 1 || (kb >= 16 * s && tiles * s <= max_ctas))
+        .unwrap_or(1) as i32
 }
 
 /// Chooses our kernel configuration for an `m × n × k` GEMM on a GPU with `num_sms` SMs.
 ///
-/// Pure and cheap; unit-tested at the M boundaries. Mirrors `auto_config` in
-/// `kernels/gemm.cu` (the rule measured on H200, see `docs/KERNELS.md`):
+/// Pure and cheap; unit-tested at the boundaries. Mirrors `auto_config` in
+/// `kernels/gemm.cu`. Each branch is the fastest cold configuration of the H200 sweep
+/// (`python3 scripts/dev/harness.py sweep`, every compiled config × split per shape; table in
+/// docs/KERNELS.md). `t128 = ⌈N/128⌉`, `S` = SMs:
 ///
-/// | M | schedule | tile (block_m × block_n) | stages | split-K |
+/// | M | schedule | tile (block_m × block_n) | stages | split-K (`split_for`) |
 /// |---|---|---|---|---|
-/// | 1–8 | swap-AB | 8 tokens × 64 weight rows | 8 | none if N/64 ≥ #SMs, else fill (2 CTAs/SM), ≤ 8 |
-/// | 9–16 | swap-AB | 16 × 64 | 8 | same |
-/// | 17–128 | small-M | 64 × 128 | 6 | fill the SMs (1 CTA/SM), ≤ 8 |
-/// | 129–512 | warp-specialized | 128 × 128 | 6 | same |
+/// | 1–8 | swap-AB | 8 tokens × 64 weight rows | 8 | ≤ 2.5·S CTAs (2–3 resident per SM) |
+/// | 9–16 | swap-AB | 16 × 64 | 8 | ≤ 2·S CTAs |
+/// | 17–128, 40 ≤ t128 ≤ 2·S, M > 64 | warp-specialized | 128 × 128 | 6 | ≤ S CTAs |
+/// | 17–128, ⌈M/64⌉·t128 ≥ S/2 | small-M | 64 × 128 | 6 | ≤ S CTAs |
+/// | 17–128, otherwise (narrow N) | small-M | 64 × 64 | 8 | ≤ S CTAs |
+/// | 129–256, ⌈M/64⌉·t128 ≤ S | small-M | 64 × 128 | 6 | ≤ S CTAs |
+/// | 129–512, otherwise | warp-specialized | 128 × 128 | 6 | ≤ S CTAs |
 /// | > 512 | persistent | 256 × 128 (2 waves of 128) | 4 | none |
 pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig {
     let kb = k / 128;
@@ -268,25 +262,28 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
         split_k,
         num_sms: 0,
     };
+    let t128 = n.div_ceil(128);
+    let m64 = m.div_ceil(64);
     if m <= 16 {
-        let bm = if m <= 8 { 8 } else { 16 };
-        // Memory-bound: with >= 1 tile per SM every tile is resident at once and a split only
-        // adds the reduction (measured 1×10240×5120: split 1 16.0 µs, split 3 17.3 µs).
+        // Memory-bound: several ~74 KB CTAs share an SM, so up to 2-2.5 waves of CTAs stay
+        // resident (measured: 1×10240×5120 split 2 = 320 CTAs best, split 3 worse).
         let tiles = n.div_ceil(64);
-        let split = if tiles >= sms {
-            1
-        } else {
-            fill_split(tiles, kb, sms, 2)
-        };
-        cfg(ScheduleKind::SwapAb, bm, 64, 8, split)
+        let (bm, cap) = if m <= 8 { (8, sms * 5 / 2) } else { (16, sms * 2) };
+        cfg(ScheduleKind::SwapAb, bm, 64, 8, split_for(tiles, kb, cap))
     } else if m <= 128 {
-        let tiles = m.div_ceil(64) * n.div_ceil(128);
-        let split = fill_split(tiles, kb, sms, 1);
-        cfg(ScheduleKind::SmallM, 64, 128, 6, split)
+        if m > 64 && (40..=2 * sms).contains(&t128) {
+            cfg(ScheduleKind::WarpSpecialized, 128, 128, 6, split_for(t128, kb, sms))
+        } else if m64 * t128 >= sms / 2 {
+            cfg(ScheduleKind::SmallM, 64, 128, 6, split_for(m64 * t128, kb, sms))
+        } else {
+            let tiles = m64 * n.div_ceil(64);
+            cfg(ScheduleKind::SmallM, 64, 64, 8, split_for(tiles, kb, sms))
+        }
+    } else if m <= 256 && m64 * t128 <= sms {
+        cfg(ScheduleKind::SmallM, 64, 128, 6, split_for(m64 * t128, kb, sms))
     } else if m <= 512 {
-        let tiles = m.div_ceil(128) * n.div_ceil(128);
-        let split = fill_split(tiles, kb, sms, 1);
-        cfg(ScheduleKind::WarpSpecialized, 128, 128, 6, split)
+        let tiles = m.div_ceil(128) * t128;
+        cfg(ScheduleKind::WarpSpecialized, 128, 128, 6, split_for(tiles, kb, sms))
     } else {
         cfg(ScheduleKind::Persistent, 256, 128, 4, 1)
     }
@@ -345,31 +342,51 @@ mod tests {
 
     #[test]
     fn config_boundaries_and_splits() {
-        let kinds = |m| choose_config(m, 4096, 4096, 132).schedule().unwrap();
-        assert_eq!(kinds(1), ScheduleKind::SwapAb);
-        assert_eq!(choose_config(8, 4096, 4096, 132).block_m, 8);
-        assert_eq!(choose_config(9, 4096, 4096, 132).block_m, 16);
-        assert_eq!(kinds(16), ScheduleKind::SwapAb);
-        assert_eq!(kinds(17), ScheduleKind::SmallM);
-        assert_eq!(kinds(128), ScheduleKind::SmallM);
-        assert_eq!(kinds(129), ScheduleKind::WarpSpecialized);
-        assert_eq!(kinds(512), ScheduleKind::WarpSpecialized);
-        assert_eq!(kinds(513), ScheduleKind::Persistent);
+        let c = |m, n, k| choose_config(m, n, k, 132);
+        let kind = |m, n, k| c(m, n, k).schedule().unwrap();
+        let tile = |m, n, k| (c(m, n, k).block_m, c(m, n, k).block_n);
+        // Schedules at the M boundaries (N = K = 4096).
+        assert_eq!(kind(1, 4096, 4096), ScheduleKind::SwapAb);
+        assert_eq!(tile(8, 4096, 4096), (8, 64));
+        assert_eq!(tile(9, 4096, 4096), (16, 64));
+        assert_eq!(kind(16, 4096, 4096), ScheduleKind::SwapAb);
+        assert_eq!((kind(17, 4096, 4096), tile(17, 4096, 4096)), (ScheduleKind::SmallM, (64, 64)));
+        assert_eq!((kind(128, 4096, 4096), tile(128, 4096, 4096)), (ScheduleKind::SmallM, (64, 64)));
+        assert_eq!((kind(129, 4096, 4096), tile(129, 4096, 4096)), (ScheduleKind::SmallM, (64, 128)));
+        assert_eq!(tile(256, 4096, 4096), (64, 128));
+        assert_eq!(kind(257, 4096, 4096), ScheduleKind::WarpSpecialized);
+        assert_eq!(kind(512, 4096, 4096), ScheduleKind::WarpSpecialized);
+        assert_eq!(kind(513, 4096, 4096), ScheduleKind::Persistent);
+        // N decides in the middle: wide qkv at M = 128 -> 128 x 128 warp-specialized (22 µs
+        // measured vs 29-40 for the small-M tiles); very wide gate_up -> 64 x 128 small-M.
+        assert_eq!((kind(128, 10240, 5120), tile(128, 10240, 5120)), (ScheduleKind::WarpSpecialized, (128, 128)));
+        assert_eq!(kind(65, 5120, 8192), ScheduleKind::WarpSpecialized);
+        assert_eq!(kind(64, 5120, 8192), ScheduleKind::SmallM);
+        assert_eq!((kind(128, 51200, 5120), tile(128, 51200, 5120)), (ScheduleKind::SmallM, (64, 128)));
+        assert_eq!(tile(64, 10240, 5120), (64, 128));
+        // 129-256 leave small-M once its tiles exceed one wave.
+        assert_eq!(kind(200, 10240, 5120), ScheduleKind::WarpSpecialized);
         // Splits measured best on H200 (docs/KERNELS.md).
-        assert_eq!(choose_config(1, 4096, 4096, 132).split_k, 4);
-        assert_eq!(choose_config(1, 5120, 8192, 132).split_k, 3);
-        assert_eq!(choose_config(1, 5120, 25600, 132).split_k, 3);
-        assert_eq!(choose_config(1, 51200, 5120, 132).split_k, 1);
-        assert_eq!(choose_config(1, 10240, 5120, 132).split_k, 1);
-        assert_eq!(choose_config(64, 4096, 4096, 132).split_k, 4);
-        assert_eq!(choose_config(128, 4096, 4096, 132).split_k, 2);
-        assert_eq!(choose_config(4096, 4096, 4096, 132).split_k, 1);
-        // Short K is never split below 4 K blocks per split; splits stay within a cluster.
-        assert_eq!(choose_config(1, 128, 256, 132).split_k, 1);
+        assert_eq!(c(1, 4096, 4096).split_k, 2);
+        assert_eq!(c(16, 4096, 4096).split_k, 2);
+        assert_eq!(c(1, 10240, 5120).split_k, 2);
+        assert_eq!(c(16, 10240, 5120).split_k, 1);
+        assert_eq!(c(1, 5120, 8192).split_k, 4);
+        assert_eq!(c(16, 5120, 8192).split_k, 3);
+        assert_eq!(c(1, 51200, 5120).split_k, 1);
+        assert_eq!(c(64, 4096, 4096).split_k, 2);
+        assert_eq!(c(128, 4096, 4096).split_k, 1);
+        assert_eq!(c(128, 5120, 8192).split_k, 3);
+        assert_eq!(c(4096, 4096, 4096).split_k, 1);
+        // Never below 16 K blocks per split; at most 8 splits.
+        assert_eq!(c(1, 128, 256).split_k, 1);
+        assert_eq!(c(1, 128, 4096).split_k, 2);
+        assert_eq!(c(1, 128, 65536).split_k, 8);
         for m in [1, 16, 64, 200] {
             for (n, k) in [(128, 128), (4096, 4096), (5120, 25600), (51200, 5120)] {
-                let c = choose_config(m, n, k, 132);
-                assert!((1..=8).contains(&c.split_k) && c.split_k as usize <= (k / 128).max(1));
+                let cf = c(m, n, k);
+                assert!((1..=8).contains(&cf.split_k), "{m}x{n}x{k}: {cf:?}");
+                assert!(cf.split_k == 1 || (k / 128) / cf.split_k as usize >= 16, "{m}x{n}x{k}: {cf:?}");
             }
         }
     }

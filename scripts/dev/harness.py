@@ -394,10 +394,86 @@ def bench(lib, args):
     return rows
 
 
+def sweep_candidates(M, N, K, sms=132):
+    """Every compiled config that can run (M, N, K), with a wider split-K range than `bench`."""
+    KB = K // 128
+    out = []
+    for (kind, bm, bn, st, split_ok) in CONFIGS:
+        if kind == "swap_ab" and (M > 64 or (bm < M and bm != 64)):
+            continue
+        if kind == "small_m" and M > 256:
+            continue
+        if kind == "warp_spec" and (M <= 64 or M > 1024):
+            continue
+        if kind == "persistent" and M <= 128:
+            continue
+        for s in ([1, 2, 3, 4, 5, 6, 8, 10] if split_ok else [1]):
+            if s <= max(1, KB // 2):
+                out.append(cfg_of(kind, bm, bn, st, s))
+    return out
+
+
+def sweep(lib, args):
+    """Hot and cold time of every config per shape (the data behind dispatch.rs), then the
+    full linear (quant + GEMM, PDL) against the GEMM alone for the auto config."""
+    from triton.testing import do_bench_cudagraph
+    shapes = [tuple(int(v) for v in s.split(",")) for s in (args.shapes or [])]
+    print("SWEEP M N K cfg hot_us cold_us")
+    for (M, N, K) in shapes:
+        ncold = max(4, min(16, int(256e6 // (N * K)) + 1))
+        x, w0, sw0 = make_inputs(M, N, K, seed=M + N)
+        q, sa = lib.quant(x)
+        ws = [(w0, sw0)] + [(w0.clone(), sw0.clone()) for _ in range(ncold - 1)]
+        y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
+        r = reference(q, sa, w0, sw0) if M * N * K < 2 ** 36 else None
+        res = []
+        for c in [cfg_of("auto")] + sweep_candidates(M, N, K):
+            f = lib.gemm_fn(q, sa, w0, sw0, y, c)
+            try:
+                y.fill_(float("nan"))
+                f()
+                torch.cuda.synchronize()
+            except RuntimeError:
+                continue
+            if r is not None:
+                rel, cd, nan = metrics(y, r)
+                if rel > 3e-3 or nan:
+                    print(f"   WRONG {M}x{N}x{K} {cfg_str(c)} rel {rel:.3g} nan {nan}", flush=True)
+                    continue
+            fns = [lib.gemm_fn(q, sa, w_, s_, y, c) for (w_, s_) in ws]
+            hot = do_bench_cudagraph(f, rep=20, return_mode="median") * 1e3
+            def seq():
+                for g in fns:
+                    g()
+            cold = do_bench_cudagraph(seq, rep=20, return_mode="median") * 1e3 / len(fns)
+            res.append((cold, hot, cfg_str(c)))
+            print(f"SWEEP {M} {N} {K} {cfg_str(c)} {hot:.2f} {cold:.2f}", flush=True)
+        # Full linear: bf16 x -> quant -> GEMM (auto), against the GEMM alone.
+        q2 = torch.empty_like(q)
+        sa2 = torch.empty_like(sa)
+        auto = cfg_of("auto")
+        g_only = lib.gemm_fn(q2, sa2, w0, sw0, y, auto)
+        L, st = lib.L, lib
+        def full():
+            e = L.fp8gemm_quantize_act(x.data_ptr(), 0, q2.data_ptr(), sa2.data_ptr(), M, K,
+                                       ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+            assert e == 0
+            g_only()
+        full()
+        torch.cuda.synchronize()
+        if r is not None:
+            rel, cd, nan = metrics(y, r)
+            assert rel < 3e-3 and not nan, f"full linear wrong: rel {rel} nan {nan}"
+        tf = do_bench_cudagraph(full, rep=30, return_mode="median") * 1e3
+        tg = do_bench_cudagraph(g_only, rep=30, return_mode="median") * 1e3
+        res.sort()
+        print(f"BEST {M} {N} {K} cold: {res[0][2]} {res[0][0]:.2f} | auto full linear {tf:.2f} gemm {tg:.2f} (+{tf - tg:.2f})", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--lib", default="./libfp8gemm.so")
-    p.add_argument("mode", choices=["check", "sanitize", "bench", "all"])
+    p.add_argument("mode", choices=["check", "sanitize", "bench", "sweep", "all"])
     p.add_argument("--shapes", nargs="*")
     p.add_argument("--quick", action="store_true", help="sanitize: one launch per schedule")
     p.add_argument("--auto-only", action="store_true", help="bench: time only the auto config")
@@ -411,6 +487,8 @@ def main():
         sanitize(lib, args)
     if args.mode in ("bench", "all"):
         bench(lib, args)
+    if args.mode == "sweep":
+        sweep(lib, args)
 
 
 if __name__ == "__main__":

@@ -89,9 +89,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   __syncthreads();
   if constexpr (T::kCluster > 1) ptx::cluster_sync();  // peer barriers initialised
   const uint32_t cta_rank = T::kCluster > 1 ? ptx::cluster_ctarank() : 0;
-  // Programmatic dependent launch: everything above overlapped the previous kernel's tail;
-  // from here on we read its outputs (qa, sa) and may overwrite what it reads.
-  ptx::griddep_wait();
+  // Programmatic dependent launch, both ways. Everything up to griddep_wait overlaps the
+  // previous kernel (typically the activation quantizer): only the weights (W, sw), which no
+  // kernel writes, are read before it; qa, sa, y and the workspace only after it. And the next
+  // PDL kernel may start right away: it too only prefetches weights until it waits for our
+  // completion, so back-to-back GEMMs overlap one's tail with the next one's weight stream.
+  ptx::griddep_launch_dependents();
 
   typename T::Scheduler sched(p.shape);
   Tile tile;
@@ -101,27 +104,62 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     if constexpr (T::kProducerRegs > 0) ptx::setmaxnreg_dec<T::kProducerRegs>();
     if (tid_wg == 0) {
       RingState<T::kStages> st;
+      bool waited = false;
       while (sched.next(tile)) {
-        const int tok0 = T::kSwapAB ? tile.col0 : tile.row0;
-        for (int kb = tile.kb0; kb < tile.kb1; ++kb) {
-          ptx::mbarrier_wait(ring.empty(st.stage), st.phase ^ 1);
-          uint64_t* full = ring.full(st.stage);
-          ptx::mbarrier_arrive_expect_tx(full, Ring::kTxBytes);
+        auto load_a = [&](int stage, int kb) {
+          uint64_t* full = ring.full(stage);
           if constexpr (T::kCluster > 1) {
             // Row operand shared by the cluster: each CTA loads its slice for everyone.
             constexpr int kSlice = T::TM / T::kCluster;
-            ptx::tma_load_2d_multicast(ring.a(st.stage) + cta_rank * kSlice * kBlockK, &tmap_a,
-                                       full, kb * kBlockK, tile.row0 + cta_rank * kSlice,
+            ptx::tma_load_2d_multicast(ring.a(stage) + cta_rank * kSlice * kBlockK, &tmap_a, full,
+                                       kb * kBlockK, tile.row0 + cta_rank * kSlice,
                                        static_cast<uint16_t>((1u << T::kCluster) - 1));
           } else {
-            ptx::tma_load_2d(ring.a(st.stage), &tmap_a, full, kb * kBlockK, tile.row0);
+            ptx::tma_load_2d(ring.a(stage), &tmap_a, full, kb * kBlockK, tile.row0);
           }
-          ptx::tma_load_2d(ring.b(st.stage), &tmap_b, full, kb * kBlockK, tile.col0);
-          ptx::tma_load_2d(ring.scales(st.stage), &tmap_sa, full, tok0, kb);
+        };
+        auto load_b = [&](int stage, int kb) {
+          ptx::tma_load_2d(ring.b(stage), &tmap_b, ring.full(stage), kb * kBlockK, tile.col0);
+        };
+        // The weight operand is A under swap-AB, B otherwise; the other one and the activation
+        // scales come from the previous kernel.
+        auto load_w = [&](int stage, int kb) {
+          if constexpr (T::kSwapAB) load_a(stage, kb); else load_b(stage, kb);
+        };
+        auto load_act = [&](int stage, int kb) {
+          if constexpr (T::kSwapAB) load_b(stage, kb); else load_a(stage, kb);
+          ptx::tma_load_2d(ring.scales(stage), &tmap_sa, ring.full(stage),
+                           T::kSwapAB ? tile.col0 : tile.row0, kb);
+        };
+        int kb = tile.kb0;
+        if (!waited) {
+          // First tile: fill the ring with weight tiles while the previous kernel finishes
+          // (at decode sizes the weights are nearly all the bytes), then add the activations.
+          const int pre = min(T::kStages, tile.kb1 - tile.kb0);
+          RingState<T::kStages> w_st = st;
+          for (int i = 0; i < pre; ++i) {
+            ptx::mbarrier_wait(ring.empty(w_st.stage), w_st.phase ^ 1);
+            ptx::mbarrier_arrive_expect_tx(ring.full(w_st.stage), Ring::kTxBytes);
+            load_w(w_st.stage, kb + i);
+            w_st.advance();
+          }
+          ptx::griddep_wait();
+          waited = true;
+          for (int i = 0; i < pre; ++i) {
+            load_act(st.stage, kb + i);
+            st.advance();
+          }
+          kb += pre;
+        }
+        for (; kb < tile.kb1; ++kb) {
+          ptx::mbarrier_wait(ring.empty(st.stage), st.phase ^ 1);
+          ptx::mbarrier_arrive_expect_tx(ring.full(st.stage), Ring::kTxBytes);
+          load_w(st.stage, kb);
+          load_act(st.stage, kb);
           st.advance();
         }
       }
-      ptx::griddep_launch_dependents();
+      if (!waited) ptx::griddep_wait();
     }
     if constexpr (T::kCluster > 1) ptx::cluster_sync();  // peers done arriving on our barriers
     if constexpr (kMode == kOutClusterSum) {
@@ -133,6 +171,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
   // ---- Math warp-groups: wgmma per K block, promote with scales, store.
   if constexpr (T::kMathRegs > 0) ptx::setmaxnreg_inc<T::kMathRegs>();
+  ptx::griddep_wait();  // before writing y / partials, which the previous kernel may still read
   const int warp = tid_wg / 32, lane = threadIdx.x % 32;
   const int r_in = warp * 16 + lane / 4;  // fragment row within an m64 wave (and +8)
   const int c_in = (lane % 4) * 2;        // fragment column within each n8 group (and +1)
@@ -277,8 +316,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       st.advance();
     }
 
-    // The next kernel (split-K reduce, next layer) may start its prologue once all CTAs are here.
-    if (tile.kb1 - tile.kb0 >= 0) ptx::griddep_launch_dependents();
     // Epilogue: every in-bounds element of the tile is written (zeros for an empty K split).
     if constexpr (kMode == kOutClusterSum) {
       static_assert(!T::kPersistent && T::kCluster == 1, "cluster split-K: one tile per CTA");
