@@ -65,12 +65,22 @@ for p in "${PHASES[@]}"; do
         echo "=== sanitize: compute-sanitizer not found" | tee -a "$SUMMARY"
         continue
       fi
-      for tool in memcheck racecheck; do
+      for tool in memcheck racecheck synccheck; do
         # shellcheck disable=SC2086
         phase "sanitize-$tool" "${SANITIZE_TIMEOUT:-280}" \
           env CANDLE_FP8_GPU_QUICK=1 "$SANITIZER" --tool "$tool" --error-exitcode 99 --print-limit 20 \
           "$BIN/gpu" --test-threads=1 $SMALL_FILTER
         echo "sanitize-$tool: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitize-$tool.log" | tail -n 1); tests: $(test_counts "$OUT/sanitize-$tool.log")" | tee -a "$SUMMARY"
+      done
+      # Every schedule at its boundary shapes (tests/gpu_reliability.rs), our kernels only:
+      # the three tools, appended to one log.
+      for tool in memcheck racecheck synccheck; do
+        # shellcheck disable=SC2086
+        phase "boundary-$tool" "${SANITIZE_TIMEOUT:-280}" \
+          env CANDLE_FP8_TEST_PROVIDERS="${BOUNDARY_PROVIDERS:-hopper}" "$SANITIZER" --tool "$tool" \
+          --error-exitcode 99 --print-limit 20 "$BIN/gpu_reliability" --test-threads=1 --nocapture sanitizer_boundary_shapes
+        cat "$OUT/boundary-$tool.log" >>"$OUT/sanitize-boundary.log" && rm -f "$OUT/boundary-$tool.log"
+        echo "boundary-$tool: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitize-boundary.log" | tail -n 1); tests: $(test_counts "$OUT/sanitize-boundary.log")" | tee -a "$SUMMARY"
       done
       ;;
     bench)

@@ -41,9 +41,14 @@ macro_rules! gpu_or_skip {
     };
 }
 
-/// Providers usable on `dev`, printing why the others are skipped.
+/// Providers usable on `dev`, printing why the others are skipped. `CANDLE_FP8_TEST_PROVIDERS`
+/// (comma-separated provider names) restricts the list, e.g. to run only our kernels under
+/// compute-sanitizer's racecheck (cuBLASLt's own kernels report hazards of their own).
 pub fn usable(dev: &Device, test: &str) -> Result<Vec<Provider>> {
     let caps = device_caps(dev)?;
+    let only: Option<Vec<String>> = std::env::var("CANDLE_FP8_TEST_PROVIDERS")
+        .ok()
+        .map(|v| v.split(',').map(|s| s.trim().to_ascii_lowercase()).filter(|s| !s.is_empty()).collect());
     Ok(PROVIDERS
         .into_iter()
         .filter(|p| match caps.unusable_reason(*p) {
@@ -52,6 +57,13 @@ pub fn usable(dev: &Device, test: &str) -> Result<Vec<Provider>> {
                 println!("SKIP {test} [{p}]: {why}");
                 false
             }
+        })
+        .filter(|p| match &only {
+            Some(names) if !names.contains(&p.to_string().to_ascii_lowercase()) => {
+                println!("SKIP {test} [{p}]: not in CANDLE_FP8_TEST_PROVIDERS");
+                false
+            }
+            _ => true,
         })
         .collect())
 }
