@@ -64,7 +64,7 @@ size_t fp8gemm_workspace_bytes(const fp8gemm_config* cfg, int64_t m, int64_t n, 
 
 // Per-token, per-128-column activation quantization, one pass:
 //   s = max(amax, 1e-4) / 448, q = cvt.rn.satfinite.e4m3(x / s); scales written MN-major.
-// Requires k % 128 == 0. Rows of sa between m and m_pad are left untouched.
+// Requires k % 128 == 0. Rows of sa between m and m_pad are set to zero.
 int32_t fp8gemm_quantize_act(const void* x, int32_t x_dtype, uint8_t* q, float* sa,
                              int64_t m, int64_t k, void* stream);
 

@@ -263,6 +263,10 @@ impl Fp8BlockLinear {
                 };
                 x.to_dtype(DType::BF16)?.matmul(&w.t()?)
             }
+            #[cfg(feature = "cuda")]
+            Provider::Hopper if x.device().is_cuda() && x.dim(0)? > 0 => {
+                ops::quantize_matmul_hopper(x, &self.weight, &self.scale_inv)
+            }
             p => {
                 let (qa, sa) = quant::quantize_activation(x)?;
                 ops::fp8_block_matmul_with(BackendRequest::Force(p), &qa, &sa, &self.weight, &self.scale_inv)

@@ -304,6 +304,32 @@ pub fn fp8_block_matmul(qa: &Tensor, sa: &Tensor, w: &Tensor, sw: &Tensor) -> Re
     fp8_block_matmul_with(dispatch::backend_from_env()?, qa, sa, w, sw)
 }
 
+/// `quantize_activation(x)` then our GEMM, as two adjacent launches with every buffer allocated
+/// first (see `cuda::quantize_gemm`): the GEMM streams its weights while the quantizer runs.
+/// `x` bf16/f16/f32 `[M, K]` on the CUDA device of `w`, `M ≥ 1`, `K % 128 == 0`; `w`, `sw` as
+/// validated by `Fp8BlockLinear`.
+#[cfg(feature = "cuda")]
+pub(crate) fn quantize_matmul_hopper(x: &Tensor, w: &Tensor, sw: &Tensor) -> Result<Tensor> {
+    use candle_core::{op::BackpropOp, Storage};
+    let (m, k) = dims2("x", x)?;
+    let n = w.dim(0)?;
+    if !x.device().same_device(w.device()) {
+        bail!("fp8 linear: x is on {:?} but the weight is on {:?}", x.device(), w.device())
+    }
+    let x = if x.dtype() == DType::F16 { x.to_dtype(DType::F32)? } else { x.contiguous()? };
+    let y = {
+        let (xs, xl) = x.storage_and_layout();
+        let (ws, wl) = w.storage_and_layout();
+        let (ss, sl) = sw.storage_and_layout();
+        let (Storage::Cuda(xs), Storage::Cuda(ws), Storage::Cuda(ss)) = (&*xs, &*ws, &*ss) else {
+            bail!("fp8 linear: x, weight and weight_scale_inv must all be on the CUDA device")
+        };
+        crate::cuda::quantize_gemm((xs, xl), (ws, wl), (ss, sl), m, n, k)?
+    };
+    log_provider_once(Provider::Hopper);
+    Ok(Tensor::from_storage(Storage::Cuda(y), (m, n), BackpropOp::none(), false))
+}
+
 /// [`fp8_block_matmul`] with an explicit provider request instead of the environment.
 pub fn fp8_block_matmul_with(
     request: BackendRequest,

@@ -155,55 +155,92 @@ pub(crate) fn quantize_activation(
     }
     let dev = &x.device;
     let stream = dev.cuda_stream();
-    let m_pad = act_scale_m_stride(m);
+    // The kernel writes every element of sa, padding rows included (zeros).
     let mut q = unsafe { dev.alloc::<F8E4M3>(m * k)? };
-    let mut sa = if m == m_pad {
-        unsafe { dev.alloc::<f32>(act_scale_len(m, k))? }
-    } else {
-        dev.alloc_zeros::<f32>(act_scale_len(m, k))?
-    };
+    let mut sa = unsafe { dev.alloc::<f32>(act_scale_len(m, k))? };
     {
         let (q_ptr, _gq) = q.device_ptr_mut(&stream);
         let (sa_ptr, _gs) = sa.device_ptr_mut(&stream);
-        let status = match x.dtype() {
-            DType::BF16 => {
-                let xv = view::<bf16>("the activation", x, x_l, m * k)?;
-                let (x_ptr, _gx) = xv.device_ptr(&stream);
-                unsafe {
-                    ffi::fp8gemm_quantize_act(
-                        x_ptr as *const c_void,
-                        ffi::FP8GEMM_BF16,
-                        q_ptr as *mut u8,
-                        sa_ptr as *mut f32,
-                        m as i64,
-                        k as i64,
-                        raw_stream(dev),
-                    )
-                }
-            }
-            DType::F32 => {
-                let xv = view::<f32>("the activation", x, x_l, m * k)?;
-                let (x_ptr, _gx) = xv.device_ptr(&stream);
-                unsafe {
-                    ffi::fp8gemm_quantize_act(
-                        x_ptr as *const c_void,
-                        ffi::FP8GEMM_F32,
-                        q_ptr as *mut u8,
-                        sa_ptr as *mut f32,
-                        m as i64,
-                        k as i64,
-                        raw_stream(dev),
-                    )
-                }
-            }
-            dt => bail!("candle-fp8 quantize_activation: x must be bf16 or f32, got {dt:?}"),
-        };
-        ffi::check("quantize_activation", status)?;
+        launch_quantize(x, x_l, q_ptr as *mut u8, sa_ptr as *mut f32, m, k)?;
     }
     Ok((
         CudaStorage::wrap_cuda_slice(q, dev.clone()),
         CudaStorage::wrap_cuda_slice(sa, dev.clone()),
     ))
+}
+
+/// Launches the activation quantizer of `x` (bf16 or f32, contiguous `[m, k]`) into `q`/`sa`.
+fn launch_quantize(x: &CudaStorage, x_l: &Layout, q: *mut u8, sa: *mut f32, m: usize, k: usize) -> Result<()> {
+    let dev = &x.device;
+    let stream = dev.cuda_stream();
+    let status = match x.dtype() {
+        DType::BF16 => {
+            let xv = view::<bf16>("the activation", x, x_l, m * k)?;
+            let (x_ptr, _gx) = xv.device_ptr(&stream);
+            unsafe {
+                ffi::fp8gemm_quantize_act(x_ptr as *const c_void, ffi::FP8GEMM_BF16, q, sa, m as i64, k as i64, raw_stream(dev))
+            }
+        }
+        DType::F32 => {
+            let xv = view::<f32>("the activation", x, x_l, m * k)?;
+            let (x_ptr, _gx) = xv.device_ptr(&stream);
+            unsafe {
+                ffi::fp8gemm_quantize_act(x_ptr as *const c_void, ffi::FP8GEMM_F32, q, sa, m as i64, k as i64, raw_stream(dev))
+            }
+        }
+        dt => bail!("candle-fp8 quantize_activation: x must be bf16 or f32, got {dt:?}"),
+    };
+    ffi::check("quantize_activation", status)
+}
+
+/// The full linear on our kernels: `y = fp8_gemm(quantize(x), w, sw)` with every buffer
+/// allocated first, so that the quantizer and the GEMM are adjacent launches on the stream
+/// (the GEMM is PDL-launched and streams its weights while the quantizer runs; an allocation,
+/// memset or event between them would serialize the two).
+///
+/// `x`: bf16 or f32, contiguous `[m, k]`, `k % 128 == 0`; `w`, `sw` as for [`fp8_gemm`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn quantize_gemm(
+    x: (&CudaStorage, &Layout),
+    w: (&CudaStorage, &Layout),
+    sw: (&CudaStorage, &Layout),
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Result<CudaStorage> {
+    require_contiguous("the activation", x.1)?;
+    if m == 0 || n == 0 || k == 0 || k % BLOCK != 0 {
+        bail!("candle-fp8 quantize_gemm: need non-empty m, n and k a multiple of {BLOCK}, got m={m} n={n} k={k}")
+    }
+    let dev = x.0.device.clone();
+    let stream = dev.cuda_stream();
+    let mut q = unsafe { dev.alloc::<F8E4M3>(m * k)? };
+    let mut sa = unsafe { dev.alloc::<f32>(act_scale_len(m, k))? };
+    let mut y = unsafe { dev.alloc::<bf16>(m * n)? };
+    let wv = view::<F8E4M3>("the weight", w.0, w.1, n * k)?;
+    let swv = view::<f32>("the weight scales", sw.0, sw.1, num_blocks(n) * num_blocks(k))?;
+    {
+        let (q_ptr, _g1) = q.device_ptr_mut(&stream);
+        let (sa_ptr, _g2) = sa.device_ptr_mut(&stream);
+        let (w_ptr, _g3) = wv.device_ptr(&stream);
+        let (sw_ptr, _g4) = swv.device_ptr(&stream);
+        let (y_ptr, _g5) = y.device_ptr_mut(&stream);
+        let ptrs = GemmPtrs {
+            qa: q_ptr as *const u8,
+            sa: sa_ptr as *const f32,
+            w: w_ptr as *const u8,
+            sw: sw_ptr as *const f32,
+            y: y_ptr as *mut c_void,
+        };
+        let cfg = hopper_config(&dev, m, n, k)?;
+        // Workspace first (a growth allocates), then the two launches back to back.
+        let st = stream_state(&dev);
+        let mut ws = st.workspace.lock().unwrap();
+        reserve_workspace(&dev, &mut ws, &cfg, m, n, k)?;
+        launch_quantize(x.0, x.1, q_ptr as *mut u8, sa_ptr as *mut f32, m, k)?;
+        launch_hopper(&dev, &mut ws, &ptrs, &cfg, m, n, k)?;
+    }
+    Ok(CudaStorage::wrap_cuda_slice(y, dev))
 }
 
 /// The four GEMM operands as typed views (inputs validated by the caller; bounds re-checked).
@@ -279,21 +316,74 @@ pub(crate) fn fp8_gemm(
     }
 }
 
-/// Our kernels: schedule from [`choose_config`], cached split-K workspace.
-fn hopper_gemm(dev: &CudaDevice, ops: &Operands, m: usize, n: usize, k: usize) -> Result<CudaStorage> {
+/// Raw device pointers of one GEMM launch.
+struct GemmPtrs {
+    qa: *const u8,
+    sa: *const f32,
+    w: *const u8,
+    sw: *const f32,
+    y: *mut c_void,
+}
+
+/// Our kernels' configuration for this shape on `dev` (errors when they cannot run there).
+fn hopper_config(dev: &CudaDevice, m: usize, n: usize, k: usize) -> Result<GemmConfig> {
     let info = device_info(dev)?;
     if let Some(why) = info.caps.unusable_reason(Provider::Hopper) {
         bail!("candle-fp8: the hopper provider cannot run: {why}")
     }
-    let cfg: GemmConfig = choose_config(m, n, k, info.num_sms);
-    let ws_bytes = unsafe { ffi::fp8gemm_workspace_bytes(&cfg, m as i64, n as i64, k as i64) };
+    Ok(choose_config(m, n, k, info.num_sms))
+}
+
+/// Grows the cached split-K workspace to what `cfg` needs (to the next power of two, so that
+/// a sequence of shapes settles quickly).
+fn reserve_workspace(
+    dev: &CudaDevice,
+    ws: &mut Option<CudaSlice<u8>>,
+    cfg: &GemmConfig,
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Result<()> {
+    let need = unsafe { ffi::fp8gemm_workspace_bytes(cfg, m as i64, n as i64, k as i64) };
+    if need > 0 && ws.as_ref().map_or(true, |b| b.len() < need) {
+        *ws = Some(dev.alloc_zeros::<u8>(need.next_power_of_two())?);
+    }
+    Ok(())
+}
+
+/// Launches our GEMM (workspace already reserved by [`reserve_workspace`]).
+fn launch_hopper(
+    dev: &CudaDevice,
+    ws: &mut Option<CudaSlice<u8>>,
+    p: &GemmPtrs,
+    cfg: &GemmConfig,
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Result<()> {
+    let stream = dev.cuda_stream();
+    let need = unsafe { ffi::fp8gemm_workspace_bytes(cfg, m as i64, n as i64, k as i64) };
+    let (ws_ptr, ws_len, _g) = match ws.as_mut() {
+        Some(b) if need > 0 => {
+            let len = b.len();
+            let (ptr, g) = b.device_ptr_mut(&stream);
+            (ptr as *mut c_void, len, Some(g))
+        }
+        _ => (std::ptr::null_mut(), 0, None),
+    };
+    let status = unsafe {
+        ffi::fp8gemm_gemm(p.qa, p.sa, p.w, p.sw, p.y, m as i64, n as i64, k as i64, cfg, ws_ptr, ws_len, raw_stream(dev))
+    };
+    ffi::check(&format!("gemm (m={m} n={n} k={k}, {cfg:?})"), status)
+}
+
+/// Our kernels: schedule from [`choose_config`], cached split-K workspace.
+fn hopper_gemm(dev: &CudaDevice, ops: &Operands, m: usize, n: usize, k: usize) -> Result<CudaStorage> {
+    let cfg = hopper_config(dev, m, n, k)?;
     let stream = dev.cuda_stream();
     let st = stream_state(dev);
     let mut ws = st.workspace.lock().unwrap();
-    if ws_bytes > 0 && ws.as_ref().map_or(true, |b| b.len() < ws_bytes) {
-        // Grow to the next power of two so that a sequence of shapes settles quickly.
-        *ws = Some(dev.alloc_zeros::<u8>(ws_bytes.next_power_of_two())?);
-    }
+    reserve_workspace(dev, &mut ws, &cfg, m, n, k)?;
     let mut y = unsafe { dev.alloc::<bf16>(m * n)? };
     {
         let (qa, _g1) = ops.qa.device_ptr(&stream);
@@ -301,31 +391,14 @@ fn hopper_gemm(dev: &CudaDevice, ops: &Operands, m: usize, n: usize, k: usize) -
         let (w, _g3) = ops.w.device_ptr(&stream);
         let (sw, _g4) = ops.sw.device_ptr(&stream);
         let (y_ptr, _g5) = y.device_ptr_mut(&stream);
-        let (ws_ptr, ws_len, _g6) = match ws.as_mut() {
-            Some(b) if ws_bytes > 0 => {
-                let len = b.len();
-                let (p, g) = b.device_ptr_mut(&stream);
-                (p as *mut c_void, len, Some(g))
-            }
-            _ => (std::ptr::null_mut(), 0, None),
+        let ptrs = GemmPtrs {
+            qa: qa as *const u8,
+            sa: sa as *const f32,
+            w: w as *const u8,
+            sw: sw as *const f32,
+            y: y_ptr as *mut c_void,
         };
-        let status = unsafe {
-            ffi::fp8gemm_gemm(
-                qa as *const u8,
-                sa as *const f32,
-                w as *const u8,
-                sw as *const f32,
-                y_ptr as *mut c_void,
-                m as i64,
-                n as i64,
-                k as i64,
-                &cfg,
-                ws_ptr,
-                ws_len,
-                raw_stream(dev),
-            )
-        };
-        ffi::check(&format!("gemm (m={m} n={n} k={k}, {cfg:?})"), status)?;
+        launch_hopper(dev, &mut ws, &ptrs, &cfg, m, n, k)?;
     }
     Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
 }

@@ -89,12 +89,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   __syncthreads();
   if constexpr (T::kCluster > 1) ptx::cluster_sync();  // peer barriers initialised
   const uint32_t cta_rank = T::kCluster > 1 ? ptx::cluster_ctarank() : 0;
-  // Programmatic dependent launch, both ways. Everything up to griddep_wait overlaps the
-  // previous kernel (typically the activation quantizer): only the weights (W, sw), which no
-  // kernel writes, are read before it; qa, sa, y and the workspace only after it. And the next
-  // PDL kernel may start right away: it too only prefetches weights until it waits for our
-  // completion, so back-to-back GEMMs overlap one's tail with the next one's weight stream.
-  ptx::griddep_launch_dependents();
+  // Programmatic dependent launch: everything up to griddep_wait overlaps the previous kernel
+  // (typically the activation quantizer, which triggers at its entry): only the weights
+  // (W, sw), which no kernel writes, are read before it; qa, sa, y and the workspace only after
+  // it. We trigger our own dependents late (all loads issued / main loop done): triggering at
+  // entry let the next GEMM's CTAs crowd ours and cost ~1 µs at M = 1 (H200, bench).
 
   typename T::Scheduler sched(p.shape);
   Tile tile;
@@ -160,6 +159,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         }
       }
       if (!waited) ptx::griddep_wait();
+      ptx::griddep_launch_dependents();
     }
     if constexpr (T::kCluster > 1) ptx::cluster_sync();  // peers done arriving on our barriers
     if constexpr (kMode == kOutClusterSum) {
@@ -316,6 +316,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       st.advance();
     }
 
+    // The next kernel (split-K reduce, next layer) may start its prologue once all CTAs are here.
+    ptx::griddep_launch_dependents();
     // Epilogue: every in-bounds element of the tile is written (zeros for an empty K split).
     if constexpr (kMode == kOutClusterSum) {
       static_assert(!T::kPersistent && T::kCluster == 1, "cluster split-K: one tile per CTA");
