@@ -335,26 +335,27 @@ inline void split_plan(int64_t len, int64_t requested, int64_t* splits, int64_t*
 using namespace fp8gemm::attn;
 
 extern "C" int32_t fp8gemm_qk_norm_rope_append(const void* qkv, const void* qk_norm,
-                                               const void* cos, const void* sin, int64_t cos_rows,
+                                               const void* cos_row, const void* sin_row,
                                                void* q_out, void* k_cache, void* v_cache,
                                                int64_t batch, int64_t hq, int64_t hkv,
                                                int64_t head_dim, int64_t cap, int64_t offset,
                                                float eps, void* stream) {
   if (head_dim != kHeadDim || batch < 1 || hq < 1 || hkv < 1 || hq % hkv != 0 ||
-      hq + 2 * hkv > (1 << 20) || cap < 1 || offset < 0 || offset >= cap || offset >= cos_rows)
+      hq + 2 * hkv > (1 << 20) || cap < 1 || offset < 0 || offset >= cap)
     return FP8GEMM_ERR_SHAPE;
-  if (!qkv || !qk_norm || !cos || !sin || !q_out || !k_cache || !v_cache) return FP8GEMM_ERR_ALIGN;
-  if (misaligned(qkv) || misaligned(qk_norm) || misaligned(cos) || misaligned(sin) ||
+  if (!qkv || !qk_norm || !cos_row || !sin_row || !q_out || !k_cache || !v_cache)
+    return FP8GEMM_ERR_ALIGN;
+  if (misaligned(qkv) || misaligned(qk_norm) || misaligned(cos_row) || misaligned(sin_row) ||
       misaligned(q_out) || misaligned(k_cache) || misaligned(v_cache))
     return FP8GEMM_ERR_ALIGN;
   const int64_t warps = batch * (hq + 2 * hkv);
   const int64_t blocks = (warps + kThreads / 32 - 1) / (kThreads / 32);
   if (blocks > 0x7fffffff) return FP8GEMM_ERR_SHAPE;
-  const __nv_bfloat16* cs = static_cast<const __nv_bfloat16*>(cos) + offset * (kHeadDim / 2);
-  const __nv_bfloat16* sn = static_cast<const __nv_bfloat16*>(sin) + offset * (kHeadDim / 2);
   return launch_pdl(qk_norm_rope_append_kernel, dim3(static_cast<unsigned>(blocks)),
                     static_cast<cudaStream_t>(stream), static_cast<const __nv_bfloat16*>(qkv),
-                    static_cast<const __nv_bfloat16*>(qk_norm), cs, sn,
+                    static_cast<const __nv_bfloat16*>(qk_norm),
+                    static_cast<const __nv_bfloat16*>(cos_row),
+                    static_cast<const __nv_bfloat16*>(sin_row),
                     static_cast<__nv_bfloat16*>(q_out), static_cast<__nv_bfloat16*>(k_cache),
                     static_cast<__nv_bfloat16*>(v_cache), batch, static_cast<int>(hq),
                     static_cast<int>(hkv), cap, offset, eps);

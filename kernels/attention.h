@@ -7,7 +7,7 @@
 // Layouts (all bf16 tensors contiguous, row-major; d = head_dim = 128):
 //   qkv      [batch, (hq + 2*hkv) * d]   q heads, then k heads, then v heads
 //   qk_norm  [hq + hkv, d]               per-head RMSNorm weights (q rows, then k rows)
-//   cos/sin  [rows, d/2]                 RoPE tables (non-interleaved halves), row = position
+//   cos/sin  [d/2]                       RoPE table rows of the new position (rotate-half)
 //   q        [batch, hq, d]              normalized, roped query
 //   k/v cache[batch, hkv, cap, d]        position p of head g of sequence b at ((b*hkv+g)*cap+p)*d
 //   qa       [batch, hq*d]               e4m3, the o-projection's quantized activation
@@ -23,13 +23,13 @@ extern "C" {
 #endif
 
 // Per q and k head of each sequence: RMSNorm over d (f32 sum of squares, bf16 result), times
-// the head's qk_norm row (bf16), then RoPE at position `offset` with cos/sin row `offset`
-// (bf16 arithmetic: x1*c - x2*s, x1*s + x2*c) — candle's rms_norm, broadcast_mul and rope_thd
-// rounding points. Normalized q goes to `q_out`; k and v (v unchanged) are written at position
-// `offset` of the caches. Requires head_dim == 128, offset < cap, offset < cos_rows, 16-byte
-// aligned pointers.
-int32_t fp8gemm_qk_norm_rope_append(const void* qkv, const void* qk_norm, const void* cos,
-                                    const void* sin, int64_t cos_rows, void* q_out, void* k_cache,
+// the head's qk_norm row (bf16), then RoPE with `cos_row`/`sin_row` (the d/2 table values of
+// the new token's position; bf16 arithmetic: x1*c - x2*s, x1*s + x2*c) — candle's rms_norm,
+// broadcast_mul and rope_thd rounding points. Normalized q goes to `q_out`; k and v (v
+// unchanged) are written at position `offset` of the caches. Requires head_dim == 128,
+// hq % hkv == 0, 0 <= offset < cap, 16-byte aligned pointers.
+int32_t fp8gemm_qk_norm_rope_append(const void* qkv, const void* qk_norm, const void* cos_row,
+                                    const void* sin_row, void* q_out, void* k_cache,
                                     void* v_cache, int64_t batch, int64_t hq, int64_t hkv,
                                     int64_t head_dim, int64_t cap, int64_t offset, float eps,
                                     void* stream);
