@@ -129,13 +129,20 @@ use sys::*;
 /// Why the decode-attention kernels cannot run on `device` (`None`: they can): they are
 /// compiled for sm_90a only.
 pub fn unavailable_reason(device: &Device) -> Option<String> {
-    let Device::Cuda(dev) = device else { return Some("not a CUDA device".into()) };
+    let Device::Cuda(dev) = device else {
+        return Some("not a CUDA device".into());
+    };
     if !ffi::HAVE_KERNELS {
-        return Some("this build has no compiled kernels (kernels/*.cu missing at build time)".into());
+        return Some(
+            "this build has no compiled kernels (kernels/*.cu missing at build time)".into(),
+        );
     }
     match device_info(dev) {
         Ok(i) if i.caps.compute_cap == 90 => None,
-        Ok(i) => Some(format!("the kernels are built for sm_90a, the device is sm_{}", i.caps.compute_cap)),
+        Ok(i) => Some(format!(
+            "the kernels are built for sm_90a, the device is sm_{}",
+            i.caps.compute_cap
+        )),
         Err(e) => Some(format!("cannot query the device: {e}")),
     }
 }
@@ -163,7 +170,11 @@ fn cuda_device(t: &Tensor, what: &str) -> Result<CudaDevice> {
 
 fn check_bf16_contiguous(t: &Tensor, what: &str) -> Result<()> {
     if t.dtype() != DType::BF16 {
-        bail!("candle-fp8 attention: {what} must be bf16, got {:?} (shape {:?})", t.dtype(), t.dims())
+        bail!(
+            "candle-fp8 attention: {what} must be bf16, got {:?} (shape {:?})",
+            t.dtype(),
+            t.dims()
+        )
     }
     if !t.is_contiguous() {
         bail!(
@@ -185,7 +196,10 @@ fn check_bf16_contiguous(t: &Tensor, what: &str) -> Result<()> {
 
 fn same_device(a: &CudaDevice, t: &Tensor, what: &str) -> Result<()> {
     if !t.device().same_device(&Device::Cuda(a.clone())) {
-        bail!("candle-fp8 attention: {what} is on {:?}, not on the same device as the other inputs", t.device())
+        bail!(
+            "candle-fp8 attention: {what} is on {:?}, not on the same device as the other inputs",
+            t.device()
+        )
     }
     Ok(())
 }
@@ -203,7 +217,9 @@ fn cache_dims(t: &Tensor, what: &str) -> Result<(usize, usize, usize)> {
 /// locks must not be taken twice), distinct for distinct buffers.
 fn storage_addr(t: &Tensor, dev: &CudaDevice) -> Result<u64> {
     let (st, _) = t.storage_and_layout();
-    let Storage::Cuda(cs) = &*st else { bail!("candle-fp8 attention: expected a CUDA tensor") };
+    let Storage::Cuda(cs) = &*st else {
+        bail!("candle-fp8 attention: expected a CUDA tensor")
+    };
     let stream = dev.cuda_stream();
     let s = cs.as_cuda_slice::<bf16>()?;
     let (p, _g) = s.device_ptr(&stream);
@@ -247,7 +263,13 @@ pub fn qk_norm_rope_append(
         bail!("candle-fp8 qk_norm_rope_append: num_heads {hq} must be a non-zero multiple of num_kv_heads {hkv}")
     }
     let dev = cuda_device(qkv, "qkv")?;
-    for (t, what) in [(qk_norm, "qk_norm"), (cos, "cos"), (sin, "sin"), (k_cache, "k_cache"), (v_cache, "v_cache")] {
+    for (t, what) in [
+        (qk_norm, "qk_norm"),
+        (cos, "cos"),
+        (sin, "sin"),
+        (k_cache, "k_cache"),
+        (v_cache, "v_cache"),
+    ] {
         same_device(&dev, t, what)?;
     }
     check_bf16_contiguous(qkv, "qkv")?;
@@ -261,13 +283,20 @@ pub fn qk_norm_rope_append(
     };
     check_bf16_contiguous(qk_norm, "qk_norm")?;
     if qk_norm.dims() != [hq + hkv, HEAD_DIM] {
-        bail!("candle-fp8 qk_norm_rope_append: qk_norm must be [{}, {HEAD_DIM}], got {:?}", hq + hkv, qk_norm.dims())
+        bail!(
+            "candle-fp8 qk_norm_rope_append: qk_norm must be [{}, {HEAD_DIM}], got {:?}",
+            hq + hkv,
+            qk_norm.dims()
+        )
     }
     for (t, what) in [(cos, "cos"), (sin, "sin")] {
         check_bf16_contiguous(t, what)?;
         match t.dims() {
             &[r, h] if r >= 1 && h == HEAD_DIM / 2 => {}
-            d => bail!("candle-fp8 qk_norm_rope_append: {what} must be [T >= 1, {}], got {d:?}", HEAD_DIM / 2),
+            d => bail!(
+                "candle-fp8 qk_norm_rope_append: {what} must be [T >= 1, {}], got {d:?}",
+                HEAD_DIM / 2
+            ),
         }
     }
     let kd = cache_dims(k_cache, "k_cache")?;
@@ -287,7 +316,12 @@ pub fn qk_norm_rope_append(
     // The caches are locked for writing while the inputs are locked for reading: one storage
     // in both roles would deadlock (and alias).
     let (ka, va) = (storage_addr(k_cache, &dev)?, storage_addr(v_cache, &dev)?);
-    for (t, what) in [(qkv, "qkv"), (qk_norm, "qk_norm"), (cos, "cos"), (sin, "sin")] {
+    for (t, what) in [
+        (qkv, "qkv"),
+        (qk_norm, "qk_norm"),
+        (cos, "cos"),
+        (sin, "sin"),
+    ] {
         let a = storage_addr(t, &dev)?;
         if a == ka || a == va {
             bail!("candle-fp8 qk_norm_rope_append: {what} shares its storage with a KV cache")
@@ -304,9 +338,19 @@ pub fn qk_norm_rope_append(
         let guards = [qkv, qk_norm, cos, sin].map(|t| t.storage_and_layout());
         let mut ptrs = [0u64; 4];
         let mut views = Vec::with_capacity(4);
-        for (i, ((st, l), what)) in guards.iter().zip(["qkv", "qk_norm", "cos", "sin"]).enumerate() {
-            let Storage::Cuda(cs) = &**st else { bail!("candle-fp8 qk_norm_rope_append: {what} is not on a CUDA device") };
-            let n = if i < 2 { l.shape().elem_count() } else { HEAD_DIM / 2 };
+        for (i, ((st, l), what)) in guards
+            .iter()
+            .zip(["qkv", "qk_norm", "cos", "sin"])
+            .enumerate()
+        {
+            let Storage::Cuda(cs) = &**st else {
+                bail!("candle-fp8 qk_norm_rope_append: {what} is not on a CUDA device")
+            };
+            let n = if i < 2 {
+                l.shape().elem_count()
+            } else {
+                HEAD_DIM / 2
+            };
             views.push(view::<bf16>(what, cs, l, n)?);
         }
         let read: Vec<_> = views.iter().map(|v| v.device_ptr(&stream)).collect();
@@ -337,12 +381,23 @@ pub fn qk_norm_rope_append(
         };
         let write_v = |k_ptr: u64| -> Result<()> {
             let write = |v_ptr: u64| launch(k_ptr, v_ptr);
-            v_cache.inplace_op1(&WithMutPtr { name: "qk-norm-rope-append-v", inner: &write })
+            v_cache.inplace_op1(&WithMutPtr {
+                name: "qk-norm-rope-append-v",
+                inner: &write,
+            })
         };
-        k_cache.inplace_op1(&WithMutPtr { name: "qk-norm-rope-append-k", inner: &write_v })?;
+        k_cache.inplace_op1(&WithMutPtr {
+            name: "qk-norm-rope-append-k",
+            inner: &write_v,
+        })?;
     }
     let st = CudaStorage::wrap_cuda_slice(q_out, dev);
-    Ok(Tensor::from_storage(Storage::Cuda(st), (b, hq, HEAD_DIM), BackpropOp::none(), false))
+    Ok(Tensor::from_storage(
+        Storage::Cuda(st),
+        (b, hq, HEAD_DIM),
+        BackpropOp::none(),
+        false,
+    ))
 }
 
 /// An in-place op that hands the write pointer of a bf16 CUDA tensor's first element to
@@ -387,7 +442,11 @@ pub struct DecodeAttentionOptions {
 
 impl Default for DecodeAttentionOptions {
     fn default() -> Self {
-        Self { quantized: true, bf16: false, splits: None }
+        Self {
+            quantized: true,
+            bf16: false,
+            splits: None,
+        }
     }
 }
 
@@ -422,7 +481,9 @@ pub fn decode_attention(
     check_bf16_contiguous(q, "q")?;
     let (b, hq) = match q.dims() {
         &[b, h, d] if d == HEAD_DIM && b > 0 && h > 0 => (b, h),
-        d => bail!("candle-fp8 decode_attention: q must be [batch, num_heads, {HEAD_DIM}], got {d:?}"),
+        d => bail!(
+            "candle-fp8 decode_attention: q must be [batch, num_heads, {HEAD_DIM}], got {d:?}"
+        ),
     };
     let kd = cache_dims(k_cache, "k_cache")?;
     let vd = cache_dims(v_cache, "v_cache")?;
@@ -449,24 +510,42 @@ pub fn decode_attention(
     }
     let num_sms = device_info(&dev)?.num_sms;
     let tiles = len.div_ceil(POSITION_TILE);
-    let splits = opts.splits.unwrap_or_else(|| default_splits(b, hkv, len, num_sms)).clamp(1, tiles);
+    let splits = opts
+        .splits
+        .unwrap_or_else(|| default_splits(b, hkv, len, num_sms))
+        .clamp(1, tiles);
     let stream = dev.cuda_stream();
     let n = b * hq * HEAD_DIM;
     let m_pad = act_scale_m_stride(b);
-    let ws_bytes = unsafe { fp8gemm_decode_attention_workspace_bytes(b as i64, hq as i64, splits as i64) };
-    let mut ws = if ws_bytes > 0 { Some(unsafe { dev.alloc::<f32>(ws_bytes.div_ceil(4))? }) } else { None };
-    let mut qa = if opts.quantized { Some(unsafe { dev.alloc::<F8E4M3>(n)? }) } else { None };
+    let ws_bytes =
+        unsafe { fp8gemm_decode_attention_workspace_bytes(b as i64, hq as i64, splits as i64) };
+    let mut ws = if ws_bytes > 0 {
+        Some(unsafe { dev.alloc::<f32>(ws_bytes.div_ceil(4))? })
+    } else {
+        None
+    };
+    let mut qa = if opts.quantized {
+        Some(unsafe { dev.alloc::<F8E4M3>(n)? })
+    } else {
+        None
+    };
     let mut sa = match (opts.quantized, b == m_pad) {
         (false, _) => None,
         (true, true) => Some(unsafe { dev.alloc::<f32>(hq * m_pad)? }),
         (true, false) => Some(dev.alloc_zeros::<f32>(hq * m_pad)?), // padding rows stay zero
     };
-    let mut out = if opts.bf16 { Some(unsafe { dev.alloc::<bf16>(n)? }) } else { None };
+    let mut out = if opts.bf16 {
+        Some(unsafe { dev.alloc::<bf16>(n)? })
+    } else {
+        None
+    };
     {
         let guards = [q, k_cache, v_cache].map(|t| t.storage_and_layout());
         let mut views = Vec::with_capacity(3);
         for ((st, l), what) in guards.iter().zip(["q", "k_cache", "v_cache"]) {
-            let Storage::Cuda(cs) = &**st else { bail!("candle-fp8 decode_attention: {what} is not on a CUDA device") };
+            let Storage::Cuda(cs) = &**st else {
+                bail!("candle-fp8 decode_attention: {what} is not on a CUDA device")
+            };
             views.push(view::<bf16>(what, cs, l, l.shape().elem_count())?);
         }
         let read: Vec<_> = views.iter().map(|v| v.device_ptr(&stream)).collect();
@@ -520,16 +599,31 @@ pub fn decode_attention(
         };
         status(&format!("decode_attention (batch {b}, heads {hq}/{hkv}, len {len}, capacity {cap}, splits {splits})"), st)?;
     }
-    let wrap = |s: CudaStorage, shape: (usize, usize)| Tensor::from_storage(Storage::Cuda(s), shape, BackpropOp::none(), false);
+    let wrap = |s: CudaStorage, shape: (usize, usize)| {
+        Tensor::from_storage(Storage::Cuda(s), shape, BackpropOp::none(), false)
+    };
     let quantized = match (qa, sa) {
         (Some(qa), Some(sa)) => {
-            let qa = wrap(CudaStorage::wrap_cuda_slice(qa, dev.clone()), (b, hq * HEAD_DIM));
-            let sa = Tensor::from_storage(Storage::Cuda(CudaStorage::wrap_cuda_slice(sa, dev.clone())), hq * m_pad, BackpropOp::none(), false);
+            let qa = wrap(
+                CudaStorage::wrap_cuda_slice(qa, dev.clone()),
+                (b, hq * HEAD_DIM),
+            );
+            let sa = Tensor::from_storage(
+                Storage::Cuda(CudaStorage::wrap_cuda_slice(sa, dev.clone())),
+                hq * m_pad,
+                BackpropOp::none(),
+                false,
+            );
             Some((qa, crate::quant::act_scales_view(sa, b, hq)?))
         }
         _ => None,
     };
-    let bf16 = out.map(|o| wrap(CudaStorage::wrap_cuda_slice(o, dev.clone()), (b, hq * HEAD_DIM)));
+    let bf16 = out.map(|o| {
+        wrap(
+            CudaStorage::wrap_cuda_slice(o, dev.clone()),
+            (b, hq * HEAD_DIM),
+        )
+    });
     drop(ws); // stream-ordered free, after the launches above
     Ok(DecodeAttentionOutput { quantized, bf16 })
 }
@@ -538,13 +632,29 @@ pub fn decode_attention(
 /// `(qa, sa)` = e4m3 `[B, num_heads * 128]` and f32 scales `[B, num_heads]` (strides
 /// `(1, round_up(B, 4))`), exactly what `crate::quant::quantize_activation` would give for the
 /// f32 attention output.
-pub fn decode_attention_quant(q: &Tensor, k_cache: &Tensor, v_cache: &Tensor, len: usize) -> Result<(Tensor, Tensor)> {
+pub fn decode_attention_quant(
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    len: usize,
+) -> Result<(Tensor, Tensor)> {
     let o = decode_attention(q, k_cache, v_cache, len, DecodeAttentionOptions::default())?;
     Ok(o.quantized.expect("requested"))
 }
 
 /// [`decode_attention`] as bf16 `[B, num_heads * 128]`.
-pub fn decode_attention_bf16(q: &Tensor, k_cache: &Tensor, v_cache: &Tensor, len: usize) -> Result<Tensor> {
-    let opts = DecodeAttentionOptions { quantized: false, bf16: true, splits: None };
-    Ok(decode_attention(q, k_cache, v_cache, len, opts)?.bf16.expect("requested"))
+pub fn decode_attention_bf16(
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    len: usize,
+) -> Result<Tensor> {
+    let opts = DecodeAttentionOptions {
+        quantized: false,
+        bf16: true,
+        splits: None,
+    };
+    Ok(decode_attention(q, k_cache, v_cache, len, opts)?
+        .bf16
+        .expect("requested"))
 }
