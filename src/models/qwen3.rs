@@ -464,7 +464,12 @@ impl DecoderLayer {
 
         // Attention.
         let xn = candle_nn::ops::rms_norm(x, &self.input_norm, eps)?;
-        let attn = match self.decode_attention_fused(&xn, b, t, offset, rope, cache, capacity_hint, dims)? {
+        let fused = if dims.fused_attention && t == 1 {
+            self.decode_attention_fused(&xn, b, offset, rope, cache, capacity_hint, dims)?
+        } else {
+            None
+        };
+        let attn = match fused {
             Some(o) => o,
             None => self.o.forward(&self.attention(&xn, b, t, offset, rope, mask, unit, cache, capacity_hint, dims)?)?,
         };
@@ -539,17 +544,16 @@ impl DecoderLayer {
         }
     }
 
-    /// The decode step (T = 1) through our attention kernels when they apply (CUDA sm_90, bf16,
-    /// head_dim 128, FP8 o projection, not switched off): qk-norm + RoPE + KV append in one
-    /// launch, attention written straight into the o projection's quantized operand, the o
-    /// GEMM. Returns the o projection's output `[B, hidden]`, or `None` for the candle path.
+    /// A decode step (T = 1) through our attention kernels when they apply (CUDA sm_90, bf16,
+    /// head_dim 128, FP8 o projection): qk-norm + RoPE + KV append in one launch, attention
+    /// written straight into the o projection's quantized operand, the o GEMM. Returns the o
+    /// projection's output `[B, hidden]`, or `None` for the candle path.
     #[cfg(feature = "cuda")]
     #[allow(clippy::too_many_arguments)]
     fn decode_attention_fused(
         &self,
         xn: &Tensor,
         b: usize,
-        t: usize,
         offset: usize,
         rope: (&Tensor, &Tensor),
         cache: &mut KvCache,
@@ -557,11 +561,9 @@ impl DecoderLayer {
         dims: Dims,
     ) -> Result<Option<Tensor>> {
         use crate::cuda::attention as attn;
-        let Dims { hq, hkv, d, eps, fused_attention } = dims;
+        let Dims { hq, hkv, d, eps, .. } = dims;
         let AnyLinear::Fp8(o) = &self.o else { return Ok(None) };
-        if !fused_attention
-            || t != 1
-            || d != attn::HEAD_DIM
+        if d != attn::HEAD_DIM
             || hq / hkv > attn::MAX_QUERIES_PER_KV_HEAD
             || xn.dtype() != DType::BF16
             || self.qk_norm.dtype() != DType::BF16
@@ -587,7 +589,6 @@ impl DecoderLayer {
         &self,
         _xn: &Tensor,
         _b: usize,
-        _t: usize,
         _offset: usize,
         _rope: (&Tensor, &Tensor),
         _cache: &mut KvCache,
