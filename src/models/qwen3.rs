@@ -571,6 +571,7 @@ impl DecoderLayer {
         {
             return Ok(None);
         }
+        // q | k | v heads side by side, as one fused GEMM writes them.
         let qkv = match &self.qkv {
             Proj::Fused(l, _) => l.forward(xn)?,
             Proj::Split(ls) => Tensor::cat(&ls.iter().map(|l| l.forward(xn)).collect::<Result<Vec<_>>>()?, 1)?,
