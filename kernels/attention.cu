@@ -144,6 +144,8 @@ __device__ __forceinline__ void write_head(const DecodeParams& p, int64_t b, int
     const float s = ptx::div_rn(max_nan(amax, kScaleEps), kE4M3Max);
     p.qa[col] = static_cast<uint8_t>(ptx::cvt_e4m3x2(ptx::div_rn(x, s), 0.f) & 0xff);
     if (t == 0) p.sa[int64_t(h) * p.m_pad + b] = s;
+    // The last sequence also zeroes the (at most 3) padding rows of its column: no memset.
+    if (b == p.batch - 1 && t < p.m_pad - p.batch) p.sa[int64_t(h) * p.m_pad + p.batch + t] = 0.f;
   }
 }
 
@@ -151,7 +153,7 @@ __device__ __forceinline__ void write_head(const DecodeParams& p, int64_t b, int
 // t against the group's query heads, each warp runs the online-softmax update of some heads,
 // then thread t accumulates output dim t over the tile.
 template <int kRep>
-__global__ void __launch_bounds__(kThreads) decode_attention_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const DecodeParams p) {
   __shared__ __align__(16) float q_s[kRep][kHeadDim];
   __shared__ float p_s[kRep][kTile];  // scores, then probabilities
   __shared__ float m_s[kRep], l_s[kRep], a_s[kRep];

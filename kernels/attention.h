@@ -45,7 +45,7 @@ size_t fp8gemm_decode_attention_workspace_bytes(int64_t batch, int64_t hq, int64
 // Each head's 128 outputs are then written as
 //   - `qa`/`sa` (when qa != NULL): quantized exactly like fp8gemm_quantize_act (amax with NaN
 //     propagation, s = max(amax, 1e-4) / 448, q = e4m3(x / s)), head h of row b in column
-//     block h: sa[h * m_pad + b]. Padding rows of sa are left untouched.
+//     block h: sa[h * m_pad + b]. Padding rows b in [batch, m_pad) of sa are set to zero.
 //   - `out` (when out != NULL): bf16.
 // At least one of qa / out must be given; sa is required with qa. Requires head_dim == 128,
 // hq % hkv == 0, hq / hkv <= 16, 1 <= len <= cap, 16-byte aligned pointers.

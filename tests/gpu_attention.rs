@@ -350,7 +350,21 @@ fn cuda_decode_attention_len1_quantizes_exactly_like_quantize_activation() -> Re
         )?;
         vc.slice_set(&v, 2, 0)?;
         let q = randn_bf16(&[b, hq, HD], 0.2, &dev)?;
+        let m_pad = b.next_multiple_of(4);
+        poison_pool(hq * m_pad * 4, &dev)?;
         let (qa, sa) = attn::decode_attention_quant(&q, &kc, &vc, 1)?;
+        // The scale buffer's padding rows (b..m_pad of every column) are zeroed by the kernel.
+        let all = scale_buffer(&sa)?;
+        assert_eq!(all.len(), hq * m_pad);
+        for h in 0..hq {
+            for r in b..m_pad {
+                assert_eq!(
+                    all[h * m_pad + r],
+                    0.0,
+                    "B={b}: padding row {r} of scale column {h}"
+                );
+            }
+        }
         // One position: softmax = [1] and the f32 output is V exactly (per query head of the group).
         let x = v
             .reshape((b, hkv, 1, HD))?
@@ -368,6 +382,19 @@ fn cuda_decode_attention_len1_quantizes_exactly_like_quantize_activation() -> Re
         assert_eq!(ulp_diff(&bf, &x)?.0, 0, "B={b}: bf16 output is V");
     }
     Ok(())
+}
+
+/// The whole MN-major buffer behind an activation-scale view, padding rows included.
+fn scale_buffer(sa: &Tensor) -> Result<Vec<f32>> {
+    use candle_core::backend::BackendStorage;
+    let (st, _) = sa.storage_and_layout();
+    let candle_core::Storage::Cuda(cs) = &*st else {
+        candle_core::bail!("scales are not on the GPU")
+    };
+    match cs.to_cpu_storage()? {
+        candle_core::CpuStorage::F32(v) => Ok(v),
+        _ => candle_core::bail!("scales are not f32"),
+    }
 }
 
 #[test]

@@ -529,10 +529,12 @@ pub fn decode_attention(
     } else {
         None
     };
-    let mut sa = match (opts.quantized, b == m_pad) {
-        (false, _) => None,
-        (true, true) => Some(unsafe { dev.alloc::<f32>(hq * m_pad)? }),
-        (true, false) => Some(dev.alloc_zeros::<f32>(hq * m_pad)?), // padding rows stay zero
+    // The kernel writes every element of sa, its padding rows (zeros) included: no memset
+    // between the attention and the o GEMM that would break the PDL overlap.
+    let mut sa = if opts.quantized {
+        Some(unsafe { dev.alloc::<f32>(hq * m_pad)? })
+    } else {
+        None
     };
     let mut out = if opts.bf16 {
         Some(unsafe { dev.alloc::<bf16>(n)? })
