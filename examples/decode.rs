@@ -68,6 +68,10 @@ struct Args {
     /// Keep q/k/v and gate/up as separate GEMMs.
     #[arg(long)]
     no_fuse: bool,
+    /// Decode steps through the candle attention ops instead of our fused attention kernels
+    /// (qk-norm + RoPE + KV append, f32 attention quantized into the o GEMM's operand).
+    #[arg(long)]
+    no_fused_attention: bool,
     /// Do not stop at end-of-sequence tokens.
     #[arg(long)]
     ignore_eos: bool,
@@ -271,6 +275,7 @@ fn main() -> Result<()> {
     let random = args.random_weights.is_some();
     let eos: Vec<u32> = if args.ignore_eos || random { vec![] } else { cfg.eos_ids() };
     model.set_kv_capacity(prompt_ids.len() + args.max_new_tokens);
+    model.set_fused_attention(!args.no_fused_attention);
 
     // ---- Warm-up and measured run ----------------------------------------------------------
     let warmup = args.warmup.unwrap_or(if device.is_cpu() { 0 } else { 4 });

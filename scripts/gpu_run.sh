@@ -57,6 +57,10 @@ for p in "${PHASES[@]}"; do
         "$BIN/qwen3_gpu" --nocapture --test-threads=1 >>"$OUT/test.log" 2>&1
         echo "=== qwen3_gpu: rc=$?" | tee -a "$SUMMARY"
       fi
+      if [[ -x "$BIN/gpu_attention" ]]; then  # the decode-attention kernels (same log)
+        "$BIN/gpu_attention" --nocapture --test-threads=1 >>"$OUT/test.log" 2>&1
+        echo "=== gpu_attention: rc=$?" | tee -a "$SUMMARY"
+      fi
       grep -E "^(test |ok |SKIP|thread .* panicked)" "$OUT/test.log" | tail -n 60
       echo "tests: $(test_counts "$OUT/test.log")" | tee -a "$SUMMARY"
       ;;

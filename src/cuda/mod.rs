@@ -1,6 +1,7 @@
 //! CUDA providers of the blocked-FP8 GEMM (only built with the `cuda` feature).
 //!
 //! - [`ffi`]: the C ABI of our sm_90a kernels (`kernels/api.h`).
+//! - [`attention`]: the decode-step attention kernels (`kernels/attention.h`).
 //! - [`cublaslt`]: cuBLASLt with `VEC128_32F` (activations) × `BLK128x128_32F` (weights) scales.
 //! - the `dequant` provider: portable helper kernels (`dequant.cu`, PTX for compute_80, loaded
 //!   at run time) + candle's own cuBLAS f32 GEMM.
@@ -10,6 +11,7 @@
 //! Per-(device, thread) state (workspaces, cuBLASLt handle) and per-device capabilities are
 //! cached and grown on demand.
 
+pub mod attention;
 pub(crate) mod cublaslt;
 pub(crate) mod ffi;
 

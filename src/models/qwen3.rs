@@ -7,7 +7,9 @@
 //! matmuls around a fused softmax (grouped-query heads are folded into the rows of q, so K/V
 //! are never repeated), the o GEMM, a residual add, RMSNorm, one fused gate/up GEMM, SiLU·up and
 //! the down GEMM. Greedy sampling runs on the device ([`Sampler`]), and the sampled ids feed
-//! the next step without a host round trip.
+//! the next step without a host round trip. On CUDA sm_90 (bf16, head_dim 128, FP8 o
+//! projection) a decode step replaces everything between the q/k/v GEMM and the o GEMM by two
+//! kernels of ours (`src/cuda/attention.rs`; [`Qwen3Model::set_fused_attention`]).
 //!
 //! - [`Qwen3Model::load`]: from a `VarBuilder` over a checkpoint; modules that
 //!   `is_quantized` rejects (or that have no `weight_scale_inv`) load dense.
@@ -364,6 +366,18 @@ impl KvCache {
     /// the first `offset + T` positions.
     fn append(&mut self, k: &Tensor, v: &Tensor, offset: usize, capacity_hint: usize) -> Result<(Tensor, Tensor)> {
         let (b, h, t, d) = k.dims4()?;
+        self.reserve((b, h, t, d), k.dtype(), k.device(), offset, capacity_hint)?;
+        let (kc, vc) = (self.k.as_ref().unwrap(), self.v.as_ref().unwrap());
+        kc.slice_set(k, 2, offset)?;
+        vc.slice_set(v, 2, offset)?;
+        self.len = offset + t;
+        Ok((kc.narrow(2, 0, offset + t)?, vc.narrow(2, 0, offset + t)?))
+    }
+
+    /// Checks that `T` positions `[B, kv_heads, T, head_dim]` can be written at `offset` (a new
+    /// sequence at 0, or the next position) and grows the buffers (keeping their first `len`
+    /// positions) so that they hold `offset + T`. `len` is left to the writer.
+    fn reserve(&mut self, (b, h, t, d): (usize, usize, usize, usize), dtype: DType, device: &Device, offset: usize, capacity_hint: usize) -> Result<()> {
         if offset != self.len {
             if offset == 0 {
                 self.len = 0;
@@ -383,8 +397,8 @@ impl KvCache {
         if !same_batch || self.capacity() < need {
             // Grow geometrically so that a long generation reallocates O(log n) times.
             let cap = need.max(capacity_hint).max(self.capacity() * 2).next_multiple_of(64);
-            let nk = Tensor::zeros((b, h, cap, d), k.dtype(), k.device())?;
-            let nv = Tensor::zeros((b, h, cap, d), v.dtype(), v.device())?;
+            let nk = Tensor::zeros((b, h, cap, d), dtype, device)?;
+            let nv = Tensor::zeros((b, h, cap, d), dtype, device)?;
             if let (true, Some(ok), Some(ov)) = (same_batch && self.len > 0, &self.k, &self.v) {
                 nk.slice_set(&ok.narrow(2, 0, self.len)?.contiguous()?, 2, 0)?;
                 nv.slice_set(&ov.narrow(2, 0, self.len)?.contiguous()?, 2, 0)?;
@@ -392,11 +406,7 @@ impl KvCache {
             self.k = Some(nk);
             self.v = Some(nv);
         }
-        let (kc, vc) = (self.k.as_ref().unwrap(), self.v.as_ref().unwrap());
-        kc.slice_set(k, 2, offset)?;
-        vc.slice_set(v, 2, offset)?;
-        self.len = need;
-        Ok((kc.narrow(2, 0, need)?, vc.narrow(2, 0, need)?))
+        Ok(())
     }
 }
 
@@ -423,6 +433,8 @@ struct Dims {
     hkv: usize,
     d: usize,
     eps: f32,
+    /// Decode steps may take the fused attention kernels ([`Qwen3Model::set_fused_attention`]).
+    fused_attention: bool,
 }
 
 impl DecoderLayer {
@@ -448,22 +460,57 @@ impl DecoderLayer {
         capacity_hint: usize,
         dims: Dims,
     ) -> Result<Tensor> {
-        let Dims { hq, hkv, d, eps } = dims;
-        let n_rep = hq / hkv;
-        let m = b * t;
+        let eps = dims.eps;
 
         // Attention.
         let xn = candle_nn::ops::rms_norm(x, &self.input_norm, eps)?;
+        let fused = if dims.fused_attention && t == 1 {
+            self.decode_attention_fused(&xn, b, offset, rope, cache, capacity_hint, dims)?
+        } else {
+            None
+        };
+        let attn = match fused {
+            Some(o) => o,
+            None => self.o.forward(&self.attention(&xn, b, t, offset, rope, mask, unit, cache, capacity_hint, dims)?)?,
+        };
+        let x = (x + attn)?;
+
+        // MLP.
+        let xn = candle_nn::ops::rms_norm(&x, &self.post_norm, eps)?;
+        let gu = self.gate_up.forward(&xn)?;
+        let a = (candle_nn::ops::silu(&gu[0])? * &gu[1])?;
+        x + self.down.forward(&a)?
+    }
+
+    /// The attention of the candle ops (any T, device and dtype): `[B*T, hq * d]`, the input of
+    /// the o projection.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        xn: &Tensor,
+        b: usize,
+        t: usize,
+        offset: usize,
+        rope: (&Tensor, &Tensor),
+        mask: Option<&Tensor>,
+        unit: &Tensor,
+        cache: &mut KvCache,
+        capacity_hint: usize,
+        dims: Dims,
+    ) -> Result<Tensor> {
+        let Dims { hq, hkv, d, eps, .. } = dims;
+        let n_rep = hq / hkv;
+        let m = b * t;
         let (qk, v) = match &self.qkv {
             Proj::Fused(l, sizes) => {
                 // q and k are adjacent in the fused output: one view (a copy only when M > 1).
-                let y = l.forward(&xn)?;
+                let y = l.forward(xn)?;
                 let nqk = sizes[0] + sizes[1];
                 (y.narrow(1, 0, nqk)?.contiguous()?, y.narrow(1, nqk, sizes[2])?)
             }
             Proj::Split(ls) => {
-                let (q, k) = (ls[0].forward(&xn)?, ls[1].forward(&xn)?);
-                (Tensor::cat(&[&q, &k], 1)?, ls[2].forward(&xn)?)
+                let (q, k) = (ls[0].forward(xn)?, ls[1].forward(xn)?);
+                (Tensor::cat(&[&q, &k], 1)?, ls[2].forward(xn)?)
             }
         };
         // Per-head RMSNorm of q and k in one launch, then the per-head weights.
@@ -490,18 +537,77 @@ impl DecoderLayer {
         };
         let att = candle_nn::ops::softmax_last_dim(&att)?;
         let y = att.matmul(&v_all)?; // [b, hkv, n_rep * t, d]
-        let y = if t == 1 {
-            y.reshape((b, hq * d))?
+        if t == 1 {
+            y.reshape((b, hq * d))
         } else {
-            y.reshape((b, hq, t, d))?.transpose(1, 2)?.contiguous()?.reshape((m, hq * d))?
-        };
-        let x = (x + self.o.forward(&y)?)?;
+            y.reshape((b, hq, t, d))?.transpose(1, 2)?.contiguous()?.reshape((m, hq * d))
+        }
+    }
 
-        // MLP.
-        let xn = candle_nn::ops::rms_norm(&x, &self.post_norm, eps)?;
-        let gu = self.gate_up.forward(&xn)?;
-        let a = (candle_nn::ops::silu(&gu[0])? * &gu[1])?;
-        x + self.down.forward(&a)?
+    /// A decode step (T = 1) through our attention kernels when they apply (CUDA sm_90, bf16,
+    /// head_dim 128, FP8 o projection): qk-norm + RoPE + KV append in one launch, attention
+    /// written straight into the o projection's quantized operand, the o GEMM. Returns the o
+    /// projection's output `[B, hidden]`, or `None` for the candle path.
+    #[cfg(feature = "cuda")]
+    #[allow(clippy::too_many_arguments)]
+    fn decode_attention_fused(
+        &self,
+        xn: &Tensor,
+        b: usize,
+        offset: usize,
+        rope: (&Tensor, &Tensor),
+        cache: &mut KvCache,
+        capacity_hint: usize,
+        dims: Dims,
+    ) -> Result<Option<Tensor>> {
+        use crate::cuda::attention as attn;
+        let Dims { hq, hkv, d, eps, .. } = dims;
+        let AnyLinear::Fp8(o) = &self.o else { return Ok(None) };
+        if d != attn::HEAD_DIM
+            || hq / hkv > attn::MAX_QUERIES_PER_KV_HEAD
+            || xn.dtype() != DType::BF16
+            || self.qk_norm.dtype() != DType::BF16
+            || !attn::is_available(xn.device())
+        {
+            return Ok(None);
+        }
+        // q | k | v heads side by side, as one fused GEMM writes them.
+        let qkv = match &self.qkv {
+            Proj::Fused(l, _) => l.forward(xn)?,
+            Proj::Split(ls) => Tensor::cat(&ls.iter().map(|l| l.forward(xn)).collect::<Result<Vec<_>>>()?, 1)?,
+        };
+        cache.reserve((b, hkv, 1, d), DType::BF16, xn.device(), offset, capacity_hint)?;
+        let (kc, vc) = (cache.k.as_ref().unwrap(), cache.v.as_ref().unwrap());
+        let q = attn::qk_norm_rope_append(&qkv.contiguous()?, &self.qk_norm, rope.0, rope.1, kc, vc, offset, hq, hkv, eps)?;
+        cache.len = offset + 1;
+        let (qa, sa) = attn::decode_attention_quant(&q, kc, vc, offset + 1)?;
+        Ok(Some(o_proj_forward_quantized(o, &qa, &sa)?))
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    #[allow(clippy::too_many_arguments)]
+    fn decode_attention_fused(
+        &self,
+        _xn: &Tensor,
+        _b: usize,
+        _offset: usize,
+        _rope: (&Tensor, &Tensor),
+        _cache: &mut KvCache,
+        _capacity_hint: usize,
+        _dims: Dims,
+    ) -> Result<Option<Tensor>> {
+        Ok(None)
+    }
+}
+
+/// `o(x)` from an already-quantized activation `(qa, sa)` (bf16 out): what
+/// `Fp8BlockLinear::forward_quantized` does (branch `fused`); on merge, call that instead.
+#[cfg(feature = "cuda")]
+fn o_proj_forward_quantized(o: &Fp8BlockLinear, qa: &Tensor, sa: &Tensor) -> Result<Tensor> {
+    let y = crate::ops::fp8_block_matmul(qa, sa, o.weight(), o.weight_scale_inv())?;
+    match o.bias() {
+        Some(bias) => y.broadcast_add(&bias.to_dtype(y.dtype())?),
+        None => Ok(y),
     }
 }
 
@@ -526,6 +632,8 @@ pub struct Qwen3Model {
     dtype: DType,
     device: Device,
     mode: LinearMode,
+    /// Decode steps use the fused attention kernels where they apply (default on).
+    fused_attention: bool,
 }
 
 /// Where the model's tensors come from while building it.
@@ -634,7 +742,7 @@ impl Qwen3Model {
         let dtype = opts.dtype_for(device);
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
         let (hq, hkv, d) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim());
-        let dims = Dims { hq, hkv, d, eps: cfg.rms_norm_eps as f32 };
+        let dims = Dims { hq, hkv, d, eps: cfg.rms_norm_eps as f32, fused_attention: true };
         let nl = cfg.num_hidden_layers;
         let embed = match &mut src {
             Source::Checkpoint { vb, .. } => vb.get_with_hints_dtype((cfg.vocab_size, h), "model.embed_tokens.weight", Default::default(), dtype)?,
@@ -697,6 +805,7 @@ impl Qwen3Model {
             dtype,
             device: device.clone(),
             mode: opts.mode,
+            fused_attention: true,
         })
     }
 
@@ -823,6 +932,21 @@ impl Qwen3Model {
         self.capacity_hint = max_seq_len;
     }
 
+    /// Switches the fused decode attention on or off (default on). When on, a decode step
+    /// (one token per sequence) on a CUDA sm_90 device, in bf16, with `head_dim == 128` and an
+    /// FP8 o projection runs two kernels of ours — qk-norm + RoPE + KV append, then f32
+    /// attention quantized straight into the o projection's operand — instead of about ten
+    /// candle ops and the activation quantizer; anything else takes the candle path. Both paths
+    /// share the KV cache, so the switch may flip between steps.
+    pub fn set_fused_attention(&mut self, on: bool) {
+        self.fused_attention = on;
+    }
+
+    /// Whether the fused decode attention is switched on ([`Qwen3Model::set_fused_attention`]).
+    pub fn fused_attention(&self) -> bool {
+        self.fused_attention
+    }
+
     /// Forgets the cached keys/values (the buffers are kept for reuse).
     pub fn clear_kv_cache(&mut self) {
         for c in &mut self.kv {
@@ -850,7 +974,13 @@ impl Qwen3Model {
             )
         }
         let cfg = &self.cfg;
-        let dims = Dims { hq: cfg.num_attention_heads, hkv: cfg.num_key_value_heads, d: cfg.head_dim(), eps: cfg.rms_norm_eps as f32 };
+        let dims = Dims {
+            hq: cfg.num_attention_heads,
+            hkv: cfg.num_key_value_heads,
+            d: cfg.head_dim(),
+            eps: cfg.rms_norm_eps as f32,
+            fused_attention: self.fused_attention,
+        };
         let ids = input_ids.to_device(&self.device)?.to_dtype(DType::U32)?.flatten_all()?;
         let mut x = self.embed.index_select(&ids, 0)?; // [B*T, H]
         let cos = self.cos.narrow(0, seqlen_offset, t)?;

@@ -1,0 +1,430 @@
+// Decode-step attention (one new token per sequence, head_dim 128):
+//   qk_norm_rope_append_kernel   per-head RMSNorm + weight + RoPE of q and k, KV-cache append
+//   decode_attention_kernel      f32 online-softmax attention over a range of cache positions
+//   decode_combine_kernel        merges the position splits (only when there are several)
+// Both attention kernels end by quantizing each head's 128 outputs into the o-projection's
+// activation operand (the group of the activation contract is exactly one head).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "api.h"
+#include "attention.h"
+#include "fp8gemm/ptx/cvt.cuh"
+#include "fp8gemm/ptx/tma.cuh"
+
+namespace fp8gemm::attn {
+
+constexpr int kHeadDim = 128;
+constexpr int kThreads = 128;    // one thread per head dimension / per position of a tile
+constexpr int kTile = 128;       // cache positions per tile
+constexpr int kMaxRep = 16;      // query heads per kv head
+constexpr float kE4M3Max = 448.f;
+constexpr float kScaleEps = 1e-4f;
+static_assert(kThreads == kHeadDim && kTile == kThreads, "thread t owns dim t and position t");
+
+__device__ __forceinline__ float max_nan(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// qk norm + RoPE + append: one warp per (sequence, head) over the q, k and v heads.
+// ---------------------------------------------------------------------------------------------
+
+// Lane j holds dims j, j+32, j+64, j+96: its sum of squares accumulates in that order and the
+// warp reduces with a xor butterfly — the association of candle's rmsnorm with a 32-thread
+// block (n_cols < 1024), so the f32 sum, and everything after it, is bit-identical. RoPE pairs
+// (j, j+64) and (j+32, j+96) stay inside the lane.
+__global__ void __launch_bounds__(kThreads) qk_norm_rope_append_kernel(
+    const __nv_bfloat16* __restrict__ qkv, const __nv_bfloat16* __restrict__ norm_w,
+    const __nv_bfloat16* __restrict__ cos_row, const __nv_bfloat16* __restrict__ sin_row,
+    __nv_bfloat16* __restrict__ q_out, __nv_bfloat16* __restrict__ k_cache,
+    __nv_bfloat16* __restrict__ v_cache, int64_t batch, int hq, int hkv, int64_t cap,
+    int64_t offset, float eps) {
+  ptx::griddep_launch_dependents();
+  ptx::griddep_wait();  // qkv is the previous GEMM's output; the caches were written before too
+  const int heads = hq + 2 * hkv;
+  const int64_t warp = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / 32;
+  if (warp >= batch * heads) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t b = warp / heads;
+  const int h = static_cast<int>(warp % heads);
+  const __nv_bfloat16* x = qkv + warp * kHeadDim;
+  __nv_bfloat16 xin[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) xin[i] = x[lane + 32 * i];
+
+  if (h >= hq + hkv) {  // a v head: copied as is
+    const int64_t g = h - hq - hkv;
+    __nv_bfloat16* dst = v_cache + ((b * hkv + g) * cap + offset) * kHeadDim;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dst[lane + 32 * i] = xin[i];
+    return;
+  }
+
+  // RMSNorm (candle: tmp += x*x as fma, /ncols with IEEE division, rsqrt.approx, bf16(scale*x)).
+  float v[4];
+  float tmp = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[i] = __bfloat162float(xin[i]);
+    tmp = __fmaf_rn(v[i], v[i], tmp);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) tmp = __fadd_rn(tmp, __shfl_xor_sync(0xffffffffu, tmp, o));
+  const float scale = rsqrtf(__fadd_rn(__fdiv_rn(tmp, float(kHeadDim)), eps));
+
+  // Per-head weight (candle's broadcast_mul: one bf16 rounding of the exact product).
+  const __nv_bfloat16* w = norm_w + int64_t(h) * kHeadDim;
+  __nv_bfloat16 y[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat16 n = __float2bfloat16_rn(__fmul_rn(scale, v[i]));
+    y[i] = __float2bfloat16_rn(__fmul_rn(__bfloat162float(n), __bfloat162float(w[lane + 32 * i])));
+  }
+
+  // RoPE, rotate-half, in bf16 arithmetic. candle's rope_thd writes `x1*c - x2*s` and
+  // `x1*s + x2*c` with bf16 operators (PTX mul/sub/add.bf16, contractible); ptxas 13.0 for
+  // sm_90a turns each into HMUL2 + HFMA2 with the x2 product rounded first. We pin exactly
+  // that: r1 = fma(x1, c, -rn(x2*s)), r2 = fma(x1, s, rn(x2*c)).
+  __nv_bfloat16 r[4];
+#pragma unroll
+  for (int p = 0; p < 2; ++p) {
+    const __nv_bfloat16 c = cos_row[lane + 32 * p], s = sin_row[lane + 32 * p];
+    const __nv_bfloat16 x1 = y[p], x2 = y[p + 2];
+    r[p] = __hfma(x1, c, __hneg(__hmul_rn(x2, s)));
+    r[p + 2] = __hfma(x1, s, __hmul_rn(x2, c));
+  }
+
+  __nv_bfloat16* dst = h < hq ? q_out + (b * hq + h) * kHeadDim
+                              : k_cache + ((b * hkv + (h - hq)) * cap + offset) * kHeadDim;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) dst[lane + 32 * i] = r[i];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention
+// ---------------------------------------------------------------------------------------------
+
+struct DecodeParams {
+  const __nv_bfloat16* q;
+  const __nv_bfloat16* k;
+  const __nv_bfloat16* v;
+  float* ws_o;   // [batch, hq, splits, 128] unnormalized partial outputs
+  float* ws_ml;  // [batch, hq, splits, 2] running max and sum of each split
+  uint8_t* qa;
+  float* sa;
+  __nv_bfloat16* out;
+  int64_t batch, cap, len, chunk, m_pad;
+  int hq, hkv, n_rep, splits;
+};
+
+// Max over the block's 128 threads with NaN propagation (red: 4 floats of shared memory).
+__device__ __forceinline__ float block_amax(float a, float* red) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) a = max_nan(a, __shfl_xor_sync(0xffffffffu, a, o));
+  __syncthreads();  // red may still be read from the previous call
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = a;
+  __syncthreads();
+  return max_nan(max_nan(red[0], red[1]), max_nan(red[2], red[3]));
+}
+
+// Writes dim threadIdx.x of head h of sequence b: quantized (the activation contract, the
+// group = this head's 128 values) and/or bf16. Every thread of the block must call it.
+__device__ __forceinline__ void write_head(const DecodeParams& p, int64_t b, int h, float x,
+                                           float* red) {
+  const int t = threadIdx.x;
+  const int64_t col = b * (int64_t(p.hq) * kHeadDim) + int64_t(h) * kHeadDim + t;
+  if (p.out != nullptr) p.out[col] = __float2bfloat16_rn(x);
+  if (p.qa != nullptr) {
+    const float amax = block_amax(fabsf(x), red);
+    const float s = ptx::div_rn(max_nan(amax, kScaleEps), kE4M3Max);
+    p.qa[col] = static_cast<uint8_t>(ptx::cvt_e4m3x2(ptx::div_rn(x, s), 0.f) & 0xff);
+    if (t == 0) p.sa[int64_t(h) * p.m_pad + b] = s;
+    // The last sequence also zeroes the (at most 3) padding rows of its column: no memset.
+    if (b == p.batch - 1 && t < p.m_pad - p.batch) p.sa[int64_t(h) * p.m_pad + p.batch + t] = 0.f;
+  }
+}
+
+// One CTA per (split, kv head, sequence). Per tile of 128 positions: thread t scores position
+// t against the group's query heads, each warp runs the online-softmax update of some heads,
+// then thread t accumulates output dim t over the tile.
+template <int kRep>
+__global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const DecodeParams p) {
+  __shared__ __align__(16) float q_s[kRep][kHeadDim];
+  __shared__ float p_s[kRep][kTile];  // scores, then probabilities
+  __shared__ float m_s[kRep], l_s[kRep], a_s[kRep];
+  __shared__ float red[4];
+  const int t = threadIdx.x, lane = t % 32, warp = t / 32;
+  const int split = blockIdx.x, g = blockIdx.y;
+  const int64_t b = blockIdx.z;
+  const int n_rep = p.n_rep;
+  const int64_t p0 = split * p.chunk;
+  const int64_t p1 = min(p.len, p0 + p.chunk);
+
+  ptx::griddep_launch_dependents();
+  ptx::griddep_wait();  // q and the caches come from the previous kernel
+
+  const int64_t head0 = b * p.hq + int64_t(g) * n_rep;  // first query head of the group
+#pragma unroll
+  for (int r = 0; r < kRep; ++r)
+    if (r < n_rep) q_s[r][t] = __bfloat162float(p.q[(head0 + r) * kHeadDim + t]);
+  if (t < n_rep) {
+    m_s[t] = -INFINITY;
+    l_s[t] = 0.f;
+  }
+  float acc[kRep];
+#pragma unroll
+  for (int r = 0; r < kRep; ++r) acc[r] = 0.f;
+  const __nv_bfloat16* kbase = p.k + (b * p.hkv + g) * p.cap * kHeadDim;
+  const __nv_bfloat16* vbase = p.v + (b * p.hkv + g) * p.cap * kHeadDim;
+  __syncthreads();
+
+  for (int64_t tile0 = p0; tile0 < p1; tile0 += kTile) {
+    const int n = static_cast<int>(min(int64_t(kTile), p1 - tile0));
+    // 1. Scores of position tile0 + t.
+    if (t < n) {
+      const uint4* krow = reinterpret_cast<const uint4*>(kbase + (tile0 + t) * kHeadDim);
+      float s[kRep];
+#pragma unroll
+      for (int r = 0; r < kRep; ++r) s[r] = 0.f;
+#pragma unroll 4
+      for (int c = 0; c < kHeadDim / 8; ++c) {
+        const uint4 raw = krow[c];
+        const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
+        float kf[8];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float2 f = __bfloat1622float2(h2[i]);
+          kf[2 * i] = f.x;
+          kf[2 * i + 1] = f.y;
+        }
+#pragma unroll
+        for (int r = 0; r < kRep; ++r) {
+          if (r < n_rep) {
+            const float4 qa = *reinterpret_cast<const float4*>(&q_s[r][c * 8]);
+            const float4 qb = *reinterpret_cast<const float4*>(&q_s[r][c * 8 + 4]);
+            float a = s[r];
+            a = fmaf(qa.x, kf[0], a);
+            a = fmaf(qa.y, kf[1], a);
+            a = fmaf(qa.z, kf[2], a);
+            a = fmaf(qa.w, kf[3], a);
+            a = fmaf(qb.x, kf[4], a);
+            a = fmaf(qb.y, kf[5], a);
+            a = fmaf(qb.z, kf[6], a);
+            a = fmaf(qb.w, kf[7], a);
+            s[r] = a;
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kRep; ++r)
+        if (r < n_rep) p_s[r][t] = s[r];
+    }
+    __syncthreads();
+    // 2. Online softmax, one warp per query head.
+    for (int r = warp; r < n_rep; r += kThreads / 32) {
+      float mx = -INFINITY;
+      for (int j = lane; j < n; j += 32) mx = fmaxf(mx, p_s[r][j]);
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float m_old = m_s[r];
+      const float m_new = fmaxf(m_old, mx);
+      float sum = 0.f;
+      for (int j = lane; j < n; j += 32) {
+        const float e = expf(p_s[r][j] - m_new);
+        p_s[r][j] = e;
+        sum += e;
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      __syncwarp();
+      if (lane == 0) {
+        const float alpha = expf(m_old - m_new);  // 0 on the first tile (m_old = -inf)
+        a_s[r] = alpha;
+        l_s[r] = l_s[r] * alpha + sum;
+        m_s[r] = m_new;
+      }
+    }
+    __syncthreads();
+    // 3. Output dim t += Σ_j p[r][j] · v[j][t].
+#pragma unroll
+    for (int r = 0; r < kRep; ++r)
+      if (r < n_rep) acc[r] *= a_s[r];
+    const __nv_bfloat16* vcol = vbase + tile0 * kHeadDim + t;
+#pragma unroll 8
+    for (int j = 0; j < n; ++j) {
+      const float vf = __bfloat162float(vcol[int64_t(j) * kHeadDim]);
+#pragma unroll
+      for (int r = 0; r < kRep; ++r)
+        if (r < n_rep) acc[r] = fmaf(p_s[r][j], vf, acc[r]);
+    }
+    __syncthreads();  // p_s is overwritten by the next tile
+  }
+
+  if (p.splits == 1) {
+#pragma unroll
+    for (int r = 0; r < kRep; ++r)
+      if (r < n_rep) write_head(p, b, g * n_rep + r, acc[r] / l_s[r], red);
+  } else {
+#pragma unroll
+    for (int r = 0; r < kRep; ++r) {
+      if (r < n_rep) {
+        const int64_t slot = (head0 + r) * p.splits + split;
+        p.ws_o[slot * kHeadDim + t] = acc[r];
+        if (t == 0) {
+          p.ws_ml[slot * 2] = m_s[r];
+          p.ws_ml[slot * 2 + 1] = l_s[r];
+        }
+      }
+    }
+  }
+}
+
+// One CTA per (query head, sequence): merges the splits' partial softmax states.
+__global__ void __launch_bounds__(kThreads) decode_combine_kernel(const DecodeParams p) {
+  __shared__ float red[4];
+  const int h = blockIdx.x;
+  const int64_t b = blockIdx.y;
+  const int t = threadIdx.x;
+  ptx::griddep_launch_dependents();
+  ptx::griddep_wait();  // the partials come from decode_attention_kernel
+  const int64_t base = (b * p.hq + h) * p.splits;
+  float m = -INFINITY;
+  for (int s = 0; s < p.splits; ++s) m = fmaxf(m, p.ws_ml[(base + s) * 2]);
+  float l = 0.f, o = 0.f;
+  for (int s = 0; s < p.splits; ++s) {
+    const float w = expf(p.ws_ml[(base + s) * 2] - m);
+    l = fmaf(p.ws_ml[(base + s) * 2 + 1], w, l);
+    o = fmaf(p.ws_o[(base + s) * kHeadDim + t], w, o);
+  }
+  write_head(p, b, h, o / l, red);
+}
+
+// Launch with programmatic stream serialization (the PDL convention of all our kernels).
+template <typename Kernel, typename... Args>
+int launch_pdl(Kernel kernel, dim3 grid, cudaStream_t stream, Args... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = grid;
+  lc.blockDim = dim3(kThreads, 1, 1);
+  lc.dynamicSmemBytes = 0;
+  lc.stream = stream;
+  lc.attrs = attr;
+  lc.numAttrs = 1;
+  if (cudaLaunchKernelEx(&lc, kernel, args...) != cudaSuccess) return FP8GEMM_ERR_LAUNCH;
+  return cudaGetLastError() == cudaSuccess ? FP8GEMM_OK : FP8GEMM_ERR_LAUNCH;
+}
+
+inline bool misaligned(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) != 0; }
+
+// Effective split count and positions per split (a multiple of kTile; no split is empty).
+inline void split_plan(int64_t len, int64_t requested, int64_t* splits, int64_t* chunk) {
+  const int64_t tiles = (len + kTile - 1) / kTile;
+  int64_t req = requested < 1 ? 1 : (requested > tiles ? tiles : requested);
+  const int64_t tiles_per = (tiles + req - 1) / req;
+  *chunk = tiles_per * kTile;
+  *splits = (tiles + tiles_per - 1) / tiles_per;
+}
+
+}  // namespace fp8gemm::attn
+
+using namespace fp8gemm::attn;
+
+extern "C" int32_t fp8gemm_qk_norm_rope_append(const void* qkv, const void* qk_norm,
+                                               const void* cos_row, const void* sin_row,
+                                               void* q_out, void* k_cache, void* v_cache,
+                                               int64_t batch, int64_t hq, int64_t hkv,
+                                               int64_t head_dim, int64_t cap, int64_t offset,
+                                               float eps, void* stream) {
+  if (head_dim != kHeadDim || batch < 1 || hq < 1 || hkv < 1 || hq % hkv != 0 ||
+      hq + 2 * hkv > (1 << 20) || cap < 1 || offset < 0 || offset >= cap)
+    return FP8GEMM_ERR_SHAPE;
+  if (!qkv || !qk_norm || !cos_row || !sin_row || !q_out || !k_cache || !v_cache)
+    return FP8GEMM_ERR_ALIGN;
+  if (misaligned(qkv) || misaligned(qk_norm) || misaligned(cos_row) || misaligned(sin_row) ||
+      misaligned(q_out) || misaligned(k_cache) || misaligned(v_cache))
+    return FP8GEMM_ERR_ALIGN;
+  const int64_t warps = batch * (hq + 2 * hkv);
+  const int64_t blocks = (warps + kThreads / 32 - 1) / (kThreads / 32);
+  if (blocks > 0x7fffffff) return FP8GEMM_ERR_SHAPE;
+  return launch_pdl(qk_norm_rope_append_kernel, dim3(static_cast<unsigned>(blocks)),
+                    static_cast<cudaStream_t>(stream), static_cast<const __nv_bfloat16*>(qkv),
+                    static_cast<const __nv_bfloat16*>(qk_norm),
+                    static_cast<const __nv_bfloat16*>(cos_row),
+                    static_cast<const __nv_bfloat16*>(sin_row),
+                    static_cast<__nv_bfloat16*>(q_out), static_cast<__nv_bfloat16*>(k_cache),
+                    static_cast<__nv_bfloat16*>(v_cache), batch, static_cast<int>(hq),
+                    static_cast<int>(hkv), cap, offset, eps);
+}
+
+extern "C" size_t fp8gemm_decode_attention_workspace_bytes(int64_t batch, int64_t hq,
+                                                           int64_t splits) {
+  if (splits <= 1 || batch < 1 || hq < 1) return 0;
+  return static_cast<size_t>(batch * hq * splits) * (kHeadDim + 2) * sizeof(float);
+}
+
+extern "C" int32_t fp8gemm_decode_attention(const void* q, const void* k_cache,
+                                            const void* v_cache, int64_t batch, int64_t hq,
+                                            int64_t hkv, int64_t head_dim, int64_t cap,
+                                            int64_t len, int64_t splits, void* workspace,
+                                            size_t workspace_bytes, uint8_t* qa, float* sa,
+                                            void* out, void* stream) {
+  if (head_dim != kHeadDim || batch < 1 || batch > 65535 || hq < 1 || hkv < 1 || hkv > 65535 ||
+      hq % hkv != 0 || hq / hkv > kMaxRep || hq > 0x7fffffff || len < 1 || len > cap)
+    return FP8GEMM_ERR_SHAPE;
+  if (!q || !k_cache || !v_cache || (qa == nullptr && out == nullptr) ||
+      (qa != nullptr && sa == nullptr))
+    return FP8GEMM_ERR_ALIGN;
+  if (misaligned(q) || misaligned(k_cache) || misaligned(v_cache) || misaligned(qa) ||
+      misaligned(sa) || misaligned(out))
+    return FP8GEMM_ERR_ALIGN;
+  DecodeParams p = {};
+  p.q = static_cast<const __nv_bfloat16*>(q);
+  p.k = static_cast<const __nv_bfloat16*>(k_cache);
+  p.v = static_cast<const __nv_bfloat16*>(v_cache);
+  p.qa = qa;
+  p.sa = sa;
+  p.out = static_cast<__nv_bfloat16*>(out);
+  p.batch = batch;
+  p.cap = cap;
+  p.len = len;
+  p.m_pad = (batch + 3) / 4 * 4;
+  p.hq = static_cast<int>(hq);
+  p.hkv = static_cast<int>(hkv);
+  p.n_rep = static_cast<int>(hq / hkv);
+  int64_t n_splits, chunk;
+  split_plan(len, splits, &n_splits, &chunk);
+  if (n_splits > 0x7fffffff) return FP8GEMM_ERR_SHAPE;
+  p.splits = static_cast<int>(n_splits);
+  p.chunk = chunk;
+  if (n_splits > 1) {
+    const size_t need = fp8gemm_decode_attention_workspace_bytes(batch, hq, n_splits);
+    if (workspace == nullptr || workspace_bytes < need || misaligned(workspace))
+      return FP8GEMM_ERR_WORKSPACE;
+    p.ws_o = static_cast<float*>(workspace);
+    p.ws_ml = p.ws_o + batch * hq * n_splits * kHeadDim;
+  }
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(hkv),
+                  static_cast<unsigned>(batch));
+  int st;
+  if (p.n_rep <= 1)
+    st = launch_pdl(decode_attention_kernel<1>, grid, s, p);
+  else if (p.n_rep <= 2)
+    st = launch_pdl(decode_attention_kernel<2>, grid, s, p);
+  else if (p.n_rep <= 4)
+    st = launch_pdl(decode_attention_kernel<4>, grid, s, p);
+  else if (p.n_rep <= 8)
+    st = launch_pdl(decode_attention_kernel<8>, grid, s, p);
+  else
+    st = launch_pdl(decode_attention_kernel<16>, grid, s, p);
+  if (st != FP8GEMM_OK || n_splits == 1) return st;
+  return launch_pdl(decode_combine_kernel, dim3(static_cast<unsigned>(hq), static_cast<unsigned>(batch)),
+                    s, p);
+}

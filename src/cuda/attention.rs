@@ -1,0 +1,662 @@
+//! Decode-step attention kernels (`kernels/attention.h`): the attention of one new token per
+//! sequence of a grouped-query model with `head_dim == 128`, in two launches (three when the
+//! cache positions are split over CTAs):
+//!
+//! - [`qk_norm_rope_append`]: per-head RMSNorm of q and k, their per-head weights, RoPE, and the
+//!   KV-cache append (in place), from the fused q|k|v GEMM output — bit-compatible with
+//!   candle's `rms_norm` → `broadcast_mul` → `rope_thd` → `slice_set` path.
+//! - [`decode_attention`]: f32 scores, softmax and P·V over the cached positions, written as
+//!   the o-projection's quantized activation `(qa, sa)` (the exact activation-quantization
+//!   contract, one 128-wide group per head) and/or bf16.
+//!
+//! Everything launches on candle's stream for the device and never synchronizes.
+
+#![allow(non_camel_case_types)]
+
+use std::ffi::c_void;
+
+use candle_core::cuda_backend::cudarc::driver::{DevicePtr, DevicePtrMut};
+use candle_core::cuda_backend::{CudaDevice, CudaStorage};
+use candle_core::op::BackpropOp;
+use candle_core::{bail, CpuStorage, DType, Device, InplaceOp1, Layout, Result, Storage, Tensor};
+use half::bf16;
+
+use super::{device_info, ffi, raw_stream, view};
+use crate::format::{act_scale_m_stride, F8E4M3};
+
+/// The head dimension the kernels are built for.
+pub const HEAD_DIM: usize = 128;
+/// Cache positions per tile of the attention kernel (the unit of a position split).
+pub const POSITION_TILE: usize = 128;
+/// Most query heads per kv head (`num_heads / num_kv_heads`) the attention kernel takes.
+pub const MAX_QUERIES_PER_KV_HEAD: usize = 16;
+
+#[cfg(fp8gemm_kernels)]
+mod sys {
+    use std::ffi::c_void;
+    extern "C" {
+        pub fn fp8gemm_qk_norm_rope_append(
+            qkv: *const c_void,
+            qk_norm: *const c_void,
+            cos_row: *const c_void,
+            sin_row: *const c_void,
+            q_out: *mut c_void,
+            k_cache: *mut c_void,
+            v_cache: *mut c_void,
+            batch: i64,
+            hq: i64,
+            hkv: i64,
+            head_dim: i64,
+            cap: i64,
+            offset: i64,
+            eps: f32,
+            stream: *mut c_void,
+        ) -> i32;
+        pub fn fp8gemm_decode_attention_workspace_bytes(batch: i64, hq: i64, splits: i64) -> usize;
+        pub fn fp8gemm_decode_attention(
+            q: *const c_void,
+            k_cache: *const c_void,
+            v_cache: *const c_void,
+            batch: i64,
+            hq: i64,
+            hkv: i64,
+            head_dim: i64,
+            cap: i64,
+            len: i64,
+            splits: i64,
+            workspace: *mut c_void,
+            workspace_bytes: usize,
+            qa: *mut u8,
+            sa: *mut f32,
+            out: *mut c_void,
+            stream: *mut c_void,
+        ) -> i32;
+    }
+}
+
+/// Stand-ins of a kernel-less build (same signatures, `FP8GEMM_ERR_CONFIG`).
+#[cfg(not(fp8gemm_kernels))]
+#[allow(clippy::too_many_arguments, clippy::missing_safety_doc)]
+mod sys {
+    use super::ffi::FP8GEMM_ERR_CONFIG;
+    use std::ffi::c_void;
+    pub unsafe fn fp8gemm_qk_norm_rope_append(
+        _: *const c_void,
+        _: *const c_void,
+        _: *const c_void,
+        _: *const c_void,
+        _: *mut c_void,
+        _: *mut c_void,
+        _: *mut c_void,
+        _: i64,
+        _: i64,
+        _: i64,
+        _: i64,
+        _: i64,
+        _: i64,
+        _: f32,
+        _: *mut c_void,
+    ) -> i32 {
+        FP8GEMM_ERR_CONFIG
+    }
+    pub unsafe fn fp8gemm_decode_attention_workspace_bytes(_: i64, _: i64, _: i64) -> usize {
+        0
+    }
+    pub unsafe fn fp8gemm_decode_attention(
+        _: *const c_void,
+        _: *const c_void,
+        _: *const c_void,
+        _: i64,
+        _: i64,
+        _: i64,
+        _: i64,
+        _: i64,
+        _: i64,
+        _: i64,
+        _: *mut c_void,
+        _: usize,
+        _: *mut u8,
+        _: *mut f32,
+        _: *mut c_void,
+        _: *mut c_void,
+    ) -> i32 {
+        FP8GEMM_ERR_CONFIG
+    }
+}
+
+use sys::*;
+
+/// Why the decode-attention kernels cannot run on `device` (`None`: they can): they are
+/// compiled for sm_90a only.
+pub fn unavailable_reason(device: &Device) -> Option<String> {
+    let Device::Cuda(dev) = device else {
+        return Some("not a CUDA device".into());
+    };
+    if !ffi::HAVE_KERNELS {
+        return Some(
+            "this build has no compiled kernels (kernels/*.cu missing at build time)".into(),
+        );
+    }
+    match device_info(dev) {
+        Ok(i) if i.caps.compute_cap == 90 => None,
+        Ok(i) => Some(format!(
+            "the kernels are built for sm_90a, the device is sm_{}",
+            i.caps.compute_cap
+        )),
+        Err(e) => Some(format!("cannot query the device: {e}")),
+    }
+}
+
+/// Whether the decode-attention kernels can run on `device`.
+pub fn is_available(device: &Device) -> bool {
+    unavailable_reason(device).is_none()
+}
+
+/// How many position splits [`decode_attention`] uses by default: enough CTAs
+/// (`batch * kv_heads * splits`) for about two per SM, never more splits than 128-position
+/// tiles.
+pub fn default_splits(batch: usize, kv_heads: usize, len: usize, num_sms: usize) -> usize {
+    let tiles = len.div_ceil(POSITION_TILE).max(1);
+    let ctas = (batch * kv_heads).max(1);
+    (2 * num_sms.max(1)).div_ceil(ctas).clamp(1, tiles)
+}
+
+fn cuda_device(t: &Tensor, what: &str) -> Result<CudaDevice> {
+    match t.device() {
+        Device::Cuda(d) => Ok(d.clone()),
+        d => bail!("candle-fp8 attention: {what} must be on a CUDA device, got {d:?}"),
+    }
+}
+
+fn check_bf16_contiguous(t: &Tensor, what: &str) -> Result<()> {
+    if t.dtype() != DType::BF16 {
+        bail!(
+            "candle-fp8 attention: {what} must be bf16, got {:?} (shape {:?})",
+            t.dtype(),
+            t.dims()
+        )
+    }
+    if !t.is_contiguous() {
+        bail!(
+            "candle-fp8 attention: {what} must be contiguous, got shape {:?} stride {:?}",
+            t.dims(),
+            t.stride()
+        )
+    }
+    // The kernels load 16-byte vectors: the first element must sit on a 16-byte boundary.
+    if t.layout().start_offset() % 8 != 0 {
+        bail!(
+            "candle-fp8 attention: {what} starts at element {} of its storage, which is not \
+             16-byte aligned (need a multiple of 8 bf16 elements)",
+            t.layout().start_offset()
+        )
+    }
+    Ok(())
+}
+
+fn same_device(a: &CudaDevice, t: &Tensor, what: &str) -> Result<()> {
+    if !t.device().same_device(&Device::Cuda(a.clone())) {
+        bail!(
+            "candle-fp8 attention: {what} is on {:?}, not on the same device as the other inputs",
+            t.device()
+        )
+    }
+    Ok(())
+}
+
+/// `(batch, kv_heads, capacity)` of a `[B, hkv, cap, 128]` bf16 contiguous cache.
+fn cache_dims(t: &Tensor, what: &str) -> Result<(usize, usize, usize)> {
+    check_bf16_contiguous(t, what)?;
+    match t.dims() {
+        &[b, h, cap, d] if d == HEAD_DIM && b > 0 && h > 0 && cap > 0 => Ok((b, h, cap)),
+        d => bail!("candle-fp8 attention: {what} must be [batch, kv_heads, capacity, {HEAD_DIM}], got {d:?}"),
+    }
+}
+
+/// Device address of the allocation behind a tensor: equal for views of one storage (whose
+/// locks must not be taken twice), distinct for distinct buffers.
+fn storage_addr(t: &Tensor, dev: &CudaDevice) -> Result<u64> {
+    let (st, _) = t.storage_and_layout();
+    let Storage::Cuda(cs) = &*st else {
+        bail!("candle-fp8 attention: expected a CUDA tensor")
+    };
+    let stream = dev.cuda_stream();
+    let s = cs.as_cuda_slice::<bf16>()?;
+    let (p, _g) = s.device_ptr(&stream);
+    Ok(p)
+}
+
+fn status(what: &str, st: i32) -> Result<()> {
+    ffi::check(what, st)
+}
+
+/// Per-head RMSNorm + weight + RoPE of the q and k heads of one decode step, and the KV-cache
+/// append, in one launch.
+///
+/// - `qkv`: bf16 contiguous `[B, (num_heads + 2 * num_kv_heads) * 128]`: the fused projection
+///   output (q heads, then k heads, then v heads).
+/// - `qk_norm`: bf16 contiguous `[num_heads + num_kv_heads, 128]`: q rows (with any attention
+///   scale folded in), then k rows.
+/// - `cos`, `sin`: bf16 contiguous `[T, 64]` (`T >= 1`): the RoPE table rows of the step, as
+///   `candle_nn::rotary_emb::rope_thd` takes them; row 0 is used (the new token's position).
+/// - `k_cache`, `v_cache`: bf16 contiguous `[B, num_kv_heads, capacity, 128]`, two distinct
+///   buffers; k and v are written in place at position `offset < capacity`.
+///
+/// Returns q, bf16 `[B, num_heads, 128]`. The result equals candle's
+/// `rms_norm(·, ones, eps)` → `broadcast_mul(qk_norm)` → `rope_thd` bit for bit (same f32
+/// association, same bf16 rounding points).
+#[allow(clippy::too_many_arguments)]
+pub fn qk_norm_rope_append(
+    qkv: &Tensor,
+    qk_norm: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    offset: usize,
+    num_heads: usize,
+    num_kv_heads: usize,
+    eps: f32,
+) -> Result<Tensor> {
+    let (hq, hkv) = (num_heads, num_kv_heads);
+    if hq == 0 || hkv == 0 || hq % hkv != 0 {
+        bail!("candle-fp8 qk_norm_rope_append: num_heads {hq} must be a non-zero multiple of num_kv_heads {hkv}")
+    }
+    let dev = cuda_device(qkv, "qkv")?;
+    for (t, what) in [
+        (qk_norm, "qk_norm"),
+        (cos, "cos"),
+        (sin, "sin"),
+        (k_cache, "k_cache"),
+        (v_cache, "v_cache"),
+    ] {
+        same_device(&dev, t, what)?;
+    }
+    check_bf16_contiguous(qkv, "qkv")?;
+    let width = (hq + 2 * hkv) * HEAD_DIM;
+    let b = match qkv.dims() {
+        &[b, w] if w == width && b > 0 => b,
+        d => bail!(
+            "candle-fp8 qk_norm_rope_append: qkv must be [batch, {width}] ((num_heads {hq} + 2 × \
+             num_kv_heads {hkv}) × {HEAD_DIM}), got {d:?}"
+        ),
+    };
+    check_bf16_contiguous(qk_norm, "qk_norm")?;
+    if qk_norm.dims() != [hq + hkv, HEAD_DIM] {
+        bail!(
+            "candle-fp8 qk_norm_rope_append: qk_norm must be [{}, {HEAD_DIM}], got {:?}",
+            hq + hkv,
+            qk_norm.dims()
+        )
+    }
+    for (t, what) in [(cos, "cos"), (sin, "sin")] {
+        check_bf16_contiguous(t, what)?;
+        match t.dims() {
+            &[r, h] if r >= 1 && h == HEAD_DIM / 2 => {}
+            d => bail!(
+                "candle-fp8 qk_norm_rope_append: {what} must be [T >= 1, {}], got {d:?}",
+                HEAD_DIM / 2
+            ),
+        }
+    }
+    let kd = cache_dims(k_cache, "k_cache")?;
+    let vd = cache_dims(v_cache, "v_cache")?;
+    if kd != vd || kd.0 != b || kd.1 != hkv {
+        bail!(
+            "candle-fp8 qk_norm_rope_append: caches must both be [{b}, {hkv}, capacity, {HEAD_DIM}], got \
+             k_cache {:?} and v_cache {:?}",
+            k_cache.dims(),
+            v_cache.dims()
+        )
+    }
+    let cap = kd.2;
+    if offset >= cap {
+        bail!("candle-fp8 qk_norm_rope_append: offset {offset} is beyond the cache capacity {cap}")
+    }
+    // The caches are locked for writing while the inputs are locked for reading: one storage
+    // in both roles would deadlock (and alias).
+    let (ka, va) = (storage_addr(k_cache, &dev)?, storage_addr(v_cache, &dev)?);
+    for (t, what) in [
+        (qkv, "qkv"),
+        (qk_norm, "qk_norm"),
+        (cos, "cos"),
+        (sin, "sin"),
+    ] {
+        let a = storage_addr(t, &dev)?;
+        if a == ka || a == va {
+            bail!("candle-fp8 qk_norm_rope_append: {what} shares its storage with a KV cache")
+        }
+    }
+    if ka == va {
+        bail!("candle-fp8 qk_norm_rope_append: k_cache and v_cache share one storage; they must be distinct buffers")
+    }
+
+    let stream = dev.cuda_stream();
+    let mut q_out = unsafe { dev.alloc::<bf16>(b * hq * HEAD_DIM)? };
+    {
+        let (q_ptr, _gq) = q_out.device_ptr_mut(&stream);
+        let guards = [qkv, qk_norm, cos, sin].map(|t| t.storage_and_layout());
+        let mut ptrs = [0u64; 4];
+        let mut views = Vec::with_capacity(4);
+        for (i, ((st, l), what)) in guards
+            .iter()
+            .zip(["qkv", "qk_norm", "cos", "sin"])
+            .enumerate()
+        {
+            let Storage::Cuda(cs) = &**st else {
+                bail!("candle-fp8 qk_norm_rope_append: {what} is not on a CUDA device")
+            };
+            let n = if i < 2 {
+                l.shape().elem_count()
+            } else {
+                HEAD_DIM / 2
+            };
+            views.push(view::<bf16>(what, cs, l, n)?);
+        }
+        let read: Vec<_> = views.iter().map(|v| v.device_ptr(&stream)).collect();
+        for (p, (ptr, _)) in ptrs.iter_mut().zip(&read) {
+            *p = *ptr;
+        }
+        let launch = |k_ptr: u64, v_ptr: u64| -> Result<()> {
+            let st = unsafe {
+                fp8gemm_qk_norm_rope_append(
+                    ptrs[0] as *const c_void,
+                    ptrs[1] as *const c_void,
+                    ptrs[2] as *const c_void,
+                    ptrs[3] as *const c_void,
+                    q_ptr as *mut c_void,
+                    k_ptr as *mut c_void,
+                    v_ptr as *mut c_void,
+                    b as i64,
+                    hq as i64,
+                    hkv as i64,
+                    HEAD_DIM as i64,
+                    cap as i64,
+                    offset as i64,
+                    eps,
+                    raw_stream(&dev),
+                )
+            };
+            status(&format!("qk_norm_rope_append (batch {b}, heads {hq}/{hkv}, offset {offset}, capacity {cap})"), st)
+        };
+        let write_v = |k_ptr: u64| -> Result<()> {
+            let write = |v_ptr: u64| launch(k_ptr, v_ptr);
+            v_cache.inplace_op1(&WithMutPtr {
+                name: "qk-norm-rope-append-v",
+                inner: &write,
+            })
+        };
+        k_cache.inplace_op1(&WithMutPtr {
+            name: "qk-norm-rope-append-k",
+            inner: &write_v,
+        })?;
+    }
+    let st = CudaStorage::wrap_cuda_slice(q_out, dev);
+    Ok(Tensor::from_storage(
+        Storage::Cuda(st),
+        (b, hq, HEAD_DIM),
+        BackpropOp::none(),
+        false,
+    ))
+}
+
+/// An in-place op that hands the write pointer of a bf16 CUDA tensor's first element to
+/// `inner` (which launches the kernel that writes it) while candle's write lock is held.
+struct WithMutPtr<'a> {
+    name: &'static str,
+    inner: &'a dyn Fn(u64) -> Result<()>,
+}
+
+impl InplaceOp1 for WithMutPtr<'_> {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn cpu_fwd(&self, _: &mut CpuStorage, _: &Layout) -> Result<()> {
+        bail!("candle-fp8 {}: CUDA only", self.name)
+    }
+
+    fn cuda_fwd(&self, s: &mut CudaStorage, l: &Layout) -> Result<()> {
+        let stream = s.device.cuda_stream();
+        let slice = s.as_cuda_slice_mut::<bf16>()?;
+        let (off, n) = (l.start_offset(), l.shape().elem_count());
+        if off + n > slice.len() {
+            bail!("candle-fp8 {}: the tensor needs {n} elements from offset {off}, its storage holds {}", self.name, slice.len())
+        }
+        let mut v = slice.slice_mut(off..off + n);
+        let (p, _g) = v.device_ptr_mut(&stream);
+        (self.inner)(p)
+    }
+}
+
+/// Which outputs [`decode_attention`] writes, and how it splits the positions.
+#[derive(Debug, Clone, Copy)]
+pub struct DecodeAttentionOptions {
+    /// Write the quantized o-projection activation `(qa, sa)`.
+    pub quantized: bool,
+    /// Write the bf16 attention output.
+    pub bf16: bool,
+    /// Position splits (`None`: [`default_splits`]); clamped to `[1, ceil(len / 128)]`.
+    pub splits: Option<usize>,
+}
+
+impl Default for DecodeAttentionOptions {
+    fn default() -> Self {
+        Self {
+            quantized: true,
+            bf16: false,
+            splits: None,
+        }
+    }
+}
+
+/// The outputs of [`decode_attention`].
+#[derive(Debug, Clone)]
+pub struct DecodeAttentionOutput {
+    /// `(qa, sa)`: e4m3 `[B, num_heads * 128]` and its f32 scales `[B, num_heads]` with strides
+    /// `(1, round_up(B, 4))` — the operand pair `crate::ops::fp8_block_matmul` takes.
+    pub quantized: Option<(Tensor, Tensor)>,
+    /// bf16 `[B, num_heads * 128]` (head-major columns, like the o-projection's input).
+    pub bf16: Option<Tensor>,
+}
+
+/// Decode attention of `q` `[B, num_heads, 128]` (bf16, contiguous, attention scale already
+/// folded in) over positions `[0, len)` of `k_cache`/`v_cache` `[B, num_kv_heads, capacity,
+/// 128]` (bf16, contiguous): f32 scores, max-subtracted f32 softmax and f32 P·V; grouped-query
+/// heads share their kv head (`num_heads % num_kv_heads == 0`, at most 16 query heads per kv
+/// head).
+pub fn decode_attention(
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    len: usize,
+    opts: DecodeAttentionOptions,
+) -> Result<DecodeAttentionOutput> {
+    if !opts.quantized && !opts.bf16 {
+        bail!("candle-fp8 decode_attention: ask for the quantized and/or the bf16 output")
+    }
+    let dev = cuda_device(q, "q")?;
+    same_device(&dev, k_cache, "k_cache")?;
+    same_device(&dev, v_cache, "v_cache")?;
+    check_bf16_contiguous(q, "q")?;
+    let (b, hq) = match q.dims() {
+        &[b, h, d] if d == HEAD_DIM && b > 0 && h > 0 => (b, h),
+        d => bail!(
+            "candle-fp8 decode_attention: q must be [batch, num_heads, {HEAD_DIM}], got {d:?}"
+        ),
+    };
+    let kd = cache_dims(k_cache, "k_cache")?;
+    let vd = cache_dims(v_cache, "v_cache")?;
+    if kd != vd || kd.0 != b {
+        bail!(
+            "candle-fp8 decode_attention: caches must both be [{b}, kv_heads, capacity, {HEAD_DIM}], got \
+             k_cache {:?} and v_cache {:?}",
+            k_cache.dims(),
+            v_cache.dims()
+        )
+    }
+    let (hkv, cap) = (kd.1, kd.2);
+    if hq % hkv != 0 || hq / hkv > MAX_QUERIES_PER_KV_HEAD {
+        bail!(
+            "candle-fp8 decode_attention: num_heads {hq} must be a multiple of num_kv_heads {hkv} with at \
+             most {MAX_QUERIES_PER_KV_HEAD} query heads per kv head"
+        )
+    }
+    if len == 0 || len > cap {
+        bail!("candle-fp8 decode_attention: len {len} must be in [1, capacity {cap}]")
+    }
+    if b > 65535 || hkv > 65535 {
+        bail!("candle-fp8 decode_attention: batch {b} and num_kv_heads {hkv} must be at most 65535")
+    }
+    let num_sms = device_info(&dev)?.num_sms;
+    let tiles = len.div_ceil(POSITION_TILE);
+    let splits = opts
+        .splits
+        .unwrap_or_else(|| default_splits(b, hkv, len, num_sms))
+        .clamp(1, tiles);
+    let stream = dev.cuda_stream();
+    let n = b * hq * HEAD_DIM;
+    let m_pad = act_scale_m_stride(b);
+    let ws_bytes =
+        unsafe { fp8gemm_decode_attention_workspace_bytes(b as i64, hq as i64, splits as i64) };
+    let mut ws = if ws_bytes > 0 {
+        Some(unsafe { dev.alloc::<f32>(ws_bytes.div_ceil(4))? })
+    } else {
+        None
+    };
+    let mut qa = if opts.quantized {
+        Some(unsafe { dev.alloc::<F8E4M3>(n)? })
+    } else {
+        None
+    };
+    // The kernel writes every element of sa, its padding rows (zeros) included: no memset
+    // between the attention and the o GEMM that would break the PDL overlap.
+    let mut sa = if opts.quantized {
+        Some(unsafe { dev.alloc::<f32>(hq * m_pad)? })
+    } else {
+        None
+    };
+    let mut out = if opts.bf16 {
+        Some(unsafe { dev.alloc::<bf16>(n)? })
+    } else {
+        None
+    };
+    {
+        let guards = [q, k_cache, v_cache].map(|t| t.storage_and_layout());
+        let mut views = Vec::with_capacity(3);
+        for ((st, l), what) in guards.iter().zip(["q", "k_cache", "v_cache"]) {
+            let Storage::Cuda(cs) = &**st else {
+                bail!("candle-fp8 decode_attention: {what} is not on a CUDA device")
+            };
+            views.push(view::<bf16>(what, cs, l, l.shape().elem_count())?);
+        }
+        let read: Vec<_> = views.iter().map(|v| v.device_ptr(&stream)).collect();
+        let (ws_ptr, _gw) = match ws.as_mut() {
+            Some(w) => {
+                let (p, g) = w.device_ptr_mut(&stream);
+                (p as *mut c_void, Some(g))
+            }
+            None => (std::ptr::null_mut(), None),
+        };
+        let (qa_ptr, _ga) = match qa.as_mut() {
+            Some(x) => {
+                let (p, g) = x.device_ptr_mut(&stream);
+                (p as *mut u8, Some(g))
+            }
+            None => (std::ptr::null_mut(), None),
+        };
+        let (sa_ptr, _gs) = match sa.as_mut() {
+            Some(x) => {
+                let (p, g) = x.device_ptr_mut(&stream);
+                (p as *mut f32, Some(g))
+            }
+            None => (std::ptr::null_mut(), None),
+        };
+        let (out_ptr, _go) = match out.as_mut() {
+            Some(x) => {
+                let (p, g) = x.device_ptr_mut(&stream);
+                (p as *mut c_void, Some(g))
+            }
+            None => (std::ptr::null_mut(), None),
+        };
+        let st = unsafe {
+            fp8gemm_decode_attention(
+                read[0].0 as *const c_void,
+                read[1].0 as *const c_void,
+                read[2].0 as *const c_void,
+                b as i64,
+                hq as i64,
+                hkv as i64,
+                HEAD_DIM as i64,
+                cap as i64,
+                len as i64,
+                splits as i64,
+                ws_ptr,
+                ws_bytes,
+                qa_ptr,
+                sa_ptr,
+                out_ptr,
+                raw_stream(&dev),
+            )
+        };
+        status(&format!("decode_attention (batch {b}, heads {hq}/{hkv}, len {len}, capacity {cap}, splits {splits})"), st)?;
+    }
+    let wrap = |s: CudaStorage, shape: (usize, usize)| {
+        Tensor::from_storage(Storage::Cuda(s), shape, BackpropOp::none(), false)
+    };
+    let quantized = match (qa, sa) {
+        (Some(qa), Some(sa)) => {
+            let qa = wrap(
+                CudaStorage::wrap_cuda_slice(qa, dev.clone()),
+                (b, hq * HEAD_DIM),
+            );
+            let sa = Tensor::from_storage(
+                Storage::Cuda(CudaStorage::wrap_cuda_slice(sa, dev.clone())),
+                hq * m_pad,
+                BackpropOp::none(),
+                false,
+            );
+            Some((qa, crate::quant::act_scales_view(sa, b, hq)?))
+        }
+        _ => None,
+    };
+    let bf16 = out.map(|o| {
+        wrap(
+            CudaStorage::wrap_cuda_slice(o, dev.clone()),
+            (b, hq * HEAD_DIM),
+        )
+    });
+    drop(ws); // stream-ordered free, after the launches above
+    Ok(DecodeAttentionOutput { quantized, bf16 })
+}
+
+/// [`decode_attention`] written straight into the o-projection's activation operand:
+/// `(qa, sa)` = e4m3 `[B, num_heads * 128]` and f32 scales `[B, num_heads]` (strides
+/// `(1, round_up(B, 4))`), exactly what `crate::quant::quantize_activation` would give for the
+/// f32 attention output.
+pub fn decode_attention_quant(
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    len: usize,
+) -> Result<(Tensor, Tensor)> {
+    let o = decode_attention(q, k_cache, v_cache, len, DecodeAttentionOptions::default())?;
+    Ok(o.quantized.expect("requested"))
+}
+
+/// [`decode_attention`] as bf16 `[B, num_heads * 128]`.
+pub fn decode_attention_bf16(
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    len: usize,
+) -> Result<Tensor> {
+    let opts = DecodeAttentionOptions {
+        quantized: false,
+        bf16: true,
+        splits: None,
+    };
+    Ok(decode_attention(q, k_cache, v_cache, len, opts)?
+        .bf16
+        .expect("requested"))
+}

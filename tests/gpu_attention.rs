@@ -1,0 +1,574 @@
+//! The decode-attention kernels (`src/cuda/attention.rs`, `kernels/attention.cu`) on CUDA
+//! (built only with the `cuda` feature; every test prints a skip reason and passes when no
+//! CUDA sm_90 device can be opened):
+//!
+//! - `qk_norm_rope_append` against candle's `rms_norm` → `broadcast_mul` → `rope_thd` at several
+//!   batches and offsets, with NaN-poisoned caches (only position `offset` may change);
+//! - `decode_attention` against an f32 reference built from candle ops (softmax(q·Kᵀ)·V, then
+//!   our activation quantizer), over lengths, batches and head groupings, with NaN poison in
+//!   the cache beyond `len` and in recycled output memory; the quantization contract exactly
+//!   at `len == 1` (where the f32 output is exactly V);
+//! - the tiny Qwen3 decoding with the fused attention against the candle path.
+#![cfg(feature = "cuda")]
+
+#[path = "common/gpu.rs"]
+#[macro_use]
+mod gpu;
+
+use candle_core::{DType, Device, Result, Tensor, D};
+use candle_fp8::cuda::attention::{self as attn, DecodeAttentionOptions};
+use candle_fp8::models::qwen3::{
+    compare_greedy, generate, write_toy_lm_checkpoint, Qwen3Config, Qwen3Model, Qwen3Options,
+    Sampler,
+};
+use candle_fp8::quant::{e4m3_to_f32, quantize_activation};
+use half::bf16;
+
+const HD: usize = 128;
+
+/// The device, or print why the kernels cannot run and return `Ok(())`.
+macro_rules! attention_device_or_skip {
+    ($name:expr) => {{
+        let dev = gpu_or_skip!($name);
+        if let Some(why) = attn::unavailable_reason(&dev) {
+            println!("SKIP {}: {why}", $name);
+            return Ok(());
+        }
+        dev
+    }};
+}
+
+/// `shape` of N(0, std²) values in bf16 on `dev`.
+fn randn_bf16(shape: &[usize], std: f32, dev: &Device) -> Result<Tensor> {
+    Tensor::randn(0f32, std, shape, dev)?.to_dtype(DType::BF16)
+}
+
+fn nan_bf16(shape: &[usize], dev: &Device) -> Result<Tensor> {
+    Tensor::full(f32::NAN, shape, dev)?.to_dtype(DType::BF16)
+}
+
+/// bf16 values as a monotonic integer line (adjacent bf16 values differ by 1).
+fn ordered(b: bf16) -> i32 {
+    let u = b.to_bits() as i32;
+    if u & 0x8000 != 0 {
+        -(u & 0x7fff)
+    } else {
+        u
+    }
+}
+
+fn bf16_vec(t: &Tensor) -> Result<Vec<bf16>> {
+    t.flatten_all()?.to_device(&Device::Cpu)?.to_vec1::<bf16>()
+}
+
+/// (elements whose bits differ, largest distance in bf16 ulps); NaNs must match NaNs.
+fn ulp_diff(a: &Tensor, b: &Tensor) -> Result<(usize, i32)> {
+    let (a, b) = (bf16_vec(a)?, bf16_vec(b)?);
+    assert_eq!(a.len(), b.len());
+    let (mut n, mut worst) = (0, 0);
+    for (x, y) in a.iter().zip(&b) {
+        if x.to_bits() == y.to_bits() {
+            continue;
+        }
+        n += 1;
+        if x.is_nan() || y.is_nan() {
+            worst = i32::MAX;
+        } else {
+            worst = worst.max((ordered(*x) - ordered(*y)).abs());
+        }
+    }
+    Ok((n, worst))
+}
+
+/// RoPE tables `[rows, 64]` (bf16) like the model's: θ = 1e6, non-interleaved halves.
+fn rope_tables(rows: usize, dev: &Device) -> Result<(Tensor, Tensor)> {
+    let inv: Vec<f64> = (0..HD / 2)
+        .map(|i| 1.0 / 1e6f64.powf(2.0 * i as f64 / HD as f64))
+        .collect();
+    let (mut c, mut s) = (Vec::new(), Vec::new());
+    for p in 0..rows {
+        for f in &inv {
+            c.push((p as f64 * f).cos() as f32);
+            s.push((p as f64 * f).sin() as f32);
+        }
+    }
+    let c = Tensor::from_vec(c, (rows, HD / 2), dev)?.to_dtype(DType::BF16)?;
+    let s = Tensor::from_vec(s, (rows, HD / 2), dev)?.to_dtype(DType::BF16)?;
+    Ok((c, s))
+}
+
+/// The per-head weights as the model builds them: q rows × 1/√128, then k rows.
+fn qk_norm_weights(hq: usize, hkv: usize, dev: &Device) -> Result<Tensor> {
+    let w = (Tensor::randn(0f32, 0.2, (hq + hkv, HD), dev)? + 1.0)?;
+    let scale = Tensor::cat(
+        &[
+            Tensor::full(1.0 / (HD as f32).sqrt(), (hq, 1), dev)?,
+            Tensor::ones((hkv, 1), DType::F32, dev)?,
+        ],
+        0,
+    )?;
+    w.broadcast_mul(&scale)?.to_dtype(DType::BF16)
+}
+
+#[test]
+fn cuda_qk_norm_rope_append_matches_candle_ops() -> Result<()> {
+    let dev = attention_device_or_skip!("cuda_qk_norm_rope_append_matches_candle_ops");
+    let eps = 1e-6f32;
+    let cap = 1100;
+    let (cos, sin) = rope_tables(cap, &dev)?;
+    let unit = Tensor::ones(HD, DType::BF16, &dev)?;
+    let (mut total, mut mismatched, mut worst) = (0usize, 0usize, 0i32);
+    for (b, hq, hkv) in [(1, 64, 8), (3, 16, 4), (16, 8, 8), (5, 64, 8)] {
+        for offset in [0usize, 1, 5, 63, 64, 1000, cap - 1] {
+            let width = (hq + 2 * hkv) * HD;
+            // Rows of very different magnitudes, so the norm really rescales.
+            let gain = Tensor::rand(0.05f32, 20f32, (b, 1), &dev)?;
+            let qkv = Tensor::randn(0f32, 1f32, (b, width), &dev)?
+                .broadcast_mul(&gain)?
+                .to_dtype(DType::BF16)?;
+            let qk_norm = qk_norm_weights(hq, hkv, &dev)?;
+            let k_cache = nan_bf16(&[b, hkv, cap, HD], &dev)?;
+            let v_cache = nan_bf16(&[b, hkv, cap, HD], &dev)?;
+            let (cos_r, sin_r) = (cos.narrow(0, offset, 1)?, sin.narrow(0, offset, 1)?);
+            let q = attn::qk_norm_rope_append(
+                &qkv, &qk_norm, &cos_r, &sin_r, &k_cache, &v_cache, offset, hq, hkv, eps,
+            )?;
+            assert_eq!(q.dims(), &[b, hq, HD]);
+
+            // The model's candle path.
+            let nqk = (hq + hkv) * HD;
+            let qk = qkv.narrow(1, 0, nqk)?.contiguous()?;
+            let qk = candle_nn::ops::rms_norm(&qk.reshape((b * (hq + hkv), HD))?, &unit, eps)?;
+            let qk = qk.reshape((b, 1, hq + hkv, HD))?.broadcast_mul(&qk_norm)?;
+            let qk = candle_nn::rotary_emb::rope_thd(&qk, &cos_r, &sin_r)?;
+            let q_ref = qk.narrow(2, 0, hq)?.reshape((b, hq, HD))?;
+            let k_ref = qk.narrow(2, hq, hkv)?.reshape((b, hkv, HD))?;
+            let v_ref = qkv.narrow(1, nqk, hkv * HD)?.reshape((b, hkv, HD))?;
+
+            let k_new = k_cache.narrow(2, offset, 1)?.squeeze(2)?;
+            let v_new = v_cache.narrow(2, offset, 1)?.squeeze(2)?;
+            let what = format!("B={b} heads {hq}/{hkv} offset {offset}");
+            assert_eq!(
+                ulp_diff(&v_new, &v_ref)?.0,
+                0,
+                "{what}: v must be copied bit for bit"
+            );
+            for (name, got, want) in [("q", &q, &q_ref), ("k", &k_new, &k_ref)] {
+                let (n, w) = ulp_diff(got, want)?;
+                assert!(
+                    w <= 1,
+                    "{what}: {name} differs from candle's ops by {w} bf16 ulps ({n} elements)"
+                );
+                total += want.elem_count();
+                mismatched += n;
+                worst = worst.max(w);
+            }
+            // Only position `offset` was written: every other cache entry is still NaN.
+            for (name, c) in [("k_cache", &k_cache), ("v_cache", &v_cache)] {
+                let f = c.to_dtype(DType::F32)?;
+                let nan = f
+                    .ne(&f)?
+                    .to_dtype(DType::F32)?
+                    .sum_all()?
+                    .to_scalar::<f32>()?;
+                let expect = (b * hkv * (cap - 1) * HD) as f32;
+                assert_eq!(
+                    nan, expect,
+                    "{what}: {name} was written outside position {offset}"
+                );
+            }
+            let finite = q
+                .to_dtype(DType::F32)?
+                .abs()?
+                .max_keepdim(D::Minus1)?
+                .flatten_all()?
+                .to_vec1::<f32>()?;
+            assert!(
+                finite.iter().all(|v| v.is_finite()),
+                "{what}: q has non-finite values"
+            );
+        }
+    }
+    println!("qk_norm_rope_append vs candle: {mismatched} of {total} q/k values differ (worst {worst} ulp)");
+    // Same f32 association, same rsqrt, same bf16 rounding points, and RoPE in the HMUL2+HFMA2
+    // form ptxas gives candle's rope_thd: bit-exact is expected; a driver that JIT-compiles
+    // candle's PTX into another contraction could move a rare value by one ulp.
+    assert!(
+        mismatched * 1000 <= total,
+        "{mismatched} of {total} values differ from candle's ops"
+    );
+    Ok(())
+}
+
+/// Random caches with `len` valid positions and NaN poison from `len` to `cap`; also returns
+/// the valid parts `[B, hkv, len, 128]`.
+fn poisoned_caches(
+    b: usize,
+    hkv: usize,
+    len: usize,
+    cap: usize,
+    dev: &Device,
+) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
+    let k = randn_bf16(&[b, hkv, len, HD], 1.0, dev)?;
+    let v = randn_bf16(&[b, hkv, len, HD], 1.0, dev)?;
+    let kc = nan_bf16(&[b, hkv, cap, HD], dev)?;
+    let vc = nan_bf16(&[b, hkv, cap, HD], dev)?;
+    kc.slice_set(&k, 2, 0)?;
+    vc.slice_set(&v, 2, 0)?;
+    Ok((kc, vc, k, v))
+}
+
+/// softmax(q·Kᵀ)·V in f32 with candle ops: `[B, hq * 128]`.
+fn reference_attention(q: &Tensor, k: &Tensor, v: &Tensor, hkv: usize) -> Result<Tensor> {
+    let (b, hq, _) = q.dims3()?;
+    let qf = q.to_dtype(DType::F32)?.reshape((b, hkv, hq / hkv, HD))?;
+    let kf = k.to_dtype(DType::F32)?;
+    let vf = v.to_dtype(DType::F32)?;
+    let p = candle_nn::ops::softmax_last_dim(&qf.matmul(&kf.t()?)?)?;
+    p.matmul(&vf)?.reshape((b, hq * HD))
+}
+
+/// Dequantized `(qa, sa)` as f32 `[B, hq * 128]`.
+fn dequantize(qa: &Tensor, sa: &Tensor) -> Result<Tensor> {
+    let (m, k) = qa.dims2()?;
+    let a = e4m3_to_f32(qa)?.reshape((m, k / HD, HD))?;
+    a.broadcast_mul(&sa.unsqueeze(2)?)?.reshape((m, k))
+}
+
+fn max_abs(t: &Tensor) -> Result<f32> {
+    t.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>()
+}
+
+/// Fills and frees a buffer of `bytes` so that the next allocation of that size likely reuses
+/// NaN-filled memory (the stream-ordered pool): an output the kernel forgets shows up as NaN.
+fn poison_pool(bytes: usize, dev: &Device) -> Result<()> {
+    let t = Tensor::full(f32::NAN, bytes.div_ceil(4), dev)?;
+    dev.synchronize()?;
+    drop(t);
+    Ok(())
+}
+
+#[test]
+fn cuda_decode_attention_matches_f32_reference() -> Result<()> {
+    let dev = attention_device_or_skip!("cuda_decode_attention_matches_f32_reference");
+    for (hq, hkv) in [(64, 8), (8, 8), (16, 4)] {
+        for b in [1, 3, 16] {
+            for len in [1, 7, 128, 1000, 5000] {
+                let cap = len + 37; // positions beyond len hold NaN and must not be read
+                let (kc, vc, k, v) = poisoned_caches(b, hkv, len, cap, &dev)?;
+                // q carries the attention scale: scores of std ≈ 2 give peaked and flat rows.
+                let q = randn_bf16(&[b, hq, HD], 0.2, &dev)?;
+                let what = format!("B={b} heads {hq}/{hkv} len {len}");
+                poison_pool(b * hq * HD * 2, &dev)?;
+                let opts = DecodeAttentionOptions {
+                    quantized: true,
+                    bf16: true,
+                    splits: None,
+                };
+                let out = attn::decode_attention(&q, &kc, &vc, len, opts)?;
+                let (qa, sa) = out.quantized.expect("quantized output");
+                let y = out.bf16.expect("bf16 output").to_dtype(DType::F32)?;
+                assert_eq!(qa.dims(), &[b, hq * HD], "{what}");
+                assert_eq!(sa.dims(), &[b, hq], "{what}");
+                assert_eq!(
+                    sa.stride(),
+                    &[1, b.next_multiple_of(4)],
+                    "{what}: scales must be MN-major"
+                );
+
+                let r = reference_attention(&q, &k, &v, hkv)?;
+                let scale = max_abs(&r)?;
+                // bf16 output: rounding (2^-9 relative) plus f32 summation order.
+                let e = max_abs(&(&y - &r)?)?;
+                assert!(
+                    e <= 8e-3 * scale + 1e-5,
+                    "{what}: bf16 output max |Δ| {e} (reference max {scale})"
+                );
+
+                // Quantized output vs our quantizer applied to the f32 reference.
+                let (rq, rs) = quantize_activation(&r)?;
+                let ds = max_abs(&((&sa - &rs)? / &rs)?)?;
+                assert!(ds <= 1e-4, "{what}: scales differ by {ds} (relative)");
+                let deq = dequantize(&qa, &sa)?;
+                let rdeq = dequantize(&rq, &rs)?;
+                assert!(
+                    deq.flatten_all()?
+                        .to_vec1::<f32>()?
+                        .iter()
+                        .all(|x| x.is_finite()),
+                    "{what}: non-finite (unwritten?) output"
+                );
+                // Codes may differ by one e4m3 step where the f32 values straddle a rounding
+                // boundary: at most 2^-3 of a value (normals) or s·2^-9 (subnormals).
+                let step = (rdeq.abs()? * 0.125)?.broadcast_add(
+                    &(rs.unsqueeze(2)?
+                        .broadcast_as((b, hq, HD))?
+                        .reshape((b, hq * HD))?
+                        * (1.0 / 512.0))?,
+                )?;
+                let over = ((&deq - &rdeq)?.abs()? - &step)?;
+                assert!(
+                    max_abs(&over.relu()?)? == 0.0,
+                    "{what}: a code differs by more than one e4m3 step"
+                );
+                let differ = deq
+                    .ne(&rdeq)?
+                    .to_dtype(DType::F32)?
+                    .sum_all()?
+                    .to_scalar::<f32>()?;
+                assert!(
+                    differ <= 0.01 * (b * hq * HD) as f32,
+                    "{what}: {differ} codes differ from quantizing the reference"
+                );
+                // And the quantization error itself is the contract's.
+                let qe = max_abs(&(&deq - &r)?)?;
+                assert!(
+                    qe <= 0.07 * scale,
+                    "{what}: dequantized max |Δ| {qe} (reference max {scale})"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn cuda_decode_attention_len1_quantizes_exactly_like_quantize_activation() -> Result<()> {
+    let dev = attention_device_or_skip!(
+        "cuda_decode_attention_len1_quantizes_exactly_like_quantize_activation"
+    );
+    for (b, hq, hkv) in [(1, 64, 8), (3, 16, 4), (6, 8, 8)] {
+        let (kc, vc, _, v) = poisoned_caches(b, hkv, 1, 64, &dev)?;
+        // Scaled per head so that the groups' scales differ; one tiny head hits the 1e-4 floor.
+        let v = (v.to_dtype(DType::F32)? * 3.0)?.to_dtype(DType::BF16)?;
+        let v = Tensor::cat(
+            &[
+                (v.narrow(1, 0, 1)?.to_dtype(DType::F32)? * 1e-6)?.to_dtype(DType::BF16)?,
+                v.narrow(1, 1, hkv - 1)?,
+            ],
+            1,
+        )?;
+        vc.slice_set(&v, 2, 0)?;
+        let q = randn_bf16(&[b, hq, HD], 0.2, &dev)?;
+        let m_pad = b.next_multiple_of(4);
+        poison_pool(hq * m_pad * 4, &dev)?;
+        let (qa, sa) = attn::decode_attention_quant(&q, &kc, &vc, 1)?;
+        // The scale buffer's padding rows (b..m_pad of every column) are zeroed by the kernel.
+        let all = scale_buffer(&sa)?;
+        assert_eq!(all.len(), hq * m_pad);
+        for h in 0..hq {
+            for r in b..m_pad {
+                assert_eq!(
+                    all[h * m_pad + r],
+                    0.0,
+                    "B={b}: padding row {r} of scale column {h}"
+                );
+            }
+        }
+        // One position: softmax = [1] and the f32 output is V exactly (per query head of the group).
+        let x = v
+            .reshape((b, hkv, 1, HD))?
+            .broadcast_as((b, hkv, hq / hkv, HD))?
+            .reshape((b, hq * HD))?
+            .contiguous()?;
+        let (rq, rs) = quantize_activation(&x)?;
+        assert_eq!(
+            e4m3_to_f32(&qa)?.to_vec2::<f32>()?,
+            e4m3_to_f32(&rq)?.to_vec2::<f32>()?,
+            "B={b}: codes"
+        );
+        assert_eq!(sa.to_vec2::<f32>()?, rs.to_vec2::<f32>()?, "B={b}: scales");
+        let bf = attn::decode_attention_bf16(&q, &kc, &vc, 1)?;
+        assert_eq!(ulp_diff(&bf, &x)?.0, 0, "B={b}: bf16 output is V");
+    }
+    Ok(())
+}
+
+/// The whole MN-major buffer behind an activation-scale view, padding rows included.
+fn scale_buffer(sa: &Tensor) -> Result<Vec<f32>> {
+    use candle_core::backend::BackendStorage;
+    let (st, _) = sa.storage_and_layout();
+    let candle_core::Storage::Cuda(cs) = &*st else {
+        candle_core::bail!("scales are not on the GPU")
+    };
+    match cs.to_cpu_storage()? {
+        candle_core::CpuStorage::F32(v) => Ok(v),
+        _ => candle_core::bail!("scales are not f32"),
+    }
+}
+
+#[test]
+fn cuda_decode_attention_splits_agree() -> Result<()> {
+    let dev = attention_device_or_skip!("cuda_decode_attention_splits_agree");
+    let (b, hq, hkv, len) = (2, 16, 4, 3000);
+    let (kc, vc, k, v) = poisoned_caches(b, hkv, len, len + 5, &dev)?;
+    let q = randn_bf16(&[b, hq, HD], 0.2, &dev)?;
+    let r = reference_attention(&q, &k, &v, hkv)?;
+    let scale = max_abs(&r)?;
+    // 1 (single pass), uneven splits, one tile per split, and more than there are tiles.
+    for splits in [1, 2, 3, 7, 24, 1000] {
+        let opts = DecodeAttentionOptions {
+            quantized: false,
+            bf16: true,
+            splits: Some(splits),
+        };
+        let y = attn::decode_attention(&q, &kc, &vc, len, opts)?
+            .bf16
+            .unwrap()
+            .to_dtype(DType::F32)?;
+        let e = max_abs(&(&y - &r)?)?;
+        assert!(
+            e <= 8e-3 * scale + 1e-5,
+            "splits {splits}: max |Δ| {e} (reference max {scale})"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn cuda_attention_rejects_bad_inputs() -> Result<()> {
+    let dev = attention_device_or_skip!("cuda_attention_rejects_bad_inputs");
+    let (b, hq, hkv, cap) = (2, 8, 2, 64);
+    let q = randn_bf16(&[b, hq, HD], 0.2, &dev)?;
+    let kc = randn_bf16(&[b, hkv, cap, HD], 1.0, &dev)?;
+    let vc = randn_bf16(&[b, hkv, cap, HD], 1.0, &dev)?;
+    let err = |r: Result<Tensor>| r.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err(attn::decode_attention_bf16(&q, &kc, &vc, cap + 1)).contains("len"));
+    assert!(err(attn::decode_attention_bf16(&q, &kc, &vc, 0)).contains("len"));
+    assert!(err(attn::decode_attention_bf16(
+        &q.to_dtype(DType::F32)?,
+        &kc,
+        &vc,
+        4
+    ))
+    .contains("bf16"));
+    assert!(err(attn::decode_attention_bf16(
+        &randn_bf16(&[b, 7, HD], 1.0, &dev)?,
+        &kc,
+        &vc,
+        4
+    ))
+    .contains("multiple"));
+    let d64 = randn_bf16(&[b, hkv, cap, 64], 1.0, &dev)?;
+    assert!(err(attn::decode_attention_bf16(&q, &d64, &d64, 4)).contains("k_cache"));
+    let qt = randn_bf16(&[b, HD, hq], 0.2, &dev)?.transpose(1, 2)?;
+    assert!(err(attn::decode_attention_bf16(&qt, &kc, &vc, 4)).contains("contiguous"));
+
+    let (cos, sin) = rope_tables(cap, &dev)?;
+    let qkv = randn_bf16(&[b, (hq + 2 * hkv) * HD], 1.0, &dev)?;
+    let w = qk_norm_weights(hq, hkv, &dev)?;
+    let (c, s) = (cos.narrow(0, 3, 1)?, sin.narrow(0, 3, 1)?);
+    let e = |r: Result<Tensor>| r.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e(attn::qk_norm_rope_append(
+        &qkv, &w, &c, &s, &kc, &vc, cap, hq, hkv, 1e-6
+    ))
+    .contains("capacity"));
+    assert!(e(attn::qk_norm_rope_append(
+        &qkv, &w, &c, &s, &kc, &kc, 3, hq, hkv, 1e-6
+    ))
+    .contains("distinct"));
+    assert!(e(attn::qk_norm_rope_append(
+        &qkv, &w, &c, &s, &kc, &vc, 3, hq, 1, 1e-6
+    ))
+    .contains("qkv"));
+    assert!(e(attn::qk_norm_rope_append(
+        &qkv,
+        &w.narrow(0, 1, hq + hkv - 1)?,
+        &c,
+        &s,
+        &kc,
+        &vc,
+        3,
+        hq,
+        hkv,
+        1e-6
+    ))
+    .contains("qk_norm"));
+    Ok(())
+}
+
+/// A tiny Qwen3 whose heads have the kernels' head_dim (128), as a toy LM with confident
+/// top-1 margins.
+fn toy_model(dev: &Device) -> Result<(tempfile::TempDir, Qwen3Model)> {
+    let cfg = Qwen3Config {
+        hidden_size: 256,
+        intermediate_size: 512,
+        num_hidden_layers: 2,
+        num_attention_heads: 8,
+        num_key_value_heads: 2,
+        head_dim: Some(128),
+        ..Qwen3Config::tiny()
+    };
+    let dir = tempfile::tempdir()?;
+    let corpus = "the quick brown fox jumps over the lazy dog. a journey of a thousand miles begins with one step. ";
+    write_toy_lm_checkpoint(dir.path(), &cfg, 11, &corpus.repeat(4))?;
+    let ck = candle_fp8::checkpoint::Checkpoint::open(dir.path())?;
+    let vb = ck.var_builder(DType::BF16, dev);
+    let model = Qwen3Model::load(&cfg, vb, &|m| ck.is_quantized(m), &Qwen3Options::default())?;
+    Ok((dir, model))
+}
+
+#[test]
+fn cuda_qwen3_fused_attention_decodes_like_the_candle_path() -> Result<()> {
+    let dev = attention_device_or_skip!("cuda_qwen3_fused_attention_decodes_like_the_candle_path");
+    let (_dir, mut fused) = toy_model(&dev)?;
+    assert!(fused.fused_attention(), "on by default");
+    let mut plain = fused.clone(); // before any forward: the KV caches are not shared
+    plain.set_fused_attention(false);
+    let prompt: Vec<u32> = "the quick brown".bytes().map(u32::from).collect();
+
+    // Teacher-forced logits over 72 steps (the KV cache grows past 64 positions mid-decode).
+    fused.set_kv_capacity(8);
+    let r = compare_greedy(&mut fused, &mut plain, &prompt, 72)?;
+    println!(
+        "fused vs candle attention: top-1 {}/{}, max |Δlogit| {}, mean {}, rms {}",
+        r.top1_agree, r.steps, r.max_abs_dlogit, r.mean_abs_dlogit, r.ref_logit_rms
+    );
+    assert!(
+        r.max_abs_dlogit > 0.0,
+        "identical logits: the fused path did not run"
+    );
+    assert!(
+        r.top1_agree + 2 >= r.steps,
+        "top-1 agreement {}/{}",
+        r.top1_agree,
+        r.steps
+    );
+    assert!(
+        r.mean_abs_dlogit < 0.03 * r.ref_logit_rms,
+        "mean |Δlogit| {} vs rms {}",
+        r.mean_abs_dlogit,
+        r.ref_logit_rms
+    );
+    assert!(
+        (r.max_abs_dlogit as f64) < 0.25 * r.ref_logit_rms,
+        "max |Δlogit| {} vs rms {}",
+        r.max_abs_dlogit,
+        r.ref_logit_rms
+    );
+
+    // Greedy decoding, batch 3 (scale padding rows in the o GEMM), 16 steps: same tokens.
+    let run = |m: &mut Qwen3Model| -> Result<Vec<Vec<u32>>> {
+        Ok(generate(
+            m,
+            &prompt,
+            3,
+            16,
+            &mut Sampler::greedy(),
+            &[],
+            &mut |_, _| {},
+        )?
+        .tokens)
+    };
+    let (a, b) = (run(&mut fused)?, run(&mut plain)?);
+    println!(
+        "fused: {:?}",
+        String::from_utf8_lossy(&a[0].iter().map(|&t| t as u8).collect::<Vec<_>>())
+    );
+    assert_eq!(a, b, "greedy tokens, fused vs candle attention");
+    assert!(
+        a.iter().all(|s| s == &a[0]),
+        "identical sequences of a batch decode identically"
+    );
+    Ok(())
+}
