@@ -1,0 +1,298 @@
+// Elementwise work fused with the activation quantization (declarations: fused_quant.h).
+//
+// Decode runs one token per step, so each of these ops is a few microseconds of launch
+// overhead around almost no work: fusing residual add + RMSNorm + quantize (and SiLU * up +
+// quantize) removes two to three launches per GEMM input. Each output must be bit-identical
+// to the composed path (candle 0.11's bf16 kernels, then quant.cu), so the float arithmetic
+// below mirrors candle-kernels' reduce.cu `rmsnorm`, unary.cu `usilu_bf16` and binary.cu
+// `badd_bf16` / `bmul_bf16` expression by expression (same nvcc, same PTX), and the
+// quantization of a 128-wide group repeats quant.cu's.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "api.h"
+#include "fp8gemm/ptx/cvt.cuh"
+#include "fused_quant.h"
+
+namespace fp8gemm {
+
+// Defined in gemm.cu.
+bool raise_smem_limit_once(const void* func, std::atomic<uint64_t>& done_mask, int device,
+                           size_t bytes);
+
+namespace fused {
+
+constexpr float kE4M3Max = 448.f;
+constexpr float kScaleEps = 1e-4f;
+
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void griddep_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// max.NaN.f32 (as in quant.cu): a NaN anywhere in a group makes its scale NaN.
+__device__ __forceinline__ float max_nan(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+
+// Quantizes one 128-wide group spread over 16 lanes (8 consecutive values each, lane `sub`
+// holds columns sub*8 .. sub*8+7) exactly as quant.cu does. All 32 lanes of the warp must
+// call it (the amax shuffles stay inside each 16-lane half); lanes of an invalid group pass
+// zeros and store nothing. `q` points at the lane's 8 output bytes, `sa_slot` at the group's
+// scale.
+__device__ __forceinline__ void quantize_group(const float (&v)[8], bool valid, int sub,
+                                               uint8_t* q, float* sa_slot) {
+  float amax = 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) amax = max_nan(amax, fabsf(v[i]));
+#pragma unroll
+  for (int o = 8; o > 0; o /= 2) amax = max_nan(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float s = ptx::div_rn(max_nan(amax, kScaleEps), kE4M3Max);
+  if (valid) {
+    uint16_t packed[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      packed[i] = ptx::cvt_e4m3x2(ptx::div_rn(v[2 * i], s), ptx::div_rn(v[2 * i + 1], s));
+    uint2 out;
+    out.x = packed[0] | (uint32_t(packed[1]) << 16);
+    out.y = packed[2] | (uint32_t(packed[3]) << 16);
+    *reinterpret_cast<uint2*>(q) = out;
+    if (sub == 0) *sa_slot = s;
+  }
+}
+
+// One CTA per row, kThreads = candle's rmsnorm block size for this k (32 when k < 1024, else
+// 1024), so that every thread's partial sum of squares covers the same columns in the same
+// order as candle's, and the two butterfly reductions match too.
+//  1. h = x (+ residual) into shared memory (16-byte vectors), and into x_sum when adding.
+//  2. per-thread sum of h^2 over columns tid, tid + kThreads, ... (candle's order), reduced.
+//  3. per 128-column group (one half-warp each): y = bf16(scale * h * gamma), quantized.
+// The row is read from global memory once; y never leaves the SM.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads)
+    add_rmsnorm_quant_kernel(const __nv_bfloat16* __restrict__ x,
+                             const __nv_bfloat16* __restrict__ residual,
+                             const __nv_bfloat16* __restrict__ gamma, const float eps,
+                             __nv_bfloat16* __restrict__ x_sum, uint8_t* __restrict__ q,
+                             float* __restrict__ sa, const int64_t m, const int ncols) {
+  // Let a PDL-launched GEMM start its weight prefetch now; wait for our inputs (and for the
+  // previous grid to stop reading anything we are about to overwrite).
+  griddep_launch_dependents();
+  griddep_wait();
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* h_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  __shared__ float s_sum[32];
+
+  const int tid = threadIdx.x;
+  const int64_t row = blockIdx.x;
+  const int64_t base = row * ncols;
+  const int nvec = ncols / 8;
+
+  // 1. h, 8 values per step. __hadd2 on bf16x2 is what candle's vectorized badd_bf16 runs.
+  for (int v = tid; v < nvec; v += kThreads) {
+    uint4 a = reinterpret_cast<const uint4*>(x + base)[v];
+    if (residual != nullptr) {
+      const uint4 b = reinterpret_cast<const uint4*>(residual + base)[v];
+      __nv_bfloat162* a2 = reinterpret_cast<__nv_bfloat162*>(&a);
+      const __nv_bfloat162* b2 = reinterpret_cast<const __nv_bfloat162*>(&b);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) a2[j] = __hadd2(a2[j], b2[j]);
+      reinterpret_cast<uint4*>(x_sum + base)[v] = a;
+    }
+    reinterpret_cast<uint4*>(h_s)[v] = a;
+  }
+  __syncthreads();
+
+  // 2. candle's rmsnorm, expression by expression (reduce.cu).
+  float tmp = 0.0f;
+  for (int col = tid; col < ncols; col += kThreads) {
+    const float xi = static_cast<float>(h_s[col]);
+    tmp += xi * xi;  // contracted to fma.rn.f32 exactly as in candle's build
+  }
+#pragma unroll
+  for (int mask = 16; mask > 0; mask >>= 1) tmp += __shfl_xor_sync(0xffffffff, tmp, mask, 32);
+  if (kThreads > 32) {
+    const int warp_id = tid / 32, lane_id = tid % 32;
+    if (lane_id == 0) s_sum[warp_id] = tmp;
+    __syncthreads();
+    tmp = s_sum[lane_id];  // kThreads == 1024: all 32 slots are written
+#pragma unroll
+    for (int mask = 16; mask > 0; mask >>= 1) tmp += __shfl_xor_sync(0xffffffff, tmp, mask, 32);
+  }
+  const float mean = tmp / ncols;
+  const float scale = rsqrtf(mean + eps);
+
+  // 3. Normalize and quantize, one 128-wide group per half-warp.
+  constexpr int kWarps = kThreads / 32;
+  const int lane = tid % 32, warp = tid / 32, sub = lane % 16;
+  const int kb = ncols / 128;
+  const int64_t m_pad = (m + 3) / 4 * 4;
+  for (int g0 = warp * 2; g0 < kb; g0 += kWarps * 2) {  // warp-uniform trip count
+    const int g = g0 + lane / 16;
+    const bool valid = g < kb;
+    const int col = (valid ? g : 0) * 128 + sub * 8;
+    float v[8];
+    if (valid) {
+      const uint4 hv = *reinterpret_cast<const uint4*>(h_s + col);
+      const uint4 gv = *reinterpret_cast<const uint4*>(gamma + col);
+      const __nv_bfloat16* hp = reinterpret_cast<const __nv_bfloat16*>(&hv);
+      const __nv_bfloat16* gp = reinterpret_cast<const __nv_bfloat16*>(&gv);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float a = static_cast<float>(gp[i]);
+        const __nv_bfloat16 y = static_cast<__nv_bfloat16>(scale * static_cast<float>(hp[i]) * a);
+        v[i] = __bfloat162float(y);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = 0.f;
+    }
+    quantize_group(v, valid, sub, q + base + col, sa + int64_t(valid ? g : 0) * m_pad + row);
+  }
+}
+
+// Half a warp per 128-wide group of a (= 128 columns of gate and the same of up), grid-stride
+// over all m * inter / 128 groups (quant.cu's mapping).
+__global__ void __launch_bounds__(256) swiglu_quant_kernel(const __nv_bfloat16* __restrict__ gu,
+                                                           uint8_t* __restrict__ q,
+                                                           float* __restrict__ sa,
+                                                           const int64_t m, const int64_t inter) {
+  griddep_launch_dependents();
+  griddep_wait();
+  const int64_t kb = inter / 128;
+  const int64_t groups = m * kb;
+  const int64_t m_pad = (m + 3) / 4 * 4;
+  const int lane = threadIdx.x % 32, sub = lane % 16;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t wid = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; wid * 2 < groups;
+       wid += warps) {
+    const int64_t g = wid * 2 + lane / 16;
+    const bool valid = g < groups;
+    const int64_t row = valid ? g / kb : 0, cb = valid ? g % kb : 0;
+    const int64_t col = cb * 128 + sub * 8;
+    float v[8];
+    if (valid) {
+      const __nv_bfloat16* gate_row = gu + row * 2 * inter;
+      const uint4 gv = *reinterpret_cast<const uint4*>(gate_row + col);
+      const uint4 uv = *reinterpret_cast<const uint4*>(gate_row + inter + col);
+      const __nv_bfloat16* gp = reinterpret_cast<const __nv_bfloat16*>(&gv);
+      const __nv_bfloat162* u2 = reinterpret_cast<const __nv_bfloat162*>(&uv);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        // candle's usilu_bf16 (f32 math, one rounding to bf16), then bmul_bf16 (__hmul2).
+        __nv_bfloat162 s;
+        {
+          const float xf = __bfloat162float(gp[2 * j]);
+          s.x = __float2bfloat16(xf / (1.0f + expf(-xf)));
+        }
+        {
+          const float xf = __bfloat162float(gp[2 * j + 1]);
+          s.y = __float2bfloat16(xf / (1.0f + expf(-xf)));
+        }
+        const float2 a = __bfloat1622float2(__hmul2(s, u2[j]));
+        v[2 * j] = a.x;
+        v[2 * j + 1] = a.y;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = 0.f;
+    }
+    quantize_group(v, valid, sub, q + row * inter + col, sa + cb * m_pad + row);
+  }
+}
+
+}  // namespace fused
+}  // namespace fp8gemm
+
+using namespace fp8gemm;
+
+namespace {
+
+bool misaligned(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) != 0; }
+
+// Launches `kern` with the PDL attribute (cudaLaunchKernelEx).
+template <typename... Params, typename... Args>
+int32_t launch_pdl(void (*kern)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                   Args... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = grid;
+  lc.blockDim = block;
+  lc.dynamicSmemBytes = smem;
+  lc.stream = stream;
+  lc.attrs = attr;
+  lc.numAttrs = 1;
+  if (cudaLaunchKernelEx(&lc, kern, static_cast<Params>(args)...) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return FP8GEMM_ERR_LAUNCH;
+  }
+  return FP8GEMM_OK;
+}
+
+// Shared memory the kernel may use without opting in.
+constexpr size_t kDefaultSmem = 48 * 1024;
+
+template <int kThreads>
+int32_t run_add_rmsnorm(const __nv_bfloat16* x, const __nv_bfloat16* residual,
+                        const __nv_bfloat16* gamma, float eps, __nv_bfloat16* x_sum, uint8_t* q,
+                        float* sa, int64_t m, int k, cudaStream_t stream) {
+  auto kern = fused::add_rmsnorm_quant_kernel<kThreads>;
+  const size_t smem = size_t(k) * sizeof(__nv_bfloat16);
+  // Static shared memory: s_sum (128 bytes). Rows longer than ~24K columns opt in.
+  if (smem + 128 > kDefaultSmem) {
+    int dev = 0, optin = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+      return FP8GEMM_ERR_LAUNCH;
+    if (smem + 128 > size_t(optin)) return FP8GEMM_ERR_SHAPE;
+    static std::atomic<uint64_t> done{0};
+    if (!raise_smem_limit_once(reinterpret_cast<const void*>(kern), done, dev, size_t(optin) - 128))
+      return FP8GEMM_ERR_LAUNCH;
+  }
+  return launch_pdl(kern, dim3(static_cast<unsigned>(m)), dim3(kThreads), smem, stream, x, residual,
+                    gamma, eps, x_sum, q, sa, m, k);
+}
+
+}  // namespace
+
+extern "C" int32_t fp8gemm_add_rmsnorm_quant(const void* x, const void* residual, const void* gamma,
+                                             float eps, void* x_sum_out, uint8_t* q, float* sa,
+                                             int64_t m, int64_t k, void* stream) {
+  // Grid: one CTA per row (gridDim.x < 2^31); the kernel indexes columns with int.
+  if (m < 1 || m > 0x7fffffff || k < 128 || k % 128 != 0 || k > (int64_t(1) << 24))
+    return FP8GEMM_ERR_SHAPE;
+  if (!x || !gamma || !q || !sa || (residual && !x_sum_out)) return FP8GEMM_ERR_ALIGN;
+  if (misaligned(x) || misaligned(gamma) || misaligned(q) || misaligned(sa) ||
+      (residual && (misaligned(residual) || misaligned(x_sum_out))))
+    return FP8GEMM_ERR_ALIGN;
+  const auto* xb = static_cast<const __nv_bfloat16*>(x);
+  const auto* rb = static_cast<const __nv_bfloat16*>(residual);
+  const auto* gb = static_cast<const __nv_bfloat16*>(gamma);
+  auto* sb = residual ? static_cast<__nv_bfloat16*>(x_sum_out) : nullptr;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  // candle's rmsnorm block size: 32 threads below 1024 columns, else 1024.
+  if (k < 1024) return run_add_rmsnorm<32>(xb, rb, gb, eps, sb, q, sa, m, static_cast<int>(k), s);
+  return run_add_rmsnorm<1024>(xb, rb, gb, eps, sb, q, sa, m, static_cast<int>(k), s);
+}
+
+extern "C" int32_t fp8gemm_swiglu_quant(const void* gu, int64_t m, int64_t inter, uint8_t* q,
+                                        float* sa, void* stream) {
+  if (m < 1 || inter < 128 || inter % 128 != 0) return FP8GEMM_ERR_SHAPE;
+  if (!gu || !q || !sa) return FP8GEMM_ERR_ALIGN;
+  if (misaligned(gu) || misaligned(q) || misaligned(sa)) return FP8GEMM_ERR_ALIGN;
+  // 16 groups per 256-thread CTA, capped like quant.cu (the kernel grid-strides).
+  const int64_t groups = m * (inter / 128);
+  int64_t blocks = (groups + 15) / 16;
+  if (blocks > 132 * 32) blocks = 132 * 32;
+  return launch_pdl(fused::swiglu_quant_kernel, dim3(static_cast<unsigned>(blocks)), dim3(256), 0,
+                    static_cast<cudaStream_t>(stream), static_cast<const __nv_bfloat16*>(gu), q, sa,
+                    m, inter);
+}

@@ -1,0 +1,38 @@
+// candle-fp8 kernels: the elementwise work that feeds an FP8 GEMM, fused with the activation
+// quantization (C ABI, same conventions as api.h: arguments validated, asynchronous launch on
+// `stream`, never synchronizes, returns an fp8gemm_status code).
+//
+// Both kernels are launched with programmatic dependent launch (PDL): they let the next grid
+// start at entry and wait (griddepcontrol.wait) for the previous grid before touching global
+// memory. Their outputs q / sa follow the activation contract of fp8gemm_quantize_act
+// (api.h): q [m, k] e4m3 row-major, sa [k/128][round_up(m, 4)] f32 MN-major, rows of sa
+// between m and m_pad left untouched. All bf16 tensors are row-major and contiguous; every
+// pointer must be 16-byte aligned.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// h = residual ? bf16(x + residual) : x          (written to x_sum_out when residual != NULL)
+// y = bf16(rsqrt(mean(h^2) + eps) * h * gamma)    (bit-identical to candle 0.11's bf16 rmsnorm)
+// q, sa = quantize(y)                             (bit-identical to fp8gemm_quantize_act on y)
+// x, residual, x_sum_out: bf16 [m, k]; gamma: bf16 [k]. x_sum_out may be NULL only when
+// residual is NULL. Requires m >= 1, k % 128 == 0, and k small enough for the row to fit in
+// shared memory (k <= ~116K on H100/H200).
+int32_t fp8gemm_add_rmsnorm_quant(const void* x, const void* residual, const void* gamma,
+                                  float eps, void* x_sum_out, uint8_t* q, float* sa, int64_t m,
+                                  int64_t k, void* stream);
+
+// gu: bf16 [m, 2 * inter], gate = columns [0, inter), up = [inter, 2 * inter).
+// a = bf16(bf16(silu(gate)) * up)   (bit-identical to candle 0.11's bf16 silu then mul)
+// q, sa = quantize(a) with k = inter. Requires m >= 1, inter % 128 == 0.
+int32_t fp8gemm_swiglu_quant(const void* gu, int64_t m, int64_t inter, uint8_t* q, float* sa,
+                             void* stream);
+
+#ifdef __cplusplus
+}
+#endif
