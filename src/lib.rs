@@ -7,6 +7,8 @@
 //! - [`ops::fp8_block_matmul`]: the GEMM as a candle `CustomOp` (CPU always; our own Hopper
 //!   sm_90a kernels, cuBLASLt blockwise or dequantize+bf16 with the `cuda` feature).
 //! - [`quant::quantize_activation`]: bf16/f32 `[M, K]` → e4m3 + per-token-per-128 scales.
+//! - [`fused`]: residual add + RMSNorm and SiLU·up fused with the activation quantization
+//!   (one launch each on CUDA, the composed ops elsewhere; bit-identical either way).
 //! - [`linear::Fp8BlockLinear`]: a `candle_nn::Module` loading FP8 checkpoints such as
 //!   `Qwen/Qwen3-32B-FP8`.
 //! - [`checkpoint`]: `config.json` `quantization_config`, (sharded) safetensors, hub.
@@ -18,6 +20,7 @@
 pub mod checkpoint;
 pub mod dispatch;
 pub mod format;
+pub mod fused;
 pub mod linear;
 pub mod models;
 pub mod ops;
@@ -29,5 +32,6 @@ pub mod testing;
 pub mod cuda;
 
 pub use format::F8E4M3;
+pub use fused::{add_rmsnorm_quantize, swiglu_quantize};
 pub use linear::Fp8BlockLinear;
 pub use ops::fp8_block_matmul;

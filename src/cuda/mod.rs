@@ -2,6 +2,8 @@
 //!
 //! - [`ffi`]: the C ABI of our sm_90a kernels (`kernels/api.h`).
 //! - [`attention`]: the decode-step attention kernels (`kernels/attention.h`).
+//! - [`fused`]: residual add + RMSNorm and SiLU·up fused with the activation quantization
+//!   (`kernels/fused_quant.h`).
 //! - [`cublaslt`]: cuBLASLt with `VEC128_32F` (activations) × `BLK128x128_32F` (weights) scales.
 //! - the `dequant` provider: portable helper kernels (`dequant.cu`, PTX for compute_80, loaded
 //!   at run time) + candle's own cuBLAS f32 GEMM.
@@ -14,6 +16,7 @@
 pub mod attention;
 pub(crate) mod cublaslt;
 pub(crate) mod ffi;
+pub(crate) mod fused;
 
 use std::collections::HashMap;
 use std::ffi::c_void;

@@ -1,0 +1,202 @@
+//! The fused elementwise + quantization kernels (`kernels/fused_quant.h`): FFI and launch
+//! wrappers over candle's CUDA storage. The tensor-level API with its CPU fallback is
+//! [`crate::fused`].
+//!
+//! Outputs are allocated here in the activation contract's layout: `q` e4m3 `m * k`, `sa` f32
+//! `(k / 128) * round_up(m, 4)` MN-major, zeroed when `m % 4 != 0` (the kernels leave the
+//! padding rows untouched, the GEMM's TMA may read them).
+
+use std::ffi::c_void;
+
+use candle_core::cuda_backend::cudarc::driver::{DevicePtr, DevicePtrMut};
+use candle_core::cuda_backend::CudaStorage;
+use candle_core::{bail, Layout, Result};
+use half::bf16;
+
+use super::{act_scale_len, ffi, raw_stream, require_contiguous, view};
+use crate::format::{act_scale_m_stride, BLOCK, F8E4M3};
+
+#[cfg(fp8gemm_kernels)]
+mod sys {
+    use super::*;
+    extern "C" {
+        #[allow(clippy::too_many_arguments)]
+        pub fn fp8gemm_add_rmsnorm_quant(
+            x: *const c_void,
+            residual: *const c_void,
+            gamma: *const c_void,
+            eps: f32,
+            x_sum_out: *mut c_void,
+            q: *mut u8,
+            sa: *mut f32,
+            m: i64,
+            k: i64,
+            stream: *mut c_void,
+        ) -> i32;
+        pub fn fp8gemm_swiglu_quant(
+            gu: *const c_void,
+            m: i64,
+            inter: i64,
+            q: *mut u8,
+            sa: *mut f32,
+            stream: *mut c_void,
+        ) -> i32;
+    }
+}
+
+/// Stand-ins of a kernel-less build (same signatures; they report "not compiled in").
+#[cfg(not(fp8gemm_kernels))]
+#[allow(clippy::too_many_arguments, clippy::missing_safety_doc)]
+mod sys {
+    use super::*;
+    pub unsafe fn fp8gemm_add_rmsnorm_quant(
+        _: *const c_void,
+        _: *const c_void,
+        _: *const c_void,
+        _: f32,
+        _: *mut c_void,
+        _: *mut u8,
+        _: *mut f32,
+        _: i64,
+        _: i64,
+        _: *mut c_void,
+    ) -> i32 {
+        ffi::FP8GEMM_ERR_CONFIG
+    }
+    pub unsafe fn fp8gemm_swiglu_quant(
+        _: *const c_void,
+        _: i64,
+        _: i64,
+        _: *mut u8,
+        _: *mut f32,
+        _: *mut c_void,
+    ) -> i32 {
+        ffi::FP8GEMM_ERR_CONFIG
+    }
+}
+
+/// Freshly allocated `(q, sa)` buffers for an `[m, k]` activation.
+fn alloc_quantized(
+    dev: &candle_core::cuda_backend::CudaDevice,
+    m: usize,
+    k: usize,
+) -> Result<(
+    candle_core::cuda_backend::cudarc::driver::CudaSlice<F8E4M3>,
+    candle_core::cuda_backend::cudarc::driver::CudaSlice<f32>,
+)> {
+    let q = unsafe { dev.alloc::<F8E4M3>(m * k)? };
+    let sa = if m == act_scale_m_stride(m) {
+        unsafe { dev.alloc::<f32>(act_scale_len(m, k))? }
+    } else {
+        dev.alloc_zeros::<f32>(act_scale_len(m, k))?
+    };
+    Ok((q, sa))
+}
+
+fn check_shape(what: &str, m: usize, k: usize) -> Result<()> {
+    if m == 0 || k == 0 || k % BLOCK != 0 {
+        bail!("candle-fp8 {what}: need m >= 1 and a non-zero multiple of {BLOCK} columns, got m={m} k={k}")
+    }
+    Ok(())
+}
+
+/// `(x + residual, q, sa)`: residual add (when `residual` is given), RMSNorm with `gamma` and
+/// activation quantization in one launch. All inputs bf16 and contiguous: `x`, `residual`
+/// `[m, k]`, `gamma` `[k]`; `k % 128 == 0`. The sum is returned only when `residual` is given.
+pub(crate) fn add_rmsnorm_quantize(
+    x: (&CudaStorage, &Layout),
+    residual: Option<(&CudaStorage, &Layout)>,
+    gamma: (&CudaStorage, &Layout),
+    eps: f32,
+    m: usize,
+    k: usize,
+) -> Result<(Option<CudaStorage>, CudaStorage, CudaStorage)> {
+    check_shape("add_rmsnorm_quantize", m, k)?;
+    require_contiguous("x", x.1)?;
+    require_contiguous("gamma", gamma.1)?;
+    if let Some(r) = residual {
+        require_contiguous("residual", r.1)?;
+    }
+    let dev = &x.0.device;
+    let stream = dev.cuda_stream();
+    let (mut q, mut sa) = alloc_quantized(dev, m, k)?;
+    let mut sum = match residual {
+        Some(_) => Some(unsafe { dev.alloc::<bf16>(m * k)? }),
+        None => None,
+    };
+    {
+        let xv = view::<bf16>("x", x.0, x.1, m * k)?;
+        let gv = view::<bf16>("gamma", gamma.0, gamma.1, k)?;
+        let rv = residual.map(|r| view::<bf16>("residual", r.0, r.1, m * k)).transpose()?;
+        let (x_ptr, _gx) = xv.device_ptr(&stream);
+        let (g_ptr, _gg) = gv.device_ptr(&stream);
+        let (r_ptr, _gr) = match &rv {
+            Some(v) => {
+                let (p, g) = v.device_ptr(&stream);
+                (p as *const c_void, Some(g))
+            }
+            None => (std::ptr::null(), None),
+        };
+        let (s_ptr, _gs) = match sum.as_mut() {
+            Some(b) => {
+                let (p, g) = b.device_ptr_mut(&stream);
+                (p as *mut c_void, Some(g))
+            }
+            None => (std::ptr::null_mut(), None),
+        };
+        let (q_ptr, _gq) = q.device_ptr_mut(&stream);
+        let (sa_ptr, _gsa) = sa.device_ptr_mut(&stream);
+        let status = unsafe {
+            sys::fp8gemm_add_rmsnorm_quant(
+                x_ptr as *const c_void,
+                r_ptr,
+                g_ptr as *const c_void,
+                eps,
+                s_ptr,
+                q_ptr as *mut u8,
+                sa_ptr as *mut f32,
+                m as i64,
+                k as i64,
+                raw_stream(dev),
+            )
+        };
+        ffi::check(&format!("add_rmsnorm_quantize (m={m} k={k})"), status)?;
+    }
+    Ok((
+        sum.map(|s| CudaStorage::wrap_cuda_slice(s, dev.clone())),
+        CudaStorage::wrap_cuda_slice(q, dev.clone()),
+        CudaStorage::wrap_cuda_slice(sa, dev.clone()),
+    ))
+}
+
+/// `(q, sa)` of `bf16(silu(gate)) * up` where `gu` is bf16 contiguous `[m, 2 * inter]` (gate =
+/// the first `inter` columns), `inter % 128 == 0`, in one launch.
+pub(crate) fn swiglu_quantize(
+    gu: (&CudaStorage, &Layout),
+    m: usize,
+    inter: usize,
+) -> Result<(CudaStorage, CudaStorage)> {
+    check_shape("swiglu_quantize", m, inter)?;
+    require_contiguous("gate_up", gu.1)?;
+    let dev = &gu.0.device;
+    let stream = dev.cuda_stream();
+    let (mut q, mut sa) = alloc_quantized(dev, m, inter)?;
+    {
+        let gv = view::<bf16>("gate_up", gu.0, gu.1, m * 2 * inter)?;
+        let (g_ptr, _gg) = gv.device_ptr(&stream);
+        let (q_ptr, _gq) = q.device_ptr_mut(&stream);
+        let (sa_ptr, _gsa) = sa.device_ptr_mut(&stream);
+        let status = unsafe {
+            sys::fp8gemm_swiglu_quant(
+                g_ptr as *const c_void,
+                m as i64,
+                inter as i64,
+                q_ptr as *mut u8,
+                sa_ptr as *mut f32,
+                raw_stream(dev),
+            )
+        };
+        ffi::check(&format!("swiglu_quantize (m={m} inter={inter})"), status)?;
+    }
+    Ok((CudaStorage::wrap_cuda_slice(q, dev.clone()), CudaStorage::wrap_cuda_slice(sa, dev.clone())))
+}
