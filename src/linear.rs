@@ -246,23 +246,23 @@ impl Fp8BlockLinear {
         Ok(*self.provider.get_or_init(|| p))
     }
 
+    /// The bf16 weight the dequant provider multiplies with (computed once, kept).
+    fn dequantized_bf16(&self) -> Result<&Tensor> {
+        if let Some(w) = self.dequantized.get() {
+            return Ok(w);
+        }
+        tracing::warn!(
+            "candle-fp8: dequant provider keeps a bf16 copy of a [{}x{}] weight (2x memory)",
+            self.out_dim(),
+            self.in_dim()
+        );
+        let w = self.dequantize()?.to_dtype(DType::BF16)?;
+        Ok(self.dequantized.get_or_init(|| w))
+    }
+
     fn forward_2d(&self, x: &Tensor) -> Result<Tensor> {
         match self.provider()? {
-            Provider::Dequant => {
-                let w = match self.dequantized.get() {
-                    Some(w) => w,
-                    None => {
-                        tracing::warn!(
-                            "candle-fp8: dequant provider keeps a bf16 copy of a [{}x{}] weight (2x memory)",
-                            self.out_dim(),
-                            self.in_dim()
-                        );
-                        let w = self.dequantize()?.to_dtype(DType::BF16)?;
-                        self.dequantized.get_or_init(|| w)
-                    }
-                };
-                x.to_dtype(DType::BF16)?.matmul(&w.t()?)
-            }
+            Provider::Dequant => x.to_dtype(DType::BF16)?.matmul(&self.dequantized_bf16()?.t()?),
             #[cfg(feature = "cuda")]
             Provider::Hopper if x.device().is_cuda() && x.dim(0)? > 0 => {
                 ops::quantize_matmul_hopper(x, &self.weight, &self.scale_inv)
@@ -272,6 +272,36 @@ impl Fp8BlockLinear {
                 ops::fp8_block_matmul_with(BackendRequest::Force(p), &qa, &sa, &self.weight, &self.scale_inv)
             }
         }
+    }
+
+    /// Whether [`Module::forward`] quantizes its input per token per 128 (every provider but
+    /// `dequant`, which multiplies the bf16 activation by a dequantized weight). Only then does
+    /// [`Fp8BlockLinear::forward_quantized`] on `quantize_activation(x)` equal `forward(x)` bit
+    /// for bit.
+    pub fn quantizes_activations(&self) -> Result<bool> {
+        Ok(self.provider()? != Provider::Dequant)
+    }
+
+    /// The layer on an activation that is already quantized: `qa` e4m3 `[M, K]` and `sa` f32
+    /// `[M, ceil(K/128)]` with strides `(1, round_up(M, 4))`, as returned by
+    /// [`quant::quantize_activation`] or the fused producers in [`crate::fused`]. Returns bf16
+    /// `[M, N]` (bias added like [`Module::forward`] does). With a quantizing provider (see
+    /// [`Fp8BlockLinear::quantizes_activations`]) this is exactly `forward` of the bf16
+    /// activation that `(qa, sa)` quantize, minus the quantization; the dequant provider
+    /// multiplies the dequantized activation instead.
+    pub fn forward_quantized(&self, qa: &Tensor, sa: &Tensor) -> Result<Tensor> {
+        let m = match qa.dims() {
+            &[m, k] if k == self.in_dim() => m,
+            d => bail!("Fp8BlockLinear::forward_quantized: qa has shape {d:?}, expected [M, {}]", self.in_dim()),
+        };
+        let y = match self.provider()? {
+            Provider::Dequant => {
+                let a = dequantize_activation(qa, sa)?.to_dtype(DType::BF16)?;
+                a.matmul(&self.dequantized_bf16()?.t()?)?
+            }
+            p => ops::fp8_block_matmul_with(BackendRequest::Force(p), qa, sa, &self.weight, &self.scale_inv)?,
+        };
+        self.finish(y, vec![m], DType::BF16)
     }
 }
 
