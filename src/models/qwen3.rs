@@ -9,7 +9,11 @@
 //! the down GEMM. Greedy sampling runs on the device ([`Sampler`]), and the sampled ids feed
 //! the next step without a host round trip. On CUDA sm_90 (bf16, head_dim 128, FP8 o
 //! projection) a decode step replaces everything between the q/k/v GEMM and the o GEMM by two
-//! kernels of ours (`src/cuda/attention.rs`; [`Qwen3Model::set_fused_attention`]).
+//! kernels of ours (`src/cuda/attention.rs`; [`Qwen3Model::set_fused_attention`]). When a
+//! layer's linears are FP8, the residual add + RMSNorm + activation quantization and SiLU·up +
+//! quantization each run as one step ([`crate::fused`], one launch on CUDA), and a layer's last
+//! residual add moves into the next layer's input norm (the final norm does the last one;
+//! [`Qwen3Model::set_fused_elementwise`]).
 //!
 //! - [`Qwen3Model::load`]: from a `VarBuilder` over a checkpoint; modules that
 //!   `is_quantized` rejects (or that have no `weight_scale_inv`) load dense.
@@ -450,6 +454,8 @@ impl DecoderLayer {
     fn forward(
         &self,
         x: &Tensor,
+        pending: Option<&Tensor>,
+        fused_elementwise: bool,
         b: usize,
         t: usize,
         offset: usize,
@@ -459,11 +465,12 @@ impl DecoderLayer {
         cache: &mut KvCache,
         capacity_hint: usize,
         dims: Dims,
-    ) -> Result<Tensor> {
+    ) -> Result<(Tensor, Option<Tensor>)> {
         let eps = dims.eps;
+        let fe = fused_elementwise && self.fused_eligible()?;
+        let (x, xn) = self.input_normed(x, pending, fe, eps)?;
 
         // Attention.
-        let xn = candle_nn::ops::rms_norm(x, &self.input_norm, eps)?;
         let fused = if dims.fused_attention && t == 1 {
             self.decode_attention_fused(&xn, b, offset, rope, cache, capacity_hint, dims)?
         } else {
@@ -473,13 +480,65 @@ impl DecoderLayer {
             Some(o) => o,
             None => self.o.forward(&self.attention(&xn, b, t, offset, rope, mask, unit, cache, capacity_hint, dims)?)?,
         };
+        if fe {
+            return self.mlp_fused(&x, &attn, eps);
+        }
         let x = (x + attn)?;
 
         // MLP.
         let xn = candle_nn::ops::rms_norm(&x, &self.post_norm, eps)?;
         let gu = self.gate_up.forward(&xn)?;
         let a = (candle_nn::ops::silu(&gu[0])? * &gu[1])?;
-        x + self.down.forward(&a)?
+        Ok(((x + self.down.forward(&a)?)?, None))
+    }
+
+    /// Whether the fused elementwise path applies: every linear of the layer FP8 with a provider
+    /// that quantizes activations, q/k/v and gate/up each one GEMM, gate and up of equal width.
+    fn fused_eligible(&self) -> Result<bool> {
+        let quantizing = |l: &AnyLinear| match l {
+            AnyLinear::Fp8(f) => f.quantizes_activations(),
+            _ => Ok(false),
+        };
+        match (&self.qkv, &self.gate_up) {
+            (Proj::Fused(qkv, _), Proj::Fused(gu, sizes)) if sizes.len() == 2 && sizes[0] == sizes[1] => {
+                Ok(quantizing(qkv)? && quantizing(gu)? && quantizing(&self.down)?)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// `(residual stream, input of the q/k/v GEMM)`: `x` plus the previous layer's `pending`
+    /// MLP output, then the input RMSNorm. Fused: one [`add_rmsnorm_quantize`] (one launch on
+    /// CUDA) that also quantizes for the GEMM.
+    ///
+    /// [`add_rmsnorm_quantize`]: crate::fused::add_rmsnorm_quantize
+    fn input_normed(&self, x: &Tensor, pending: Option<&Tensor>, fused: bool, eps: f32) -> Result<(Tensor, Normed)> {
+        if fused {
+            let (sum, qa, sa) = crate::fused::add_rmsnorm_quantize(x, pending, &self.input_norm, eps)?;
+            let normed = Normed::Quantized { qa, sa, dtype: x.dtype() };
+            return Ok((sum.unwrap_or_else(|| x.clone()), normed));
+        }
+        let x = match pending {
+            Some(p) => (x + p)?,
+            None => x.clone(),
+        };
+        let xn = candle_nn::ops::rms_norm(&x, &self.input_norm, eps)?;
+        Ok((x, Normed::Plain(xn)))
+    }
+
+    /// The fused MLP: `x + o`, RMSNorm and quantization in one step, the gate/up GEMM, SiLU·up
+    /// and quantization in one step, the down GEMM. Returns `(x + o, down output)`: the down
+    /// output is added by the next layer's input norm (or the model's final norm).
+    fn mlp_fused(&self, x: &Tensor, o: &Tensor, eps: f32) -> Result<(Tensor, Option<Tensor>)> {
+        let (Proj::Fused(AnyLinear::Fp8(gate_up), _), AnyLinear::Fp8(down)) = (&self.gate_up, &self.down) else {
+            bail!("Qwen3: the fused MLP path needs FP8 gate/up (one GEMM) and down layers")
+        };
+        let dtype = x.dtype();
+        let (sum, qa, sa) = crate::fused::add_rmsnorm_quantize(x, Some(o), &self.post_norm, eps)?;
+        let x = sum.ok_or_else(|| candle_core::Error::Msg("add_rmsnorm_quantize returned no sum".into()))?;
+        let gu = gate_up.forward_quantized(&qa, &sa)?.to_dtype(dtype)?;
+        let (qa, sa) = crate::fused::swiglu_quantize(&gu)?;
+        Ok((x, Some(down.forward_quantized(&qa, &sa)?.to_dtype(dtype)?)))
     }
 
     /// The attention of the candle ops (any T, device and dtype): `[B*T, hq * d]`, the input of
@@ -487,7 +546,7 @@ impl DecoderLayer {
     #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
-        xn: &Tensor,
+        xn: &Normed,
         b: usize,
         t: usize,
         offset: usize,
@@ -504,13 +563,13 @@ impl DecoderLayer {
         let (qk, v) = match &self.qkv {
             Proj::Fused(l, sizes) => {
                 // q and k are adjacent in the fused output: one view (a copy only when M > 1).
-                let y = l.forward(xn)?;
+                let y = xn.project(l)?;
                 let nqk = sizes[0] + sizes[1];
                 (y.narrow(1, 0, nqk)?.contiguous()?, y.narrow(1, nqk, sizes[2])?)
             }
             Proj::Split(ls) => {
-                let (q, k) = (ls[0].forward(xn)?, ls[1].forward(xn)?);
-                (Tensor::cat(&[&q, &k], 1)?, ls[2].forward(xn)?)
+                let (q, k) = (xn.project(&ls[0])?, xn.project(&ls[1])?);
+                (Tensor::cat(&[&q, &k], 1)?, xn.project(&ls[2])?)
             }
         };
         // Per-head RMSNorm of q and k in one launch, then the per-head weights.
@@ -552,7 +611,7 @@ impl DecoderLayer {
     #[allow(clippy::too_many_arguments)]
     fn decode_attention_fused(
         &self,
-        xn: &Tensor,
+        xn: &Normed,
         b: usize,
         offset: usize,
         rope: (&Tensor, &Tensor),
@@ -573,22 +632,22 @@ impl DecoderLayer {
         }
         // q | k | v heads side by side, as one fused GEMM writes them.
         let qkv = match &self.qkv {
-            Proj::Fused(l, _) => l.forward(xn)?,
-            Proj::Split(ls) => Tensor::cat(&ls.iter().map(|l| l.forward(xn)).collect::<Result<Vec<_>>>()?, 1)?,
+            Proj::Fused(l, _) => xn.project(l)?,
+            Proj::Split(ls) => Tensor::cat(&ls.iter().map(|l| xn.project(l)).collect::<Result<Vec<_>>>()?, 1)?,
         };
         cache.reserve((b, hkv, 1, d), DType::BF16, xn.device(), offset, capacity_hint)?;
         let (kc, vc) = (cache.k.as_ref().unwrap(), cache.v.as_ref().unwrap());
         let q = attn::qk_norm_rope_append(&qkv.contiguous()?, &self.qk_norm, rope.0, rope.1, kc, vc, offset, hq, hkv, eps)?;
         cache.len = offset + 1;
         let (qa, sa) = attn::decode_attention_quant(&q, kc, vc, offset + 1)?;
-        Ok(Some(o_proj_forward_quantized(o, &qa, &sa)?))
+        Ok(Some(o.forward_quantized(&qa, &sa)?))
     }
 
     #[cfg(not(feature = "cuda"))]
     #[allow(clippy::too_many_arguments)]
     fn decode_attention_fused(
         &self,
-        _xn: &Tensor,
+        _xn: &Normed,
         _b: usize,
         _offset: usize,
         _rope: (&Tensor, &Tensor),
@@ -600,14 +659,38 @@ impl DecoderLayer {
     }
 }
 
-/// `o(x)` from an already-quantized activation `(qa, sa)` (bf16 out): what
-/// `Fp8BlockLinear::forward_quantized` does (branch `fused`); on merge, call that instead.
-#[cfg(feature = "cuda")]
-fn o_proj_forward_quantized(o: &Fp8BlockLinear, qa: &Tensor, sa: &Tensor) -> Result<Tensor> {
-    let y = crate::ops::fp8_block_matmul(qa, sa, o.weight(), o.weight_scale_inv())?;
-    match o.bias() {
-        Some(bias) => y.broadcast_add(&bias.to_dtype(y.dtype())?),
-        None => Ok(y),
+/// The input of a layer's first GEMM: the normalized activation, or (fused elementwise path)
+/// its quantized form.
+enum Normed {
+    Plain(Tensor),
+    Quantized { qa: Tensor, sa: Tensor, dtype: DType },
+}
+
+impl Normed {
+    /// `l` applied to this input, in the activation dtype.
+    fn project(&self, l: &AnyLinear) -> Result<Tensor> {
+        match (self, l) {
+            (Self::Plain(x), l) => l.forward(x),
+            (Self::Quantized { qa, sa, dtype }, AnyLinear::Fp8(f)) => f.forward_quantized(qa, sa)?.to_dtype(*dtype),
+            _ => bail!("Qwen3: a quantized activation reached a layer that is not FP8"),
+        }
+    }
+
+    /// The activation dtype.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    fn dtype(&self) -> DType {
+        match self {
+            Self::Plain(x) => x.dtype(),
+            Self::Quantized { dtype, .. } => *dtype,
+        }
+    }
+
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    fn device(&self) -> &Device {
+        match self {
+            Self::Plain(x) => x.device(),
+            Self::Quantized { qa, .. } => qa.device(),
+        }
     }
 }
 
@@ -634,6 +717,9 @@ pub struct Qwen3Model {
     mode: LinearMode,
     /// Decode steps use the fused attention kernels where they apply (default on).
     fused_attention: bool,
+    /// Fuse the elementwise work around the FP8 GEMMs with the activation quantization
+    /// (see [`Qwen3Model::set_fused_elementwise`]).
+    fused_elementwise: bool,
 }
 
 /// Where the model's tensors come from while building it.
@@ -806,6 +892,7 @@ impl Qwen3Model {
             device: device.clone(),
             mode: opts.mode,
             fused_attention: true,
+            fused_elementwise: true,
         })
     }
 
@@ -866,6 +953,33 @@ impl Qwen3Model {
     /// How the linears compute.
     pub fn mode(&self) -> LinearMode {
         self.mode
+    }
+
+    /// Chooses how a layer whose linears are all FP8 (q/k/v and gate/up fused, a provider that
+    /// quantizes activations) computes the work around its GEMMs. `true` (the default): residual
+    /// add + RMSNorm + quantization and SiLU·up + quantization run as one step each
+    /// ([`crate::fused`]: one launch each for bf16 on CUDA), and each layer's final residual add
+    /// moves into the next layer's input norm. `false`: the composed candle ops. Both give
+    /// bit-identical activations; other layers always take the composed ops.
+    pub fn set_fused_elementwise(&mut self, on: bool) {
+        self.fused_elementwise = on;
+    }
+
+    /// Whether the fused elementwise path is enabled ([`Qwen3Model::set_fused_elementwise`]).
+    pub fn fused_elementwise(&self) -> bool {
+        self.fused_elementwise
+    }
+
+    /// Number of layers that take the fused elementwise path (0 when it is disabled).
+    pub fn fused_elementwise_layers(&self) -> Result<usize> {
+        if !self.fused_elementwise {
+            return Ok(0);
+        }
+        let mut n = 0;
+        for l in &self.layers {
+            n += l.fused_eligible()? as usize;
+        }
+        Ok(n)
     }
 
     /// Whether q/k/v and gate/up run as one GEMM each (in every layer).
@@ -987,8 +1101,16 @@ impl Qwen3Model {
         let sin = self.sin.narrow(0, seqlen_offset, t)?;
         let mask = if t > 1 { Some(causal_mask(t, seqlen_offset, dims.hq / dims.hkv, &self.device, self.dtype)?) } else { None };
         let hint = self.capacity_hint;
+        // A fused layer leaves its MLP output pending: the next layer adds it in its input norm.
+        let mut pending: Option<Tensor> = None;
+        let fe = self.fused_elementwise;
         for (layer, cache) in self.layers.iter().zip(self.kv.iter_mut()) {
-            x = layer.forward(&x, b, t, seqlen_offset, (&cos, &sin), mask.as_ref(), &self.unit, cache, hint, dims)?;
+            let rope = (&cos, &sin);
+            let (nx, p) = layer.forward(&x, pending.as_ref(), fe, b, t, seqlen_offset, rope, mask.as_ref(), &self.unit, cache, hint, dims)?;
+            (x, pending) = (nx, p);
+        }
+        if let Some(p) = pending {
+            x = (x + p)?;
         }
         let x = if t > 1 { x.reshape((b, t, cfg.hidden_size))?.narrow(1, t - 1, 1)?.squeeze(1)?.contiguous()? } else { x };
         let x = candle_nn::ops::rms_norm(&x, &self.norm, dims.eps)?;
