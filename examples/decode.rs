@@ -72,6 +72,10 @@ struct Args {
     /// (qk-norm + RoPE + KV append, f32 attention quantized into the o GEMM's operand).
     #[arg(long)]
     no_fused_attention: bool,
+    /// Run the residual add / RMSNorm / SiLU·up and the activation quantization as separate
+    /// ops instead of one fused launch per GEMM input.
+    #[arg(long)]
+    no_fused_elementwise: bool,
     /// Do not stop at end-of-sequence tokens.
     #[arg(long)]
     ignore_eos: bool,
@@ -276,6 +280,7 @@ fn main() -> Result<()> {
     let eos: Vec<u32> = if args.ignore_eos || random { vec![] } else { cfg.eos_ids() };
     model.set_kv_capacity(prompt_ids.len() + args.max_new_tokens);
     model.set_fused_attention(!args.no_fused_attention);
+    model.set_fused_elementwise(!args.no_fused_elementwise);
 
     // ---- Warm-up and measured run ----------------------------------------------------------
     let warmup = args.warmup.unwrap_or(if device.is_cpu() { 0 } else { 4 });
@@ -329,9 +334,13 @@ fn main() -> Result<()> {
         cfg.vocab_size
     );
     println!(
-        "linear           {:?}{} on {} ({:?} activations)",
+        "linear           {:?}{}{} on {} ({:?} activations)",
         model.mode(),
         if model.is_fused() { ", fused qkv + gate_up" } else { ", unfused" },
+        match model.fused_elementwise_layers()? {
+            0 => String::new(),
+            n => format!(", fused norm/swiglu + quantize in {n} layers"),
+        },
         args.device,
         model.dtype()
     );
@@ -404,7 +413,7 @@ fn main() -> Result<()> {
     if let Some(path) = &args.json {
         let j = serde_json::json!({
             "model": source, "linear": format!("{:?}", model.mode()), "device": args.device, "batch": args.batch,
-            "fused": model.is_fused(), "prompt_tokens": prompt_ids.len(), "generated": generated,
+            "fused": model.is_fused(), "fused_elementwise_layers": model.fused_elementwise_layers()?, "prompt_tokens": prompt_ids.len(), "generated": generated,
             "load_s": load_time.as_secs_f64(), "ttft_ms": ms(gen.ttft),
             "tpot_ms": {"mean": tpot_mean, "p50": percentile(&steps, 50.0), "p99": percentile(&steps, 99.0), "steps": steps.len()},
             "tokens_per_s": tps, "peak_memory_bytes": mem_peak, "weights_bytes": {"fp8": fp8_b, "dense": dense_b, "embeddings_norms": other_b},

@@ -61,6 +61,10 @@ for p in "${PHASES[@]}"; do
         "$BIN/gpu_attention" --nocapture --test-threads=1 >>"$OUT/test.log" 2>&1
         echo "=== gpu_attention: rc=$?" | tee -a "$SUMMARY"
       fi
+      if [[ -x "$BIN/gpu_fused" ]]; then  # the fused elementwise + quantize kernels
+        "$BIN/gpu_fused" --nocapture --test-threads=1 >>"$OUT/test.log" 2>&1
+        echo "=== gpu_fused: rc=$?" | tee -a "$SUMMARY"
+      fi
       grep -E "^(test |ok |SKIP|thread .* panicked)" "$OUT/test.log" | tail -n 60
       echo "tests: $(test_counts "$OUT/test.log")" | tee -a "$SUMMARY"
       ;;
