@@ -210,10 +210,9 @@ mod cuda {
     use crate::quant::act_scales_view;
     use candle_core::cuda_backend::CudaStorage;
     use candle_core::op::BackpropOp;
-    use candle_core::{bail, Layout, Result, Storage, Tensor};
-    use std::sync::RwLockReadGuard;
+    use candle_core::{bail, Layout, Result, Storage, StorageRef, Tensor};
 
-    fn cuda<'a>(name: &str, st: &'a RwLockReadGuard<'_, Storage>) -> Result<&'a CudaStorage> {
+    fn cuda<'a>(name: &str, st: &'a StorageRef<'_>) -> Result<&'a CudaStorage> {
         match &**st {
             Storage::Cuda(s) => Ok(s),
             _ => bail!("candle-fp8 fused: {name} is not on a CUDA device"),
