@@ -155,6 +155,12 @@ __global__ void __launch_bounds__(kThreads)
     }
     quantize_group(v, valid, sub, q + base + col, sa + int64_t(valid ? g : 0) * m_pad + row);
   }
+  // The last row's CTA zeroes the scale padding rows m .. m_pad (the GEMM's TMA reads them), so
+  // the caller needs no memset between this kernel and the PDL-launched GEMM.
+  if (row == m - 1) {
+    const int pad = static_cast<int>(m_pad - m);
+    for (int i = tid; i < pad * kb; i += kThreads) sa[int64_t(i / pad) * m_pad + m + i % pad] = 0.f;
+  }
 }
 
 // Half a warp per 128-wide group of a (= 128 columns of gate and the same of up), grid-stride
@@ -205,6 +211,11 @@ __global__ void __launch_bounds__(256) swiglu_quant_kernel(const __nv_bfloat16* 
     }
     quantize_group(v, valid, sub, q + row * inter + col, sa + cb * m_pad + row);
   }
+  // Zero the scale padding rows m .. m_pad (read by the GEMM's TMA): no memset launch needed.
+  const int64_t pad = m_pad - m;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < pad * kb;
+       i += int64_t(gridDim.x) * blockDim.x)
+    sa[(i / pad) * m_pad + m + i % pad] = 0.f;
 }
 
 }  // namespace fused

@@ -5,9 +5,9 @@
 // Both kernels are launched with programmatic dependent launch (PDL): they let the next grid
 // start at entry and wait (griddepcontrol.wait) for the previous grid before touching global
 // memory. Their outputs q / sa follow the activation contract of fp8gemm_quantize_act
-// (api.h): q [m, k] e4m3 row-major, sa [k/128][round_up(m, 4)] f32 MN-major, rows of sa
-// between m and m_pad left untouched. All bf16 tensors are row-major and contiguous; every
-// pointer must be 16-byte aligned.
+// (api.h): q [m, k] e4m3 row-major, sa [k/128][round_up(m, 4)] f32 MN-major; the padding rows
+// of sa (m .. m_pad) are written as zeros, so sa needs no memset. All bf16 tensors are
+// row-major and contiguous; every pointer must be 16-byte aligned.
 #pragma once
 
 #include <stddef.h>

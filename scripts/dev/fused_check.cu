@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
     uint8_t *q1, *q2; float *s1, *s2;
     CK(cudaMalloc(&q1, m * k)); CK(cudaMalloc(&q2, m * k));
     CK(cudaMalloc(&s1, kb * m_pad * 4)); CK(cudaMalloc(&s2, kb * m_pad * 4));
-    CK(cudaMemset(s1, 0, kb * m_pad * 4)); CK(cudaMemset(s2, 0, kb * m_pad * 4));
+    CK(cudaMemset(s1, 0, kb * m_pad * 4)); CK(cudaMemset(s2, 0xff, kb * m_pad * 4));
     CK(cudaMemset(q2, 0xff, m * k)); CK(cudaMemset(hs, 0xff, m * k * 2));
     // composed
     const __nv_bfloat16* src = x;
@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
     uint8_t *q1, *q2; float *s1, *s2;
     CK(cudaMalloc(&q1, m * inter)); CK(cudaMalloc(&q2, m * inter));
     CK(cudaMalloc(&s1, kb * m_pad * 4)); CK(cudaMalloc(&s2, kb * m_pad * 4));
-    CK(cudaMemset(s1, 0, kb * m_pad * 4)); CK(cudaMemset(s2, 0, kb * m_pad * 4)); CK(cudaMemset(q2, 0xff, m * inter));
+    CK(cudaMemset(s1, 0, kb * m_pad * 4)); CK(cudaMemset(s2, 0xff, kb * m_pad * 4)); CK(cudaMemset(q2, 0xff, m * inter));
     size_t numel = m * inter, nd = 2; const size_t* info = nullptr;
     { void* p[] = {&numel, &nd, &info, &gate, &sg}; launch(K_silu, dim3((m * inter + 1023) / 1024), dim3(1024), p); }
     { void* p[] = {&numel, &nd, &info, &sg, &up, &a}; launch(K_mul, dim3((m * inter + 1023) / 1024), dim3(1024), p); }

@@ -3,8 +3,8 @@
 //! [`crate::fused`].
 //!
 //! Outputs are allocated here in the activation contract's layout: `q` e4m3 `m * k`, `sa` f32
-//! `(k / 128) * round_up(m, 4)` MN-major, zeroed when `m % 4 != 0` (the kernels leave the
-//! padding rows untouched, the GEMM's TMA may read them).
+//! `(k / 128) * round_up(m, 4)` MN-major. The kernels write the padding rows of `sa` (zeros)
+//! themselves: no memset launch sits between them and the PDL-launched GEMM.
 
 use std::ffi::c_void;
 
@@ -14,7 +14,7 @@ use candle_core::{bail, Layout, Result};
 use half::bf16;
 
 use super::{act_scale_len, ffi, raw_stream, require_contiguous, view};
-use crate::format::{act_scale_m_stride, BLOCK, F8E4M3};
+use crate::format::{BLOCK, F8E4M3};
 
 #[cfg(fp8gemm_kernels)]
 mod sys {
@@ -84,12 +84,9 @@ fn alloc_quantized(
     candle_core::cuda_backend::cudarc::driver::CudaSlice<F8E4M3>,
     candle_core::cuda_backend::cudarc::driver::CudaSlice<f32>,
 )> {
+    // SAFETY: the kernel writes every element (the padding rows of sa included).
     let q = unsafe { dev.alloc::<F8E4M3>(m * k)? };
-    let sa = if m == act_scale_m_stride(m) {
-        unsafe { dev.alloc::<f32>(act_scale_len(m, k))? }
-    } else {
-        dev.alloc_zeros::<f32>(act_scale_len(m, k))?
-    };
+    let sa = unsafe { dev.alloc::<f32>(act_scale_len(m, k))? };
     Ok((q, sa))
 }
 
