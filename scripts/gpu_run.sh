@@ -54,15 +54,15 @@ for p in "${PHASES[@]}"; do
       # shellcheck disable=SC2086
       phase test "${TEST_TIMEOUT:-540}" "$BIN/gpu" --nocapture --test-threads="${TEST_THREADS:-2}" ${TEST_ARGS:-}
       if [[ -x "$BIN/qwen3_gpu" ]]; then  # the model on CUDA (appended to the same log)
-        "$BIN/qwen3_gpu" --nocapture --test-threads=1 >>"$OUT/test.log" 2>&1
+        timeout --kill-after=10 "${TEST_TIMEOUT:-540}" "$BIN/qwen3_gpu" --nocapture --test-threads=1 >>"$OUT/test.log" 2>&1
         echo "=== qwen3_gpu: rc=$?" | tee -a "$SUMMARY"
       fi
       if [[ -x "$BIN/gpu_attention" ]]; then  # the decode-attention kernels (same log)
-        "$BIN/gpu_attention" --nocapture --test-threads=1 >>"$OUT/test.log" 2>&1
+        timeout --kill-after=10 "${TEST_TIMEOUT:-540}" "$BIN/gpu_attention" --nocapture --test-threads=1 >>"$OUT/test.log" 2>&1
         echo "=== gpu_attention: rc=$?" | tee -a "$SUMMARY"
       fi
       if [[ -x "$BIN/gpu_fused" ]]; then  # the fused elementwise + quantize kernels
-        "$BIN/gpu_fused" --nocapture --test-threads=1 >>"$OUT/test.log" 2>&1
+        timeout --kill-after=10 "${TEST_TIMEOUT:-540}" "$BIN/gpu_fused" --nocapture --test-threads=1 >>"$OUT/test.log" 2>&1
         echo "=== gpu_fused: rc=$?" | tee -a "$SUMMARY"
       fi
       grep -E "^(test |ok |SKIP|thread .* panicked)" "$OUT/test.log" | tail -n 60
