@@ -116,8 +116,8 @@ fn quantize_activation_cuda(x: &Tensor, m: usize, k: usize, kb: usize) -> Result
         let Storage::Cuda(cs) = &*st else { bail!("quantize_activation: x is not on a CUDA device") };
         crate::cuda::quantize_activation(cs, l, m, kp)?
     };
-    let q = Tensor::from_storage(Storage::Cuda(q), (m, kp), BackpropOp::none(), false);
-    let q = if kp != k { q.narrow(1, 0, k)?.contiguous()? } else { q };
+    let q = if kp != k { crate::cuda::e4m3_first_columns(&q, m, kp, k)? } else { q };
+    let q = Tensor::from_storage(Storage::Cuda(q), (m, k), BackpropOp::none(), false);
     let s = Tensor::from_storage(Storage::Cuda(s), kb * act_scale_m_stride(m), BackpropOp::none(), false);
     Ok((q, act_scales_view(s, m, kb)?))
 }

@@ -174,6 +174,43 @@ pub(crate) fn quantize_activation(
     ))
 }
 
+/// The first `k` columns of an e4m3 `[m, kp]` buffer as a new contiguous `[m, k]` buffer, by one
+/// 2-D copy (candle 0.11 has no e4m3 copy kernels on CUDA, so `narrow(..).contiguous()` of an
+/// e4m3 tensor fails there with "named symbol not found").
+pub(crate) fn e4m3_first_columns(q: &CudaStorage, m: usize, kp: usize, k: usize) -> Result<CudaStorage> {
+    let dev = q.device.clone();
+    let stream = dev.cuda_stream();
+    let src = q.as_cuda_slice::<F8E4M3>()?;
+    if k > kp || src.len() < m * kp {
+        bail!("candle-fp8: cannot take {k} columns of a [{m}, {kp}] e4m3 buffer of {} elements", src.len())
+    }
+    let mut dst = unsafe { dev.alloc::<F8E4M3>(m * k)? };
+    if m * k > 0 {
+        let (sp, _gs) = src.device_ptr(&stream);
+        let (dp, _gd) = dst.device_ptr_mut(&stream);
+        let copy = drv::CUDA_MEMCPY2D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcMemoryType: drv::CUmemorytype_enum::CU_MEMORYTYPE_DEVICE,
+            srcHost: std::ptr::null(),
+            srcDevice: sp,
+            srcArray: std::ptr::null_mut(),
+            srcPitch: kp,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstMemoryType: drv::CUmemorytype_enum::CU_MEMORYTYPE_DEVICE,
+            dstHost: std::ptr::null_mut(),
+            dstDevice: dp,
+            dstArray: std::ptr::null_mut(),
+            dstPitch: k,
+            WidthInBytes: k,
+            Height: m,
+        };
+        unsafe { drv::cuMemcpy2DAsync_v2(&copy, stream.cu_stream()) }.result().w()?;
+    }
+    Ok(CudaStorage::wrap_cuda_slice(dst, dev))
+}
+
 /// Launches the activation quantizer of `x` (bf16 or f32, contiguous `[m, k]`) into `q`/`sa`.
 fn launch_quantize(x: &CudaStorage, x_l: &Layout, q: *mut u8, sa: *mut f32, m: usize, k: usize) -> Result<()> {
     let dev = &x.device;
