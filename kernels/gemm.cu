@@ -67,40 +67,58 @@ int device_info(DeviceInfo* out, int* device) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// Largest K split (<= 8) keeping >= 16 K blocks per split and at most max_ctas CTAs; 1 when
-// none does. Measured on H200 (harness.py sweep): shorter splits lose their pipeline ramp to
-// the reduction, and more CTAs than the SMs hold at once only add a tail.
-int64_t split_for(int64_t tiles, int64_t kb, int64_t max_ctas) {
+// K split for the swap-AB decode schedule: minimises (waves of CTAs per split) x (1 + 5% per
+// extra split), with `per_sm` CTAs resident per SM, at most 8 splits, at least 4 K blocks per
+// split. Shapes that already give >= 2 CTAs per SM are not split.
+int64_t fill_split(int64_t tiles, int64_t kb, int64_t sms, int64_t per_sm) {
+  const int64_t slots = sms * per_sm;
+  if (tiles >= 2 * sms) return 1;
+  int64_t max_s = kb / 4;
+  if (max_s > 8) max_s = 8;
+  int64_t best = 1;
+  double best_cost = 1e30;
+  for (int64_t s = 1; s <= (max_s < 1 ? 1 : max_s); ++s) {
+    const double waves = static_cast<double>((tiles * s + slots - 1) / slots);
+    const double cost = waves / s * (1.0 + 0.05 * (s - 1));
+    if (cost < best_cost - 1e-9) {
+      best_cost = cost;
+      best = s;
+    }
+  }
+  return best;
+}
+
+// Largest K split (<= 8) keeping >= min_kb K blocks per split and at most max_ctas CTAs (one
+// wave); 1 when none does.
+int64_t split_for(int64_t tiles, int64_t kb, int64_t max_ctas, int64_t min_kb) {
   for (int64_t s = 8; s > 1; --s)
-    if (kb >= 16 * s && tiles * s <= max_ctas) return s;
+    if (kb >= min_kb * s && tiles * s <= max_ctas) return s;
   return 1;
 }
 
 // The default configuration for a shape (FP8GEMM_KIND_AUTO); src/dispatch.rs mirrors it
-// (same rule, same numbers; its doc comment has the table). Measured on H200, see
-// docs/KERNELS.md.
+// (same rule, same numbers; its doc comment has the table and the measurements behind it).
 fp8gemm_config auto_config(int64_t m, int64_t n, int64_t k, int sms) {
   auto make = [](int32_t kind, int32_t bm, int32_t bn, int32_t stages, int64_t split) {
     return fp8gemm_config{kind, bm, bn, stages, static_cast<int32_t>(split), 0};
   };
   const int64_t kb = k / 128, t128 = (n + 127) / 128, m64 = (m + 63) / 64;
   if (m <= 16) {
-    // Swap-AB, ~74 KB smem per CTA: 2-3 resident per SM, so up to 2-2.5 waves of CTAs.
+    // Swap-AB, ~74 KB smem per CTA (2 per SM); memory-bound: >= 1 tile per SM is not split.
     const int64_t tiles = (n + 63) / 64;
     return make(FP8GEMM_KIND_SWAP_AB, m <= 8 ? 8 : 16, 64, 8,
-                split_for(tiles, kb, m <= 8 ? sms * 5 / 2 : sms * 2));
+                tiles >= sms ? 1 : fill_split(tiles, kb, sms, 2));
   }
   if (m <= 128) {
     if (m > 64 && t128 >= 40 && t128 <= 2 * sms)
-      return make(FP8GEMM_KIND_WARP_SPEC, 128, 128, 6, split_for(t128, kb, sms));
-    if (m64 * t128 >= sms / 2)
-      return make(FP8GEMM_KIND_SMALL_M, 64, 128, 6, split_for(m64 * t128, kb, sms));
-    return make(FP8GEMM_KIND_SMALL_M, 64, 64, 8, split_for(m64 * ((n + 63) / 64), kb, sms));
+      return make(FP8GEMM_KIND_WARP_SPEC, 128, 128, 6, split_for(t128, kb, sms, 16));
+    return make(FP8GEMM_KIND_SMALL_M, 64, 128, 6, split_for(m64 * t128, kb, sms, 4));
   }
   if (m <= 256 && m64 * t128 <= sms)
-    return make(FP8GEMM_KIND_SMALL_M, 64, 128, 6, split_for(m64 * t128, kb, sms));
+    return make(FP8GEMM_KIND_SMALL_M, 64, 128, 6, split_for(m64 * t128, kb, sms, 16));
   if (m <= 512)
-    return make(FP8GEMM_KIND_WARP_SPEC, 128, 128, 6, split_for(((m + 127) / 128) * t128, kb, sms));
+    return make(FP8GEMM_KIND_WARP_SPEC, 128, 128, 6,
+                split_for(((m + 127) / 128) * t128, kb, sms, 16));
   return make(FP8GEMM_KIND_PERSISTENT, 256, 128, 4, 1);
 }
 

@@ -221,35 +221,54 @@ impl GemmConfig {
     }
 }
 
-/// Largest K split (≤ 8) that keeps ≥ 16 K blocks per split and at most `max_ctas` CTAs in
-/// all; 1 when none does. Mirrors `split_for` in `kernels/gemm.cu`. The two limits are the
-/// H200 sweep's findings (`harness.py sweep`, docs/KERNELS.md): splits shorter than 16 K blocks
-/// lose their pipeline ramp to the reduction, and more CTAs than the SMs can hold at once only
-/// add a tail. (2 splits reduce inside a 2-CTA cluster; 3–8 through the f32 workspace, see
-/// `fp8gemm_workspace_bytes`.)
-fn split_for(tiles: usize, kb: usize, max_ctas: usize) -> i32 {
+/// K split for the swap-AB decode schedule (mirrors `fill_split` in `kernels/gemm.cu`):
+/// minimises (waves of CTAs per split) × (1 + 5 % per extra split) with `per_sm` CTAs resident
+/// per SM, at most 8 splits, at least 4 K blocks per split; ≥ 2 tiles per SM are not split.
+fn fill_split(tiles: usize, kb: usize, num_sms: usize, per_sm: usize) -> i32 {
+    let slots = (num_sms * per_sm).max(1);
+    if tiles >= 2 * num_sms {
+        return 1;
+    }
+    let max_s = (kb / 4).clamp(1, 8);
+    let mut best = 1;
+    let mut best_cost = f64::INFINITY;
+    for s in 1..=max_s {
+        let waves = (tiles * s).div_ceil(slots) as f64;
+        let cost = waves / s as f64 * (1.0 + 0.05 * (s - 1) as f64);
+        if cost < best_cost - 1e-9 {
+            best_cost = cost;
+            best = s;
+        }
+    }
+    best as i32
+}
+
+/// Largest K split (≤ 8) that keeps ≥ `min_kb` K blocks per split and at most `max_ctas` CTAs
+/// in all (one wave: more CTAs than the SMs hold only add a tail); 1 when none does. Mirrors
+/// `split_for` in `kernels/gemm.cu`. (2 splits reduce inside a 2-CTA cluster; 3–8 through
+/// the f32 workspace, see `fp8gemm_workspace_bytes`.)
+fn split_for(tiles: usize, kb: usize, max_ctas: usize, min_kb: usize) -> i32 {
     (1..=8usize)
         .rev()
-        .find(|&s| s == 1 || (kb >= 16 * s && tiles * s <= max_ctas))
+        .find(|&s| s == 1 || (kb >= min_kb * s && tiles * s <= max_ctas))
         .unwrap_or(1) as i32
 }
 
 /// Chooses our kernel configuration for an `m × n × k` GEMM on a GPU with `num_sms` SMs.
 ///
 /// Pure and cheap; unit-tested at the boundaries. Mirrors `auto_config` in
-/// `kernels/gemm.cu`. Each branch is the fastest cold configuration of the H200 sweep
-/// (`python3 scripts/dev/harness.py sweep`, every compiled config × split per shape; table in
-/// docs/KERNELS.md). `t128 = ⌈N/128⌉`, `S` = SMs:
+/// `kernels/gemm.cu`. Each branch is the configuration that measured fastest in the H200
+/// benches (`examples/bench.rs` runs of 2026-11-29, sessions 1 and 2, plus the config sweep
+/// `python3 scripts/dev/harness.py sweep`; docs/KERNELS.md). `t128 = ⌈N/128⌉`, `S` = SMs:
 ///
-/// | M | schedule | tile (block_m × block_n) | stages | split-K (`split_for`) |
+/// | M | schedule | tile (block_m × block_n) | stages | split-K |
 /// |---|---|---|---|---|
-/// | 1–8 | swap-AB | 8 tokens × 64 weight rows | 8 | ≤ 2.5·S CTAs (2–3 resident per SM) |
-/// | 9–16 | swap-AB | 16 × 64 | 8 | ≤ 2·S CTAs |
-/// | 17–128, 40 ≤ t128 ≤ 2·S, M > 64 | warp-specialized | 128 × 128 | 6 | ≤ S CTAs |
-/// | 17–128, ⌈M/64⌉·t128 ≥ S/2 | small-M | 64 × 128 | 6 | ≤ S CTAs |
-/// | 17–128, otherwise (narrow N) | small-M | 64 × 64 | 8 | ≤ S CTAs |
-/// | 129–256, ⌈M/64⌉·t128 ≤ S | small-M | 64 × 128 | 6 | ≤ S CTAs |
-/// | 129–512, otherwise | warp-specialized | 128 × 128 | 6 | ≤ S CTAs |
+/// | 1–8 | swap-AB | 8 tokens × 64 weight rows | 8 | none if N/64 ≥ S, else `fill_split` (2 CTAs/SM) |
+/// | 9–16 | swap-AB | 16 × 64 | 8 | same |
+/// | 65–128 with 40 ≤ t128 ≤ 2·S | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split |
+/// | other 17–128 | small-M | 64 × 128 | 6 | one wave, ≥ 4 K blocks per split |
+/// | 129–256 while ⌈M/64⌉·t128 ≤ S | small-M | 64 × 128 | 6 | one wave, ≥ 16 K blocks per split |
+/// | other 129–512 | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split |
 /// | > 512 | persistent | 256 × 128 (2 waves of 128) | 4 | none |
 pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig {
     let kb = k / 128;
@@ -265,25 +284,25 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
     let t128 = n.div_ceil(128);
     let m64 = m.div_ceil(64);
     if m <= 16 {
-        // Memory-bound: several ~74 KB CTAs share an SM, so up to 2-2.5 waves of CTAs stay
-        // resident (measured: 1×10240×5120 split 2 = 320 CTAs best, split 3 worse).
+        // Memory-bound: with >= 1 tile per SM every tile is resident at once and a split only
+        // adds the reduction (measured 1×10240×5120: split 1 15.8 µs, split 2 17.1, split 3 17.3).
         let tiles = n.div_ceil(64);
-        let (bm, cap) = if m <= 8 { (8, sms * 5 / 2) } else { (16, sms * 2) };
-        cfg(ScheduleKind::SwapAb, bm, 64, 8, split_for(tiles, kb, cap))
+        let split = if tiles >= sms { 1 } else { fill_split(tiles, kb, sms, 2) };
+        cfg(ScheduleKind::SwapAb, if m <= 8 { 8 } else { 16 }, 64, 8, split)
     } else if m <= 128 {
         if m > 64 && (40..=2 * sms).contains(&t128) {
-            cfg(ScheduleKind::WarpSpecialized, 128, 128, 6, split_for(t128, kb, sms))
-        } else if m64 * t128 >= sms / 2 {
-            cfg(ScheduleKind::SmallM, 64, 128, 6, split_for(m64 * t128, kb, sms))
+            // Wide N at M = 65-128: 128 x 128 tiles (128×10240×5120: 23 µs vs 38 for 64 x 128
+            // split 2, which ran two waves).
+            cfg(ScheduleKind::WarpSpecialized, 128, 128, 6, split_for(t128, kb, sms, 16))
         } else {
-            let tiles = m64 * n.div_ceil(64);
-            cfg(ScheduleKind::SmallM, 64, 64, 8, split_for(tiles, kb, sms))
+            cfg(ScheduleKind::SmallM, 64, 128, 6, split_for(m64 * t128, kb, sms, 4))
         }
     } else if m <= 256 && m64 * t128 <= sms {
-        cfg(ScheduleKind::SmallM, 64, 128, 6, split_for(m64 * t128, kb, sms))
+        // One wave of 64 x 128 tiles beats 128 x 128 (160×4096²: 13.1 vs 16.3 µs).
+        cfg(ScheduleKind::SmallM, 64, 128, 6, split_for(m64 * t128, kb, sms, 16))
     } else if m <= 512 {
         let tiles = m.div_ceil(128) * t128;
-        cfg(ScheduleKind::WarpSpecialized, 128, 128, 6, split_for(tiles, kb, sms))
+        cfg(ScheduleKind::WarpSpecialized, 128, 128, 6, split_for(tiles, kb, sms, 16))
     } else {
         cfg(ScheduleKind::Persistent, 256, 128, 4, 1)
     }
@@ -350,43 +369,42 @@ mod tests {
         assert_eq!(tile(8, 4096, 4096), (8, 64));
         assert_eq!(tile(9, 4096, 4096), (16, 64));
         assert_eq!(kind(16, 4096, 4096), ScheduleKind::SwapAb);
-        assert_eq!((kind(17, 4096, 4096), tile(17, 4096, 4096)), (ScheduleKind::SmallM, (64, 64)));
-        assert_eq!((kind(128, 4096, 4096), tile(128, 4096, 4096)), (ScheduleKind::SmallM, (64, 64)));
+        assert_eq!((kind(17, 4096, 4096), tile(17, 4096, 4096)), (ScheduleKind::SmallM, (64, 128)));
+        assert_eq!((kind(128, 4096, 4096), tile(128, 4096, 4096)), (ScheduleKind::SmallM, (64, 128)));
         assert_eq!((kind(129, 4096, 4096), tile(129, 4096, 4096)), (ScheduleKind::SmallM, (64, 128)));
         assert_eq!(tile(256, 4096, 4096), (64, 128));
         assert_eq!(kind(257, 4096, 4096), ScheduleKind::WarpSpecialized);
         assert_eq!(kind(512, 4096, 4096), ScheduleKind::WarpSpecialized);
         assert_eq!(kind(513, 4096, 4096), ScheduleKind::Persistent);
-        // N decides in the middle: wide qkv at M = 128 -> 128 x 128 warp-specialized (22 µs
-        // measured vs 29-40 for the small-M tiles); very wide gate_up -> 64 x 128 small-M.
+        // N decides at M = 65-128: wide N -> 128 x 128 warp-specialized; narrow or very wide
+        // (gate_up) -> 64 x 128 small-M.
         assert_eq!((kind(128, 10240, 5120), tile(128, 10240, 5120)), (ScheduleKind::WarpSpecialized, (128, 128)));
         assert_eq!(kind(65, 5120, 8192), ScheduleKind::WarpSpecialized);
         assert_eq!(kind(64, 5120, 8192), ScheduleKind::SmallM);
         assert_eq!((kind(128, 51200, 5120), tile(128, 51200, 5120)), (ScheduleKind::SmallM, (64, 128)));
-        assert_eq!(tile(64, 10240, 5120), (64, 128));
         // 129-256 leave small-M once its tiles exceed one wave.
         assert_eq!(kind(200, 10240, 5120), ScheduleKind::WarpSpecialized);
         // Splits measured best on H200 (docs/KERNELS.md).
-        assert_eq!(c(1, 4096, 4096).split_k, 2);
-        assert_eq!(c(16, 4096, 4096).split_k, 2);
-        assert_eq!(c(1, 10240, 5120).split_k, 2);
-        assert_eq!(c(16, 10240, 5120).split_k, 1);
-        assert_eq!(c(1, 5120, 8192).split_k, 4);
-        assert_eq!(c(16, 5120, 8192).split_k, 3);
+        assert_eq!(c(1, 4096, 4096).split_k, 4);
+        assert_eq!(c(16, 4096, 4096).split_k, 4);
+        assert_eq!(c(1, 10240, 5120).split_k, 1);
+        assert_eq!(c(1, 5120, 8192).split_k, 3);
+        assert_eq!(c(1, 5120, 25600).split_k, 3);
         assert_eq!(c(1, 51200, 5120).split_k, 1);
-        assert_eq!(c(64, 4096, 4096).split_k, 2);
-        assert_eq!(c(128, 4096, 4096).split_k, 1);
+        assert_eq!(c(32, 4096, 4096).split_k, 4);
+        assert_eq!(c(32, 5120, 8192).split_k, 3);
+        assert_eq!(c(64, 10240, 5120).split_k, 1);
+        assert_eq!(c(128, 4096, 4096).split_k, 2);
         assert_eq!(c(128, 5120, 8192).split_k, 3);
+        assert_eq!(c(160, 4096, 4096).split_k, 1);
         assert_eq!(c(4096, 4096, 4096).split_k, 1);
-        // Never below 16 K blocks per split; at most 8 splits.
+        // Short K is never split below 4 K blocks per split; at most 8 splits; one wave.
         assert_eq!(c(1, 128, 256).split_k, 1);
-        assert_eq!(c(1, 128, 4096).split_k, 2);
-        assert_eq!(c(1, 128, 65536).split_k, 8);
-        for m in [1, 16, 64, 200] {
+        for m in [1, 16, 17, 64, 65, 128, 200] {
             for (n, k) in [(128, 128), (4096, 4096), (5120, 25600), (51200, 5120)] {
                 let cf = c(m, n, k);
                 assert!((1..=8).contains(&cf.split_k), "{m}x{n}x{k}: {cf:?}");
-                assert!(cf.split_k == 1 || (k / 128) / cf.split_k as usize >= 16, "{m}x{n}x{k}: {cf:?}");
+                assert!(cf.split_k == 1 || (k / 128) / cf.split_k as usize >= 4, "{m}x{n}x{k}: {cf:?}");
             }
         }
     }
