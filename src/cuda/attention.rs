@@ -15,7 +15,7 @@
 
 use std::ffi::c_void;
 
-use candle_core::cuda_backend::cudarc::driver::{DevicePtr, DevicePtrMut};
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 use candle_core::cuda_backend::{CudaDevice, CudaStorage};
 use candle_core::op::BackpropOp;
 use candle_core::{bail, CpuStorage, DType, Device, InplaceOp1, Layout, Result, Storage, Tensor};
@@ -551,34 +551,14 @@ pub fn decode_attention(
             views.push(view::<bf16>(what, cs, l, l.shape().elem_count())?);
         }
         let read: Vec<_> = views.iter().map(|v| v.device_ptr(&stream)).collect();
-        let (ws_ptr, _gw) = match ws.as_mut() {
-            Some(w) => {
-                let (p, g) = w.device_ptr_mut(&stream);
-                (p as *mut c_void, Some(g))
-            }
-            None => (std::ptr::null_mut(), None),
-        };
-        let (qa_ptr, _ga) = match qa.as_mut() {
-            Some(x) => {
-                let (p, g) = x.device_ptr_mut(&stream);
-                (p as *mut u8, Some(g))
-            }
-            None => (std::ptr::null_mut(), None),
-        };
-        let (sa_ptr, _gs) = match sa.as_mut() {
-            Some(x) => {
-                let (p, g) = x.device_ptr_mut(&stream);
-                (p as *mut f32, Some(g))
-            }
-            None => (std::ptr::null_mut(), None),
-        };
-        let (out_ptr, _go) = match out.as_mut() {
-            Some(x) => {
-                let (p, g) = x.device_ptr_mut(&stream);
-                (p as *mut c_void, Some(g))
-            }
-            None => (std::ptr::null_mut(), None),
-        };
+        let (ws_ptr, _gw) = opt_ptr_mut(&mut ws, &stream);
+        let ws_ptr = ws_ptr as *mut c_void;
+        let (qa_ptr, _ga) = opt_ptr_mut(&mut qa, &stream);
+        let qa_ptr = qa_ptr as *mut u8;
+        let (sa_ptr, _gs) = opt_ptr_mut(&mut sa, &stream);
+        let sa_ptr = sa_ptr as *mut f32;
+        let (out_ptr, _go) = opt_ptr_mut(&mut out, &stream);
+        let out_ptr = out_ptr as *mut c_void;
         let st = unsafe {
             fp8gemm_decode_attention(
                 read[0].0 as *const c_void,
@@ -659,4 +639,15 @@ pub fn decode_attention_bf16(
     Ok(decode_attention(q, k_cache, v_cache, len, opts)?
         .bf16
         .expect("requested"))
+}
+
+/// Raw device pointer of an optional buffer (null when absent) and its write guard.
+fn opt_ptr_mut<'a, T>(buf: &'a mut Option<CudaSlice<T>>, stream: &'a CudaStream) -> (*mut c_void, Option<SyncOnDrop<'a>>) {
+    match buf.as_mut() {
+        Some(b) => {
+            let (p, g) = b.device_ptr_mut(stream);
+            (p as *mut c_void, Some(g))
+        }
+        None => (std::ptr::null_mut(), None),
+    }
 }
