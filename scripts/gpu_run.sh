@@ -3,7 +3,8 @@
 #
 #   bash bundle/gpu_run.sh [PHASE...]     PHASE: env test sanitize bench anchors  (default: all)
 #
-# Logs and JSON go to $OUT (default bundle/out). Per-phase time limits (seconds) via
+# Logs and JSON go to $OUT (default bundle/out), packed at the end into $OUT/logs.tgz next to
+# summary.txt (PACK=0: leave them unpacked). Per-phase time limits (seconds) via
 # TEST_TIMEOUT, SANITIZE_TIMEOUT, BENCH_TIMEOUT, ANCHORS_TIMEOUT; extra arguments via
 # TEST_ARGS (libtest filter/flags), BENCH_ARGS, ANCHORS_ARGS.
 set -uo pipefail
@@ -131,3 +132,10 @@ for p in "${PHASES[@]}"; do
 done
 echo "--- summary ($SUMMARY)"
 cat "$SUMMARY"
+# The device tool returns at most 8 files from $OUT: pack everything but the summary into one
+# archive (PACK=0 keeps the files as they are).
+if [[ "${PACK:-1}" == 1 ]]; then
+  (cd "$OUT" && find . -maxdepth 1 -type f ! -name summary.txt ! -name logs.tgz -printf '%f\n' \
+     | tar -czf logs.tgz -T - && find . -maxdepth 1 -type f ! -name summary.txt ! -name logs.tgz -delete)
+  echo "--- packed into $OUT/logs.tgz (PACK=0 to keep separate files)"
+fi
