@@ -32,7 +32,8 @@ mod imp {
     use candle_core::cuda_backend::cudarc::driver::{sys, CudaStream};
     use candle_core::cuda_backend::CudaDevice;
     use candle_core::{DType, Device, Tensor};
-    use candle_fp8::dispatch::{BackendRequest, Provider};
+    use candle_fp8::cuda::compiled_configs;
+    use candle_fp8::dispatch::{choose_config, set_config_override, BackendRequest, GemmConfig, Provider, ScheduleKind};
     use candle_fp8::format::{act_scale_m_stride, e4m3_to_f32, num_blocks, BLOCK, F8E4M3};
     use candle_fp8::ops::{device_caps, fp8_block_matmul_with};
     use candle_fp8::quant::act_scales_view;
@@ -82,6 +83,11 @@ mod imp {
         /// Full-linear (quantize + GEMM) rows for M up to this.
         #[arg(long, default_value_t = 128)]
         full_linear_max_m: usize,
+        /// Instead of the peer table: time every compiled configuration of our kernels (× K
+        /// splits) per shape through `fp8_block_matmul`, checked against the reference, and
+        /// print `SWEEP m n k config hot_us cold_us` lines (the data behind `choose_config`).
+        #[arg(long)]
+        sweep: bool,
     }
 
     /// Random e4m3 codes (never NaN) with a fast generator; content does not matter for speed.
@@ -168,6 +174,74 @@ mod imp {
             .collect();
         let x = Tensor::from_vec(x, (m, k), dev)?.to_dtype(DType::BF16)?;
         Ok(Act { qa, sa, x, qa_host, sa_host })
+    }
+
+    /// `--sweep`: every compiled configuration (× K splits for those that split) on one shape,
+    /// forced through `dispatch::set_config_override`, each checked against the reference.
+    fn sweep_shape(
+        stream: &std::sync::Arc<CudaStream>,
+        args: &Args,
+        a: &Act,
+        w: &Weight,
+        m: usize,
+        reference: Option<&Tensor>,
+        json_rows: &mut Vec<serde_json::Value>,
+    ) -> Result<()> {
+        let (n, k) = (w.n, w.k);
+        let kb = num_blocks(k);
+        let copies = w.w.len();
+        let mut best: Option<(f64, GemmConfig)> = None;
+        for base in compiled_configs() {
+            // Swap-AB tiles hold block_m tokens: only the smallest tile that covers M (or 64).
+            if base.kind == ScheduleKind::SwapAb as i32 && (m > 64 || (base.block_m as usize) < m && base.block_m != 64) {
+                continue;
+            }
+            let splits: &[i32] = if base.split_k == 0 { &[1, 2, 3, 4, 6, 8] } else { &[1] };
+            for &split in splits {
+                if split > 1 && kb < 4 * split as usize {
+                    continue;
+                }
+                let cfg = GemmConfig { split_k: split, ..base };
+                set_config_override(Some(cfg));
+                let run = |i: usize| -> Result<Tensor> {
+                    let (wq, sw) = &w.w[i % copies];
+                    Ok(fp8_block_matmul_with(BackendRequest::Force(Provider::Hopper), &a.qa, &a.sa, wq, sw)?)
+                };
+                let result = (|| -> Result<(f64, f64, Option<f64>)> {
+                    let err = match reference {
+                        Some(r) => Some(rel_err(&run(0)?.to_device(&Device::Cpu)?, r)?),
+                        None => None,
+                    };
+                    let (hot, _) = time_us(stream, args.reps, args.samples, &mut |_| run(0).map(drop))?;
+                    let reps = copies.max(args.reps.min(2 * copies));
+                    let (cold, _) = time_us(stream, reps, args.samples, &mut |i| run(i).map(drop))?;
+                    Ok((hot, cold, err))
+                })();
+                set_config_override(None);
+                let name = format!("{:?}", cfg);
+                match result {
+                    Ok((hot, cold, err)) => {
+                        let ok = err.map_or(true, |e| e <= 3e-3);
+                        println!(
+                            "SWEEP {m} {n} {k} kind={} {}x{} s{} split={split} hot {hot:.2} cold {cold:.2}{}",
+                            cfg.kind, cfg.block_m, cfg.block_n, cfg.stages,
+                            if ok { String::new() } else { format!(" WRONG relerr {:.3e}", err.unwrap_or(f64::NAN)) }
+                        );
+                        json_rows.push(json!({"sweep": true, "m": m, "n": n, "k": k, "config": name,
+                            "hot_us": hot, "cold_us": cold, "relerr": err, "ok": ok}));
+                        if ok && best.map_or(true, |(t, _)| cold < t) {
+                            best = Some((cold, cfg));
+                        }
+                    }
+                    Err(e) => println!("SWEEP {m} {n} {k} {name}: failed: {e}"),
+                }
+            }
+        }
+        let chosen = choose_config(m, n, k, 0);
+        if let Some((t, cfg)) = best {
+            println!("SWEEP-BEST {m} {n} {k} cold {t:.2} {cfg:?} | choose_config: {chosen:?}");
+        }
+        Ok(())
     }
 
     fn gpu_reference(dev: &Device, a: &Act, w: &Weight, m: usize) -> Result<Tensor> {
@@ -375,6 +449,11 @@ mod imp {
                             acc.insert(p.as_str().into(), json!(rel_err(&y.to_device(&Device::Cpu)?, &r)?));
                         }
                     }
+                }
+                if args.sweep {
+                    let r = if args.no_check { None } else { Some(gpu_reference(&dev, &a, &w, m)?) };
+                    sweep_shape(&stream, &args, &a, &w, m, r.as_ref(), &mut json_rows)?;
+                    continue;
                 }
                 for cold in [false, true] {
                     if cold && args.no_cold {

@@ -62,6 +62,11 @@ const char* fp8gemm_status_string(int32_t status);
 // Bytes of workspace fp8gemm_gemm needs for this config and shape (0 when none).
 size_t fp8gemm_workspace_bytes(const fp8gemm_config* cfg, int64_t m, int64_t n, int64_t k);
 
+// The compiled configurations (split_k = 1 for those that cannot split, 0 for those that can;
+// num_sms = 0): writes min(count, capacity) entries to `out` (may be NULL when capacity is 0)
+// and returns the count. For tuning tools (examples/bench.rs --sweep).
+int32_t fp8gemm_compiled_configs(fp8gemm_config* out, int32_t capacity);
+
 // Per-token, per-128-column activation quantization, one pass:
 //   s = max(amax, 1e-4) / 448, q = cvt.rn.satfinite.e4m3(x / s); scales written MN-major.
 // Requires k % 128 == 0. Rows of sa between m and m_pad are set to zero.

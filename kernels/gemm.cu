@@ -272,3 +272,20 @@ extern "C" int32_t fp8gemm_gemm(const uint8_t* qa, const float* sa, const uint8_
   }
   return FP8GEMM_OK;
 }
+
+extern "C" int32_t fp8gemm_compiled_configs(fp8gemm_config* out, int32_t capacity) {
+  using namespace fp8gemm;
+  using Lister = const ConfigEntry* (*)(int*);
+  const Lister lists[] = {small_m_configs, swap_ab_configs, warp_specialized_configs,
+                          persistent_configs};
+  int32_t n = 0;
+  for (Lister l : lists) {
+    int count = 0;
+    const ConfigEntry* e = l(&count);
+    for (int i = 0; i < count; ++i, ++n)
+      if (out != nullptr && n < capacity)
+        out[n] = fp8gemm_config{e[i].kind, e[i].block_m, e[i].block_n, e[i].stages,
+                                e[i].split_ok ? 0 : 1, 0};
+  }
+  return n;
+}

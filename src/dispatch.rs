@@ -254,6 +254,21 @@ fn split_for(tiles: usize, kb: usize, max_ctas: usize, min_kb: usize) -> i32 {
         .unwrap_or(1) as i32
 }
 
+static CONFIG_OVERRIDE: std::sync::Mutex<Option<GemmConfig>> = std::sync::Mutex::new(None);
+
+/// Forces every GEMM of our kernels in this process onto `cfg` (`None`: back to
+/// [`choose_config`]). For tuning tools (`examples/bench.rs --sweep`) that time each compiled
+/// configuration through the same path users call; a configuration that is not compiled makes
+/// the GEMM fail with the kernels' "config" status, never silently fall back.
+pub fn set_config_override(cfg: Option<GemmConfig>) {
+    *CONFIG_OVERRIDE.lock().unwrap_or_else(|e| e.into_inner()) = cfg;
+}
+
+/// The configuration forced by [`set_config_override`], if any.
+pub fn config_override() -> Option<GemmConfig> {
+    *CONFIG_OVERRIDE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Chooses our kernel configuration for an `m × n × k` GEMM on a GPU with `num_sms` SMs.
 ///
 /// Pure and cheap; unit-tested at the boundaries. Mirrors `auto_config` in
@@ -407,6 +422,16 @@ mod tests {
                 assert!(cf.split_k == 1 || (k / 128) / cf.split_k as usize >= 4, "{m}x{n}x{k}: {cf:?}");
             }
         }
+    }
+
+    #[test]
+    fn config_override_round_trips() {
+        let cfg = choose_config(1, 4096, 4096, 132);
+        let forced = GemmConfig { split_k: 6, ..cfg };
+        set_config_override(Some(forced));
+        assert_eq!(config_override(), Some(forced));
+        set_config_override(None);
+        assert_eq!(config_override(), None);
     }
 
     #[test]

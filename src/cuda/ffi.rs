@@ -27,6 +27,7 @@ mod sys {
     extern "C" {
         pub fn fp8gemm_status_string(status: i32) -> *const std::ffi::c_char;
         pub fn fp8gemm_workspace_bytes(cfg: *const GemmConfig, m: i64, n: i64, k: i64) -> usize;
+        pub fn fp8gemm_compiled_configs(out: *mut GemmConfig, capacity: i32) -> i32;
         pub fn fp8gemm_quantize_act(
             x: *const c_void,
             x_dtype: i32,
@@ -71,6 +72,9 @@ mod sys {
         std::ptr::null()
     }
     pub unsafe fn fp8gemm_workspace_bytes(_: *const GemmConfig, _: i64, _: i64, _: i64) -> usize {
+        0
+    }
+    pub unsafe fn fp8gemm_compiled_configs(_: *mut GemmConfig, _: i32) -> i32 {
         0
     }
     pub unsafe fn fp8gemm_quantize_act(

@@ -373,7 +373,17 @@ fn hopper_config(dev: &CudaDevice, m: usize, n: usize, k: usize) -> Result<GemmC
     if let Some(why) = info.caps.unusable_reason(Provider::Hopper) {
         bail!("candle-fp8: the hopper provider cannot run: {why}")
     }
-    Ok(choose_config(m, n, k, info.num_sms))
+    Ok(crate::dispatch::config_override().unwrap_or_else(|| choose_config(m, n, k, info.num_sms)))
+}
+
+/// The configurations our kernels are compiled for (`split_k` 0: any split; 1: none), e.g. to
+/// sweep them with [`crate::dispatch::set_config_override`]. Empty in a build without kernels.
+pub fn compiled_configs() -> Vec<GemmConfig> {
+    let n = unsafe { ffi::fp8gemm_compiled_configs(std::ptr::null_mut(), 0) }.max(0) as usize;
+    let mut v = vec![GemmConfig { kind: 0, block_m: 0, block_n: 0, stages: 0, split_k: 0, num_sms: 0 }; n];
+    let got = unsafe { ffi::fp8gemm_compiled_configs(v.as_mut_ptr(), n as i32) }.max(0) as usize;
+    v.truncate(got.min(n));
+    v
 }
 
 /// Grows the cached split-K workspace to what `cfg` needs (to the next power of two, so that
