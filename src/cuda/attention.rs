@@ -519,28 +519,12 @@ pub fn decode_attention(
     let m_pad = act_scale_m_stride(b);
     let ws_bytes =
         unsafe { fp8gemm_decode_attention_workspace_bytes(b as i64, hq as i64, splits as i64) };
-    let mut ws = if ws_bytes > 0 {
-        Some(unsafe { dev.alloc::<f32>(ws_bytes.div_ceil(4))? })
-    } else {
-        None
-    };
-    let mut qa = if opts.quantized {
-        Some(unsafe { dev.alloc::<F8E4M3>(n)? })
-    } else {
-        None
-    };
-    // The kernel writes every element of sa, its padding rows (zeros) included: no memset
-    // between the attention and the o GEMM that would break the PDL overlap.
-    let mut sa = if opts.quantized {
-        Some(unsafe { dev.alloc::<f32>(hq * m_pad)? })
-    } else {
-        None
-    };
-    let mut out = if opts.bf16 {
-        Some(unsafe { dev.alloc::<bf16>(n)? })
-    } else {
-        None
-    };
+    // Every buffer the kernels write completely (sa's padding rows included: no memset between
+    // the attention and the o GEMM that would break the PDL overlap), so none is zeroed.
+    let mut ws = (ws_bytes > 0).then(|| unsafe { dev.alloc::<f32>(ws_bytes.div_ceil(4)) }).transpose()?;
+    let mut qa = opts.quantized.then(|| unsafe { dev.alloc::<F8E4M3>(n) }).transpose()?;
+    let mut sa = opts.quantized.then(|| unsafe { dev.alloc::<f32>(hq * m_pad) }).transpose()?;
+    let mut out = opts.bf16.then(|| unsafe { dev.alloc::<bf16>(n) }).transpose()?;
     {
         let guards = [q, k_cache, v_cache].map(|t| t.storage_and_layout());
         let mut views = Vec::with_capacity(3);

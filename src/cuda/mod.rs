@@ -278,9 +278,9 @@ pub(crate) fn quantize_gemm(
         // Workspace first (a growth allocates), then the two launches back to back.
         let st = stream_state(&dev);
         let mut ws = st.workspace.lock().unwrap();
-        reserve_workspace(&dev, &mut ws, &cfg, m, n, k)?;
+        let need = reserve_workspace(&dev, &mut ws, &cfg, m, n, k)?;
         launch_quantize(x.0, x.1, q_ptr as *mut u8, sa_ptr as *mut f32, m, k)?;
-        launch_hopper(&dev, &mut ws, &ptrs, &cfg, m, n, k)?;
+        launch_hopper(&dev, &mut ws, need, &ptrs, &cfg, m, n, k)?;
     }
     Ok(CudaStorage::wrap_cuda_slice(y, dev))
 }
@@ -387,7 +387,7 @@ pub fn compiled_configs() -> Vec<GemmConfig> {
 }
 
 /// Grows the cached split-K workspace to what `cfg` needs (to the next power of two, so that
-/// a sequence of shapes settles quickly).
+/// a sequence of shapes settles quickly); returns the bytes this launch needs.
 fn reserve_workspace(
     dev: &CudaDevice,
     ws: &mut Option<CudaSlice<u8>>,
@@ -395,18 +395,20 @@ fn reserve_workspace(
     m: usize,
     n: usize,
     k: usize,
-) -> Result<()> {
+) -> Result<usize> {
     let need = unsafe { ffi::fp8gemm_workspace_bytes(cfg, m as i64, n as i64, k as i64) };
     if need > 0 && ws.as_ref().map_or(true, |b| b.len() < need) {
         *ws = Some(dev.alloc_zeros::<u8>(need.next_power_of_two())?);
     }
-    Ok(())
+    Ok(need)
 }
 
-/// Launches our GEMM (workspace already reserved by [`reserve_workspace`]).
+/// Launches our GEMM; `need` workspace bytes were reserved by [`reserve_workspace`].
+#[allow(clippy::too_many_arguments)]
 fn launch_hopper(
     dev: &CudaDevice,
     ws: &mut Option<CudaSlice<u8>>,
+    need: usize,
     p: &GemmPtrs,
     cfg: &GemmConfig,
     m: usize,
@@ -414,7 +416,6 @@ fn launch_hopper(
     k: usize,
 ) -> Result<()> {
     let stream = dev.cuda_stream();
-    let need = unsafe { ffi::fp8gemm_workspace_bytes(cfg, m as i64, n as i64, k as i64) };
     let (ws_ptr, ws_len, _g) = match ws.as_mut() {
         Some(b) if need > 0 => {
             let len = b.len();
@@ -435,7 +436,7 @@ fn hopper_gemm(dev: &CudaDevice, ops: &Operands, m: usize, n: usize, k: usize) -
     let stream = dev.cuda_stream();
     let st = stream_state(dev);
     let mut ws = st.workspace.lock().unwrap();
-    reserve_workspace(dev, &mut ws, &cfg, m, n, k)?;
+    let need = reserve_workspace(dev, &mut ws, &cfg, m, n, k)?;
     let mut y = unsafe { dev.alloc::<bf16>(m * n)? };
     {
         let (qa, _g1) = ops.qa.device_ptr(&stream);
@@ -450,7 +451,7 @@ fn hopper_gemm(dev: &CudaDevice, ops: &Operands, m: usize, n: usize, k: usize) -
             sw: sw as *const f32,
             y: y_ptr as *mut c_void,
         };
-        launch_hopper(dev, &mut ws, &ptrs, &cfg, m, n, k)?;
+        launch_hopper(dev, &mut ws, need, &ptrs, &cfg, m, n, k)?;
     }
     Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
 }
