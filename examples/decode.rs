@@ -85,6 +85,26 @@ struct Args {
     /// Also write the report as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// CUDA: bracket decode step N of the measured run with cuProfilerStart/Stop, so that
+    /// `ncu --profile-from-start off` times exactly that step's kernels (docs/DECODE.md).
+    #[arg(long)]
+    profile_step: Option<usize>,
+}
+
+/// Starts (`true`) or stops the CUDA profiler's collection window (`--profile-step`).
+fn profiler(device: &Device, start: bool) {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(d) = device {
+        use candle_core::cuda_backend::cudarc::driver::sys;
+        let _ = d.cuda_stream().synchronize();
+        // SAFETY: plain driver calls on the current context; failures only mean no profiler.
+        let r = unsafe { if start { sys::cuProfilerStart() } else { sys::cuProfilerStop() } };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            eprintln!("--profile-step: cuProfiler{} returned {r:?}", if start { "Start" } else { "Stop" });
+        }
+    }
+    #[cfg(not(feature = "cuda"))]
+    let _ = (device, start);
 }
 
 /// Text encoding / decoding for the chosen model.
@@ -291,9 +311,21 @@ fn main() -> Result<()> {
     let mut sampler = Sampler::new(args.temperature, args.top_p, args.seed);
     let mut mem_peak = mem_after_load;
     let dev2 = device.clone();
+    let profile = args.profile_step.filter(|&n| n >= 1 && n < args.max_new_tokens);
+    if args.profile_step.is_some() && profile.is_none() {
+        bail!("--profile-step must be in 1..{} (a decode step of the measured run)", args.max_new_tokens)
+    }
     let gen = generate(&mut model, &prompt_ids, args.batch, args.max_new_tokens, &mut sampler, &eos, &mut |step, _| {
         if step == 0 || step % 64 == 63 {
             mem_peak = mem_peak.max(memory_in_use(&dev2));
+        }
+        // on_step(s) runs after step s: open the window before step N, close it after.
+        if let Some(n) = profile {
+            if step + 1 == n {
+                profiler(&dev2, true);
+            } else if step == n {
+                profiler(&dev2, false);
+            }
         }
     })?;
     mem_peak = mem_peak.max(memory_in_use(&device));

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the candle-fp8 GPU bundle on the H200 machine (no cargo there), from the repo root:
 #
-#   bash bundle/gpu_run.sh [PHASE...]     PHASE: env test sanitize bench anchors  (default: all)
+#   bash bundle/gpu_run.sh [PHASE...]     PHASE: env test sanitize sanitize-fused bench anchors reliability decode
+#                                         (default: env test sanitize bench anchors)
 #
 # Logs and JSON go to $OUT (default bundle/out), packed at the end into $OUT/logs.tgz next to
 # summary.txt (PACK=0: leave them unpacked). Per-phase time limits (seconds) via
@@ -92,6 +93,19 @@ for p in "${PHASES[@]}"; do
         echo "boundary-$tool: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitize-boundary.log" | tail -n 1); tests: $(test_counts "$OUT/sanitize-boundary.log")" | tee -a "$SUMMARY"
       done
       ;;
+    sanitize-fused)
+      # The fused decode kernels (kernels/fused_quant.cu, kernels/attention.cu) under the three
+      # tools: tests/gpu_fused.rs and tests/gpu_attention.rs, one log per binary.
+      [[ -z "$SANITIZER" ]] && { echo "=== sanitize-fused: compute-sanitizer not found" | tee -a "$SUMMARY"; continue; }
+      for t in gpu_fused gpu_attention; do
+        for tool in memcheck racecheck synccheck; do
+          phase "$t-$tool" "${SANITIZE_TIMEOUT:-280}" "$SANITIZER" --tool "$tool" --error-exitcode 99 \
+            --print-limit 20 "$BIN/$t" --test-threads=1 --nocapture
+          cat "$OUT/$t-$tool.log" >>"$OUT/sanitize-$t.log" && rm -f "$OUT/$t-$tool.log"
+          echo "$t-$tool: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitize-$t.log" | tail -n 1); tests: $(test_counts "$OUT/sanitize-$t.log")" | tee -a "$SUMMARY"
+        done
+      done
+      ;;
     bench)
       # shellcheck disable=SC2086
       phase bench "${BENCH_TIMEOUT:-540}" "$BIN/bench" --json "$OUT/bench.json" ${BENCH_ARGS:-}
@@ -126,7 +140,7 @@ for p in "${PHASES[@]}"; do
         --max-new-tokens 8 --json "$OUT/decode-accuracy-32b.json"
       ;;
     *)
-      echo "gpu_run: unknown phase $p (env test sanitize bench anchors reliability decode)" | tee -a "$SUMMARY"
+      echo "gpu_run: unknown phase $p (env test sanitize sanitize-fused bench anchors reliability decode)" | tee -a "$SUMMARY"
       ;;
   esac
 done
