@@ -18,11 +18,12 @@ namespace fp8gemm::attn {
 
 constexpr int kHeadDim = 128;
 constexpr int kThreads = 128;    // one thread per head dimension / per position of a tile
-constexpr int kTile = 128;       // cache positions per tile
+constexpr int kTile = 32;        // cache positions per tile (= the split granularity)
 constexpr int kMaxRep = 16;      // query heads per kv head
 constexpr float kE4M3Max = 448.f;
 constexpr float kScaleEps = 1e-4f;
-static_assert(kThreads == kHeadDim && kTile == kThreads, "thread t owns dim t and position t");
+static_assert(kThreads == kHeadDim, "thread t owns output dim t");
+static_assert(kTile == 32 && kThreads == 4 * kTile, "4 threads per position; one lane per position");
 
 __device__ __forceinline__ float max_nan(float a, float b) {
   float d;
@@ -149,14 +150,19 @@ __device__ __forceinline__ void write_head(const DecodeParams& p, int64_t b, int
   }
 }
 
-// One CTA per (split, kv head, sequence). Per tile of 128 positions: thread t scores position
-// t against the group's query heads, each warp runs the online-softmax update of some heads,
-// then thread t accumulates output dim t over the tile.
+// One CTA per (split, kv head, sequence), over its positions in tiles of 32. The kernel is
+// latency-bound (a decode step reads ~50 KB per CTA), so each tile issues all its K and V loads
+// at once (16-byte vectors, both in flight together) and every thread has work in every phase:
+//   scores   4 threads per position, each a quarter of the dims, reduced by 2 shuffles;
+//   softmax  one warp per query head, lane = position (online max/sum across tiles);
+//   P·V      16 threads per position group of 4, 8 dims each, accumulated in registers across
+//            tiles; the 8 position groups are summed once at the end through shared memory.
 template <int kRep>
 __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const DecodeParams p) {
   __shared__ __align__(16) float q_s[kRep][kHeadDim];
   __shared__ float p_s[kRep][kTile];  // scores, then probabilities
   __shared__ float m_s[kRep], l_s[kRep], a_s[kRep];
+  __shared__ __align__(16) float sum_s[kThreads / 16][kHeadDim];
   __shared__ float red[4];
   const int t = threadIdx.x, lane = t % 32, warp = t / 32;
   const int split = blockIdx.x, g = blockIdx.y;
@@ -176,72 +182,87 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
     m_s[t] = -INFINITY;
     l_s[t] = 0.f;
   }
-  float acc[kRep];
+  // Scores: position sp of the tile, 16-byte chunks c = 4i + quarter (interleaved so that the
+  // four quarters read q_s in different banks).
+  const int sp = t / 4, quarter = t % 4;
+  // P·V: positions 4pg..4pg+3 of the tile, dims 8dg..8dg+7.
+  const int pg = t / 16, dg = t % 16;
+  float acc[kRep][8];
 #pragma unroll
-  for (int r = 0; r < kRep; ++r) acc[r] = 0.f;
+  for (int r = 0; r < kRep; ++r)
+#pragma unroll
+    for (int d = 0; d < 8; ++d) acc[r][d] = 0.f;
   const __nv_bfloat16* kbase = p.k + (b * p.hkv + g) * p.cap * kHeadDim;
   const __nv_bfloat16* vbase = p.v + (b * p.hkv + g) * p.cap * kHeadDim;
   __syncthreads();
 
   for (int64_t tile0 = p0; tile0 < p1; tile0 += kTile) {
     const int n = static_cast<int>(min(int64_t(kTile), p1 - tile0));
-    // 1. Scores of position tile0 + t.
-    if (t < n) {
-      const uint4* krow = reinterpret_cast<const uint4*>(kbase + (tile0 + t) * kHeadDim);
-      float s[kRep];
+    // 1. Every K and V load of the tile, issued before any use.
+    uint4 kraw[4], vraw[4];
+    const uint4 zero = make_uint4(0, 0, 0, 0);
 #pragma unroll
-      for (int r = 0; r < kRep; ++r) s[r] = 0.f;
-#pragma unroll 4
-      for (int c = 0; c < kHeadDim / 8; ++c) {
-        const uint4 raw = krow[c];
-        const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
-        float kf[8];
+    for (int i = 0; i < 4; ++i) {
+      kraw[i] = sp < n ? reinterpret_cast<const uint4*>(kbase + (tile0 + sp) * kHeadDim)[4 * i + quarter]
+                       : zero;
+      const int j = 4 * pg + i;
+      vraw[i] = j < n ? reinterpret_cast<const uint4*>(vbase + (tile0 + j) * kHeadDim)[dg] : zero;
+    }
+    // 2. Partial scores over this thread's 32 dims, summed over the position's 4 threads.
+    float s[kRep];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float2 f = __bfloat1622float2(h2[i]);
-          kf[2 * i] = f.x;
-          kf[2 * i + 1] = f.y;
-        }
+    for (int r = 0; r < kRep; ++r) s[r] = 0.f;
 #pragma unroll
-        for (int r = 0; r < kRep; ++r) {
-          if (r < n_rep) {
-            const float4 qa = *reinterpret_cast<const float4*>(&q_s[r][c * 8]);
-            const float4 qb = *reinterpret_cast<const float4*>(&q_s[r][c * 8 + 4]);
-            float a = s[r];
-            a = fmaf(qa.x, kf[0], a);
-            a = fmaf(qa.y, kf[1], a);
-            a = fmaf(qa.z, kf[2], a);
-            a = fmaf(qa.w, kf[3], a);
-            a = fmaf(qb.x, kf[4], a);
-            a = fmaf(qb.y, kf[5], a);
-            a = fmaf(qb.z, kf[6], a);
-            a = fmaf(qb.w, kf[7], a);
-            s[r] = a;
-          }
+    for (int i = 0; i < 4; ++i) {
+      const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&kraw[i]);
+      float kf[8];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 f = __bfloat1622float2(h2[e]);
+        kf[2 * e] = f.x;
+        kf[2 * e + 1] = f.y;
+      }
+      const int c = 4 * i + quarter;
+#pragma unroll
+      for (int r = 0; r < kRep; ++r) {
+        if (r < n_rep) {
+          const float4 qa = *reinterpret_cast<const float4*>(&q_s[r][c * 8]);
+          const float4 qb = *reinterpret_cast<const float4*>(&q_s[r][c * 8 + 4]);
+          float a = s[r];
+          a = fmaf(qa.x, kf[0], a);
+          a = fmaf(qa.y, kf[1], a);
+          a = fmaf(qa.z, kf[2], a);
+          a = fmaf(qa.w, kf[3], a);
+          a = fmaf(qb.x, kf[4], a);
+          a = fmaf(qb.y, kf[5], a);
+          a = fmaf(qb.z, kf[6], a);
+          a = fmaf(qb.w, kf[7], a);
+          s[r] = a;
         }
       }
+    }
 #pragma unroll
-      for (int r = 0; r < kRep; ++r)
-        if (r < n_rep) p_s[r][t] = s[r];
+    for (int r = 0; r < kRep; ++r) {
+      if (r < n_rep) {
+        s[r] += __shfl_xor_sync(0xffffffffu, s[r], 1);
+        s[r] += __shfl_xor_sync(0xffffffffu, s[r], 2);
+        if (quarter == 0 && sp < n) p_s[r][sp] = s[r];
+      }
     }
     __syncthreads();
-    // 2. Online softmax, one warp per query head.
+    // 3. Online softmax, one warp per query head, lane = position.
     for (int r = warp; r < n_rep; r += kThreads / 32) {
-      float mx = -INFINITY;
-      for (int j = lane; j < n; j += 32) mx = fmaxf(mx, p_s[r][j]);
+      const float x = lane < n ? p_s[r][lane] : -INFINITY;
+      float mx = x;
 #pragma unroll
       for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
       const float m_old = m_s[r];
       const float m_new = fmaxf(m_old, mx);
-      float sum = 0.f;
-      for (int j = lane; j < n; j += 32) {
-        const float e = expf(p_s[r][j] - m_new);
-        p_s[r][j] = e;
-        sum += e;
-      }
+      const float e = lane < n ? expf(x - m_new) : 0.f;
+      p_s[r][lane] = e;
+      float sum = e;
 #pragma unroll
       for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-      __syncwarp();
       if (lane == 0) {
         const float alpha = expf(m_old - m_new);  // 0 on the first tile (m_old = -inf)
         a_s[r] = alpha;
@@ -250,31 +271,57 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
       }
     }
     __syncthreads();
-    // 3. Output dim t += Σ_j p[r][j] · v[j][t].
+    // 4. acc[r][d] = alpha_r * acc[r][d] + Σ_j p[r][j] · v[j][8dg + d] over this thread's 4 positions.
 #pragma unroll
-    for (int r = 0; r < kRep; ++r)
-      if (r < n_rep) acc[r] *= a_s[r];
-    const __nv_bfloat16* vcol = vbase + tile0 * kHeadDim + t;
-#pragma unroll 8
-    for (int j = 0; j < n; ++j) {
-      const float vf = __bfloat162float(vcol[int64_t(j) * kHeadDim]);
+    for (int r = 0; r < kRep; ++r) {
+      if (r < n_rep) {
+        const float alpha = a_s[r];
 #pragma unroll
-      for (int r = 0; r < kRep; ++r)
-        if (r < n_rep) acc[r] = fmaf(p_s[r][j], vf, acc[r]);
+        for (int d = 0; d < 8; ++d) acc[r][d] *= alpha;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int j = 4 * pg + i;
+      if (j < n) {
+        const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&vraw[i]);
+        float vf[8];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float2 f = __bfloat1622float2(h2[e]);
+          vf[2 * e] = f.x;
+          vf[2 * e + 1] = f.y;
+        }
+#pragma unroll
+        for (int r = 0; r < kRep; ++r) {
+          if (r < n_rep) {
+            const float pr = p_s[r][j];
+#pragma unroll
+            for (int d = 0; d < 8; ++d) acc[r][d] = fmaf(pr, vf[d], acc[r][d]);
+          }
+        }
+      }
     }
     __syncthreads();  // p_s is overwritten by the next tile
   }
 
-  if (p.splits == 1) {
+  // 5. Per head: sum the 8 position groups (thread t ends with output dim t), then write.
 #pragma unroll
-    for (int r = 0; r < kRep; ++r)
-      if (r < n_rep) write_head(p, b, g * n_rep + r, acc[r] / l_s[r], red);
-  } else {
+  for (int r = 0; r < kRep; ++r) {
+    if (r < n_rep) {
+      float4* dst = reinterpret_cast<float4*>(&sum_s[pg][8 * dg]);
+      dst[0] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+      dst[1] = make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
+      __syncthreads();
+      float o = 0.f;
 #pragma unroll
-    for (int r = 0; r < kRep; ++r) {
-      if (r < n_rep) {
+      for (int q = 0; q < kThreads / 16; ++q) o += sum_s[q][t];
+      __syncthreads();  // sum_s is rewritten for the next head
+      if (p.splits == 1) {
+        write_head(p, b, g * n_rep + r, o / l_s[r], red);
+      } else {
         const int64_t slot = (head0 + r) * p.splits + split;
-        p.ws_o[slot * kHeadDim + t] = acc[r];
+        p.ws_o[slot * kHeadDim + t] = o;
         if (t == 0) {
           p.ws_ml[slot * 2] = m_s[r];
           p.ws_ml[slot * 2 + 1] = l_s[r];

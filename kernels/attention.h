@@ -40,7 +40,7 @@ size_t fp8gemm_decode_attention_workspace_bytes(int64_t batch, int64_t hq, int64
 
 // Decode attention: for each sequence b and kv head g, its hq/hkv query heads attend over cache
 // positions [0, len) (q already carries the 1/sqrt(d) scale): f32 scores, max-subtracted f32
-// softmax, f32 P·V. Positions are split into `splits` ranges (clamped to [1, ceil(len/128)];
+// softmax, f32 P·V. Positions are split into `splits` ranges (clamped to [1, ceil(len/32)];
 // with more than one, partial results go to `workspace` and a second kernel combines them).
 // Each head's 128 outputs are then written as
 //   - `qa`/`sa` (when qa != NULL): quantized exactly like fp8gemm_quantize_act (amax with NaN
