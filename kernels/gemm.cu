@@ -67,20 +67,18 @@ int device_info(DeviceInfo* out, int* device) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// K split for the swap-AB decode schedule: minimises (waves of CTAs per split) x (1 + 5% per
-// extra split), with `per_sm` CTAs resident per SM, at most 8 splits, at least 4 K blocks per
-// split. Shapes that already give >= 2 CTAs per SM are not split.
-int64_t fill_split(int64_t tiles, int64_t kb, int64_t sms, int64_t per_sm) {
-  const int64_t slots = sms * per_sm;
-  if (tiles >= 2 * sms) return 1;
+// K split for the swap-AB decode schedule when its tiles do not fill the SMs: minimises the
+// busiest SM's work in K blocks, ceil(tiles*s / sms) * (ceil(kb / s) + 4), plus 6 for s >= 3
+// (the reduce kernel; 2 splits reduce in a 2-CTA cluster); s <= 8, >= 4 K blocks per split,
+// ties to the smaller split. src/dispatch.rs (`swap_split`) has the measurements.
+int64_t swap_split(int64_t tiles, int64_t kb, int64_t sms) {
   int64_t max_s = kb / 4;
   if (max_s > 8) max_s = 8;
-  int64_t best = 1;
-  double best_cost = 1e30;
-  for (int64_t s = 1; s <= (max_s < 1 ? 1 : max_s); ++s) {
-    const double waves = static_cast<double>((tiles * s + slots - 1) / slots);
-    const double cost = waves / s * (1.0 + 0.05 * (s - 1));
-    if (cost < best_cost - 1e-9) {
+  if (max_s < 1) max_s = 1;
+  int64_t best = 1, best_cost = INT64_MAX;
+  for (int64_t s = 1; s <= max_s; ++s) {
+    const int64_t cost = (tiles * s + sms - 1) / sms * ((kb + s - 1) / s + 4) + (s >= 3 ? 6 : 0);
+    if (cost < best_cost) {
       best_cost = cost;
       best = s;
     }
@@ -107,10 +105,10 @@ fp8gemm_config auto_config(int64_t m, int64_t n, int64_t k, int sms) {
     // Swap-AB, ~74 KB smem per CTA (2 per SM); memory-bound: >= 1 tile per SM is not split.
     const int64_t tiles = (n + 63) / 64;
     return make(FP8GEMM_KIND_SWAP_AB, m <= 8 ? 8 : 16, 64, 8,
-                tiles >= sms ? 1 : fill_split(tiles, kb, sms, 2));
+                tiles >= sms ? 1 : swap_split(tiles, kb, sms));
   }
   if (m <= 128) {
-    if (m > 64 && t128 >= 40 && t128 <= 2 * sms)
+    if (m > 64 && t128 >= 40)
       return make(FP8GEMM_KIND_WARP_SPEC, 128, 128, 6, split_for(t128, kb, sms, 16));
     return make(FP8GEMM_KIND_SMALL_M, 64, 128, 6, split_for(m64 * t128, kb, sms, 4));
   }

@@ -221,26 +221,18 @@ impl GemmConfig {
     }
 }
 
-/// K split for the swap-AB decode schedule (mirrors `fill_split` in `kernels/gemm.cu`):
-/// minimises (waves of CTAs per split) × (1 + 5 % per extra split) with `per_sm` CTAs resident
-/// per SM, at most 8 splits, at least 4 K blocks per split; ≥ 2 tiles per SM are not split.
-fn fill_split(tiles: usize, kb: usize, num_sms: usize, per_sm: usize) -> i32 {
-    let slots = (num_sms * per_sm).max(1);
-    if tiles >= 2 * num_sms {
-        return 1;
-    }
+/// K split for the swap-AB decode schedule when its tiles do not fill the SMs (mirrors
+/// `swap_split` in `kernels/gemm.cu`). Minimises the busiest SM's work, in K blocks:
+/// `⌈tiles·s / SMs⌉ · (⌈kb / s⌉ + 4)` (4 ≈ a CTA's pipeline fill), plus 6 for s ≥ 3 (the
+/// reduce kernel; 2 splits reduce inside a 2-CTA cluster); at most 8 splits, at least 4 K
+/// blocks per split, ties to the smaller split. Fitted to the 2026-11-30 sweep
+/// (docs/perf/2026-11-30-s3/): 1×4096² → 2 (8.0 µs cold vs 9.0 at the old rule's 4),
+/// 1×5120×8192 and 1×5120×25600 → 3 (both the fastest of 1–8).
+fn swap_split(tiles: usize, kb: usize, num_sms: usize) -> i32 {
+    let sms = num_sms.max(1);
     let max_s = (kb / 4).clamp(1, 8);
-    let mut best = 1;
-    let mut best_cost = f64::INFINITY;
-    for s in 1..=max_s {
-        let waves = (tiles * s).div_ceil(slots) as f64;
-        let cost = waves / s as f64 * (1.0 + 0.05 * (s - 1) as f64);
-        if cost < best_cost - 1e-9 {
-            best_cost = cost;
-            best = s;
-        }
-    }
-    best as i32
+    let cost = |s: usize| (tiles * s).div_ceil(sms) * (kb.div_ceil(s) + 4) + if s >= 3 { 6 } else { 0 };
+    (1..=max_s).min_by_key(|&s| (cost(s), s)).unwrap_or(1) as i32
 }
 
 /// Largest K split (≤ 8) that keeps ≥ `min_kb` K blocks per split and at most `max_ctas` CTAs
@@ -278,9 +270,9 @@ pub fn config_override() -> Option<GemmConfig> {
 ///
 /// | M | schedule | tile (block_m × block_n) | stages | split-K |
 /// |---|---|---|---|---|
-/// | 1–8 | swap-AB | 8 tokens × 64 weight rows | 8 | none if N/64 ≥ S, else `fill_split` (2 CTAs/SM) |
+/// | 1–8 | swap-AB | 8 tokens × 64 weight rows | 8 | none if N/64 ≥ S, else `swap_split` |
 /// | 9–16 | swap-AB | 16 × 64 | 8 | same |
-/// | 65–128 with 40 ≤ t128 ≤ 2·S | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split |
+/// | 65–128 with t128 ≥ 40 | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split |
 /// | other 17–128 | small-M | 64 × 128 | 6 | one wave, ≥ 4 K blocks per split |
 /// | 129–256 while ⌈M/64⌉·t128 ≤ S | small-M | 64 × 128 | 6 | one wave, ≥ 16 K blocks per split |
 /// | other 129–512 | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split |
@@ -302,12 +294,12 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
         // Memory-bound: with >= 1 tile per SM every tile is resident at once and a split only
         // adds the reduction (measured 1×10240×5120: split 1 15.8 µs, split 2 17.1, split 3 17.3).
         let tiles = n.div_ceil(64);
-        let split = if tiles >= sms { 1 } else { fill_split(tiles, kb, sms, 2) };
+        let split = if tiles >= sms { 1 } else { swap_split(tiles, kb, sms) };
         cfg(ScheduleKind::SwapAb, if m <= 8 { 8 } else { 16 }, 64, 8, split)
     } else if m <= 128 {
-        if m > 64 && (40..=2 * sms).contains(&t128) {
+        if m > 64 && t128 >= 40 {
             // Wide N at M = 65-128: 128 x 128 tiles (128×10240×5120: 23 µs vs 38 for 64 x 128
-            // split 2, which ran two waves).
+            // split 2, which ran two waves; 128×51200×5120: 100.7 vs 115.3 for 64 x 128).
             cfg(ScheduleKind::WarpSpecialized, 128, 128, 6, split_for(t128, kb, sms, 16))
         } else {
             cfg(ScheduleKind::SmallM, 64, 128, 6, split_for(m64 * t128, kb, sms, 4))
@@ -391,17 +383,20 @@ mod tests {
         assert_eq!(kind(257, 4096, 4096), ScheduleKind::WarpSpecialized);
         assert_eq!(kind(512, 4096, 4096), ScheduleKind::WarpSpecialized);
         assert_eq!(kind(513, 4096, 4096), ScheduleKind::Persistent);
-        // N decides at M = 65-128: wide N -> 128 x 128 warp-specialized; narrow or very wide
-        // (gate_up) -> 64 x 128 small-M.
+        // N decides at M = 65-128: wide N (>= 40 tiles of 128, gate_up included) -> 128 x 128
+        // warp-specialized; narrow N (4096) -> 64 x 128 small-M.
         assert_eq!((kind(128, 10240, 5120), tile(128, 10240, 5120)), (ScheduleKind::WarpSpecialized, (128, 128)));
         assert_eq!(kind(65, 5120, 8192), ScheduleKind::WarpSpecialized);
         assert_eq!(kind(64, 5120, 8192), ScheduleKind::SmallM);
-        assert_eq!((kind(128, 51200, 5120), tile(128, 51200, 5120)), (ScheduleKind::SmallM, (64, 128)));
+        assert_eq!((kind(128, 51200, 5120), tile(128, 51200, 5120)), (ScheduleKind::WarpSpecialized, (128, 128)));
+        assert_eq!(c(128, 51200, 5120).split_k, 1);
         // 129-256 leave small-M once its tiles exceed one wave.
         assert_eq!(kind(200, 10240, 5120), ScheduleKind::WarpSpecialized);
-        // Splits measured best on H200 (docs/KERNELS.md).
-        assert_eq!(c(1, 4096, 4096).split_k, 4);
-        assert_eq!(c(16, 4096, 4096).split_k, 4);
+        // Splits measured best on H200 (sweep of 2026-11-30, docs/KERNELS.md).
+        assert_eq!(c(1, 4096, 4096).split_k, 2);
+        assert_eq!(c(16, 4096, 4096).split_k, 2);
+        assert_eq!(c(16, 5120, 8192).split_k, 3);
+        assert_eq!(c(16, 5120, 25600).split_k, 3);
         assert_eq!(c(1, 10240, 5120).split_k, 1);
         assert_eq!(c(1, 5120, 8192).split_k, 3);
         assert_eq!(c(1, 5120, 25600).split_k, 3);
