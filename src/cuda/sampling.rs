@@ -77,11 +77,10 @@ pub fn is_available(device: &Device) -> bool {
     unavailable_reason(device).is_none()
 }
 
-/// `(rows, cols, row_stride)` of `logits` seen as rows of its last dimension: the last
+/// `(rows, cols, row_stride)` of logits of shape `dims` and strides `stride` seen as rows of its last dimension: the last
 /// dimension must be contiguous, and the leading dimensions must flatten into one with a
 /// single stride (any contiguous tensor, a narrowed row range, a column range of a 2-D tensor).
-fn row_geometry(logits: &Tensor) -> Result<(usize, usize, usize)> {
-    let (dims, stride) = (logits.dims(), logits.stride());
+fn row_geometry(dims: &[usize], stride: &[usize]) -> Result<(usize, usize, usize)> {
     let Some((&cols, lead)) = dims.split_last() else {
         bail!("candle-fp8 argmax_last_dim: logits must have at least one dimension, got a scalar")
     };
@@ -149,7 +148,7 @@ pub fn argmax_last_dim(logits: &Tensor) -> Result<Tensor> {
     if let Some(why) = unavailable_reason(logits.device()) {
         bail!("candle-fp8 argmax_last_dim: {why}")
     }
-    let (rows, cols, row_stride) = row_geometry(logits)?;
+    let (rows, cols, row_stride) = row_geometry(logits.dims(), logits.stride())?;
     let stream = dev.cuda_stream();
     // SAFETY: the kernel writes all `rows` elements.
     let mut out = unsafe { dev.alloc::<u32>(rows)? };
@@ -183,4 +182,62 @@ pub fn argmax_last_dim(logits: &Tensor) -> Result<Tensor> {
         BackpropOp::none(),
         false,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::row_geometry;
+
+    fn geometry(
+        dims: &[usize],
+        stride: &[usize],
+    ) -> std::result::Result<(usize, usize, usize), String> {
+        row_geometry(dims, stride).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn rows_of_the_layouts_the_kernel_reads() {
+        assert_eq!(
+            geometry(&[16, 151936], &[151936, 1]),
+            Ok((16, 151936, 151936))
+        );
+        assert_eq!(geometry(&[151937], &[1]), Ok((1, 151937, 151937)));
+        assert_eq!(geometry(&[2, 3, 10], &[30, 10, 1]), Ok((6, 10, 10)));
+        // Columns 1..=10 of [4, 13]: a wider row stride.
+        assert_eq!(geometry(&[4, 10], &[13, 1]), Ok((4, 10, 13)));
+        // Size-1 dimensions have any stride; a column has any stride.
+        assert_eq!(geometry(&[1, 3, 1, 10], &[7, 10, 99, 1]), Ok((3, 10, 10)));
+        assert_eq!(geometry(&[1, 1, 10], &[5, 5, 1]), Ok((1, 10, 10)));
+        assert_eq!(geometry(&[3, 1], &[1, 3]), Ok((3, 1, 1)));
+        // A broadcast row.
+        assert_eq!(geometry(&[4, 10], &[0, 1]), Ok((4, 10, 0)));
+    }
+
+    #[test]
+    fn layouts_the_kernel_cannot_read_are_named() {
+        let e = geometry(&[4, 10, 6], &[60, 1, 10]).unwrap_err();
+        assert!(
+            e.contains("contiguous along the last dimension") && e.contains("stride [60, 1, 10]"),
+            "{e}"
+        );
+        let e = geometry(&[4, 3, 10], &[60, 10, 1]).unwrap_err();
+        assert!(
+            e.contains("flatten") && e.contains("shape [4, 3, 10] stride [60, 10, 1]"),
+            "{e}"
+        );
+        let e = geometry(&[2, 3, 10], &[0, 10, 1]).unwrap_err();
+        assert!(e.contains("flatten"), "{e}");
+        assert!(geometry(&[], &[])
+            .unwrap_err()
+            .contains("at least one dimension"));
+        assert!(geometry(&[0, 10], &[10, 1])
+            .unwrap_err()
+            .contains("must not be empty"));
+        assert!(geometry(&[3, 0], &[0, 1])
+            .unwrap_err()
+            .contains("must not be empty"));
+        assert!(geometry(&[1 << 31, 2], &[2, 1])
+            .unwrap_err()
+            .contains("exceeds"));
+    }
 }
