@@ -39,7 +39,7 @@ t0=$(date +%s)
 echo "bundle: building (target dir $CARGO_TARGET_DIR)"
 "${CARGO[@]}" build --release --features cuda "${EXAMPLES[@]}"
 # The test binaries' paths have a hash: ask cargo for them.
-GPU_TESTS=(gpu gpu_reliability qwen3_gpu gpu_attention gpu_fused)
+GPU_TESTS=(gpu gpu_reliability qwen3_gpu gpu_attention gpu_fused gpu_sampling)
 "${CARGO[@]}" test --release --features cuda "${GPU_TESTS[@]/#/--test=}" --no-run --message-format=json \
   >"$CARGO_TARGET_DIR/gpu-test-build.json"
 test_exe() {  # test_exe NAME: the executable cargo built for tests/NAME.rs

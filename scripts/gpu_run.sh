@@ -67,6 +67,10 @@ for p in "${PHASES[@]}"; do
         timeout --kill-after=10 "${TEST_TIMEOUT:-540}" "$BIN/gpu_fused" --nocapture --test-threads=1 >>"$OUT/test.log" 2>&1
         echo "=== gpu_fused: rc=$?" | tee -a "$SUMMARY"
       fi
+      if [[ -x "$BIN/gpu_sampling" ]]; then  # the greedy-sampling argmax kernel
+        timeout --kill-after=10 "${TEST_TIMEOUT:-540}" "$BIN/gpu_sampling" --nocapture --test-threads=1 >>"$OUT/test.log" 2>&1
+        echo "=== gpu_sampling: rc=$?" | tee -a "$SUMMARY"
+      fi
       grep -E "^(test |ok |SKIP|thread .* panicked)" "$OUT/test.log" | tail -n 60
       echo "tests: $(test_counts "$OUT/test.log")" | tee -a "$SUMMARY"
       ;;
