@@ -1,8 +1,7 @@
 // Decode-step attention (one new token per sequence, head_dim 128):
 //   qk_norm_rope_append_kernel   per-head RMSNorm + weight + RoPE of q and k, KV-cache append
 //   decode_attention_kernel      f32 online-softmax attention over a range of cache positions
-//                                (with several position splits, the last CTA of a kv head to
-//                                finish merges the splits' partial softmax states)
+//   decode_combine_kernel        merges the position splits (only when there are several)
 // Both attention kernels end by quantizing each head's 128 outputs into the o-projection's
 // activation operand (the group of the activation contract is exactly one head).
 #include <cuda_bf16.h>
@@ -117,7 +116,6 @@ struct DecodeParams {
   const __nv_bfloat16* v;
   float* ws_o;   // [batch, hq, splits, 128] unnormalized partial outputs
   float* ws_ml;  // [batch, hq, splits, 2] running max and sum of each split
-  unsigned* done;  // [batch, hkv] splits finished (zeroed by the host before the launch)
   uint8_t* qa;
   float* sa;
   __nv_bfloat16* out;
@@ -177,36 +175,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
   ptx::griddep_wait();  // q and the caches come from the previous kernel
 
   const int64_t head0 = b * p.hq + int64_t(g) * n_rep;  // first query head of the group
-  // Scores: position sp of the tile, 16-byte chunks c = 4i + quarter (interleaved so that the
-  // four quarters read q_s in different banks).
-  const int sp = t / 4, quarter = t % 4;
-  // P·V: positions 4pg..4pg+3 of the tile, dims 8dg..8dg+7.
-  const int pg = t / 16, dg = t % 16;
-  const __nv_bfloat16* kbase = p.k + (b * p.hkv + g) * p.cap * kHeadDim;
-  const __nv_bfloat16* vbase = p.v + (b * p.hkv + g) * p.cap * kHeadDim;
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-  auto load_k = [&](int64_t tile0, uint4 (&kr)[4]) {
-    const int64_t n = p1 - tile0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      kr[i] = sp < n ? reinterpret_cast<const uint4*>(kbase + (tile0 + sp) * kHeadDim)[4 * i + quarter]
-                     : zero;
-  };
-  auto load_v = [&](int64_t tile0, uint4 (&vr)[4]) {
-    const int64_t n = p1 - tile0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int j = 4 * pg + i;
-      vr[i] = j < n ? reinterpret_cast<const uint4*>(vbase + (tile0 + j) * kHeadDim)[dg] : zero;
-    }
-  };
-  // The first tile's K and V loads go out with q's: one memory round trip, not two. Later
-  // tiles' loads are issued as soon as the previous tile's registers are consumed.
-  uint4 kraw[4], vraw[4];
-  if (p0 < p1) {
-    load_k(p0, kraw);
-    load_v(p0, vraw);
-  }
 #pragma unroll
   for (int r = 0; r < kRep; ++r)
     if (r < n_rep) q_s[r][t] = __bfloat162float(p.q[(head0 + r) * kHeadDim + t]);
@@ -214,17 +182,33 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
     m_s[t] = -INFINITY;
     l_s[t] = 0.f;
   }
+  // Scores: position sp of the tile, 16-byte chunks c = 4i + quarter (interleaved so that the
+  // four quarters read q_s in different banks).
+  const int sp = t / 4, quarter = t % 4;
+  // P·V: positions 4pg..4pg+3 of the tile, dims 8dg..8dg+7.
+  const int pg = t / 16, dg = t % 16;
   float acc[kRep][8];
 #pragma unroll
   for (int r = 0; r < kRep; ++r)
 #pragma unroll
     for (int d = 0; d < 8; ++d) acc[r][d] = 0.f;
+  const __nv_bfloat16* kbase = p.k + (b * p.hkv + g) * p.cap * kHeadDim;
+  const __nv_bfloat16* vbase = p.v + (b * p.hkv + g) * p.cap * kHeadDim;
   __syncthreads();
 
   for (int64_t tile0 = p0; tile0 < p1; tile0 += kTile) {
     const int n = static_cast<int>(min(int64_t(kTile), p1 - tile0));
-    const bool more = tile0 + kTile < p1;
-    // 1. (K and V of this tile are in flight since the previous tile.) Partial scores over this thread's 32 dims, summed over the position's 4 threads.
+    // 1. Every K and V load of the tile, issued before any use.
+    uint4 kraw[4], vraw[4];
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      kraw[i] = sp < n ? reinterpret_cast<const uint4*>(kbase + (tile0 + sp) * kHeadDim)[4 * i + quarter]
+                       : zero;
+      const int j = 4 * pg + i;
+      vraw[i] = j < n ? reinterpret_cast<const uint4*>(vbase + (tile0 + j) * kHeadDim)[dg] : zero;
+    }
+    // 2. Partial scores over this thread's 32 dims, summed over the position's 4 threads.
     float s[kRep];
 #pragma unroll
     for (int r = 0; r < kRep; ++r) s[r] = 0.f;
@@ -265,7 +249,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
         if (quarter == 0 && sp < n) p_s[r][sp] = s[r];
       }
     }
-    if (more) load_k(tile0 + kTile, kraw);
     __syncthreads();
     // 3. Online softmax, one warp per query head, lane = position.
     for (int r = warp; r < n_rep; r += kThreads / 32) {
@@ -319,7 +302,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
         }
       }
     }
-    if (more) load_v(tile0 + kTile, vraw);
     __syncthreads();  // p_s is overwritten by the next tile
   }
 
@@ -347,30 +329,26 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
       }
     }
   }
-  if (p.splits == 1) return;
+}
 
-  // 6. The last split of this kv head to finish merges all of them (no second launch): the
-  // partials are published (fence), counted, and the last CTA reads them through L2.
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (t == 0) last = atomicAdd(&p.done[b * p.hkv + g], 1u) == unsigned(p.splits - 1);
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-#pragma unroll 1
-  for (int r = 0; r < n_rep; ++r) {
-    const int64_t base = (head0 + r) * p.splits;
-    float m = -INFINITY;
-    for (int sidx = 0; sidx < p.splits; ++sidx) m = fmaxf(m, __ldcg(&p.ws_ml[(base + sidx) * 2]));
-    float l = 0.f, o = 0.f;
-    for (int sidx = 0; sidx < p.splits; ++sidx) {
-      const float w = expf(__ldcg(&p.ws_ml[(base + sidx) * 2]) - m);
-      l = fmaf(__ldcg(&p.ws_ml[(base + sidx) * 2 + 1]), w, l);
-      o = fmaf(__ldcg(&p.ws_o[(base + sidx) * kHeadDim + t]), w, o);
-    }
-    write_head(p, b, g * n_rep + r, o / l, red);
+// One CTA per (query head, sequence): merges the splits' partial softmax states.
+__global__ void __launch_bounds__(kThreads) decode_combine_kernel(const DecodeParams p) {
+  __shared__ float red[4];
+  const int h = blockIdx.x;
+  const int64_t b = blockIdx.y;
+  const int t = threadIdx.x;
+  ptx::griddep_launch_dependents();
+  ptx::griddep_wait();  // the partials come from decode_attention_kernel
+  const int64_t base = (b * p.hq + h) * p.splits;
+  float m = -INFINITY;
+  for (int s = 0; s < p.splits; ++s) m = fmaxf(m, p.ws_ml[(base + s) * 2]);
+  float l = 0.f, o = 0.f;
+  for (int s = 0; s < p.splits; ++s) {
+    const float w = expf(p.ws_ml[(base + s) * 2] - m);
+    l = fmaf(p.ws_ml[(base + s) * 2 + 1], w, l);
+    o = fmaf(p.ws_o[(base + s) * kHeadDim + t], w, o);
   }
+  write_head(p, b, h, o / l, red);
 }
 
 // Launch with programmatic stream serialization (the PDL convention of all our kernels).
@@ -435,9 +413,7 @@ extern "C" int32_t fp8gemm_qk_norm_rope_append(const void* qkv, const void* qk_n
 extern "C" size_t fp8gemm_decode_attention_workspace_bytes(int64_t batch, int64_t hq,
                                                            int64_t splits) {
   if (splits <= 1 || batch < 1 || hq < 1) return 0;
-  // partial outputs and (max, sum) per split, then one finish counter per head (>= per kv head)
-  return static_cast<size_t>(batch * hq * splits) * (kHeadDim + 2) * sizeof(float) +
-         static_cast<size_t>(batch * hq) * sizeof(unsigned);
+  return static_cast<size_t>(batch * hq * splits) * (kHeadDim + 2) * sizeof(float);
 }
 
 extern "C" int32_t fp8gemm_decode_attention(const void* q, const void* k_cache,
@@ -480,10 +456,6 @@ extern "C" int32_t fp8gemm_decode_attention(const void* q, const void* k_cache,
       return FP8GEMM_ERR_WORKSPACE;
     p.ws_o = static_cast<float*>(workspace);
     p.ws_ml = p.ws_o + batch * hq * n_splits * kHeadDim;
-    p.done = reinterpret_cast<unsigned*>(p.ws_ml + batch * hq * n_splits * 2);
-    if (cudaMemsetAsync(p.done, 0, static_cast<size_t>(batch * hkv) * sizeof(unsigned),
-                        static_cast<cudaStream_t>(stream)) != cudaSuccess)
-      return FP8GEMM_ERR_LAUNCH;
   }
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(hkv),
@@ -499,5 +471,7 @@ extern "C" int32_t fp8gemm_decode_attention(const void* q, const void* k_cache,
     st = launch_pdl(decode_attention_kernel<8>, grid, s, p);
   else
     st = launch_pdl(decode_attention_kernel<16>, grid, s, p);
-  return st;
+  if (st != FP8GEMM_OK || n_splits == 1) return st;
+  return launch_pdl(decode_combine_kernel, dim3(static_cast<unsigned>(hq), static_cast<unsigned>(batch)),
+                    s, p);
 }

@@ -41,8 +41,7 @@ size_t fp8gemm_decode_attention_workspace_bytes(int64_t batch, int64_t hq, int64
 // Decode attention: for each sequence b and kv head g, its hq/hkv query heads attend over cache
 // positions [0, len) (q already carries the 1/sqrt(d) scale): f32 scores, max-subtracted f32
 // softmax, f32 P·V. Positions are split into `splits` ranges (clamped to [1, ceil(len/32)];
-// with more than one, partial results go to `workspace` and the last CTA of each kv head to
-// finish merges them; the call zeroes the finish counters there with cudaMemsetAsync).
+// with more than one, partial results go to `workspace` and a second kernel combines them).
 // Each head's 128 outputs are then written as
 //   - `qa`/`sa` (when qa != NULL): quantized exactly like fp8gemm_quantize_act (amax with NaN
 //     propagation, s = max(amax, 1e-4) / 448, q = e4m3(x / s)), head h of row b in column
