@@ -263,6 +263,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
       float sum = e;
 #pragma unroll
       for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      __syncwarp();  // every lane has read m_s[r] before lane 0 overwrites it
       if (lane == 0) {
         const float alpha = expf(m_old - m_new);  // 0 on the first tile (m_old = -inf)
         a_s[r] = alpha;
