@@ -88,6 +88,49 @@ mod imp {
         /// print `SWEEP m n k config hot_us cold_us` lines (the data behind `choose_config`).
         #[arg(long)]
         sweep: bool,
+        /// Instead of the GEMM tables: time the decode attention (`cuda::attention`) of a
+        /// Qwen3-32B layer (64 query / 8 kv heads) over batch × cache length × position
+        /// splits, with the KV caches rotated beyond L2 (as in a decode step, where a layer's
+        /// cache was last touched one step ago), and print `ATTN b len splits us` lines.
+        #[arg(long)]
+        attention: bool,
+    }
+
+    /// `--attention`: the decode attention's time per (batch, len, splits), cold caches.
+    fn attention_sweep(dev: &Device, stream: &std::sync::Arc<CudaStream>, args: &Args, json_rows: &mut Vec<serde_json::Value>) -> Result<()> {
+        use candle_fp8::cuda::attention::{decode_attention, default_splits, DecodeAttentionOptions};
+        let (hq, hkv, d) = (64usize, 8usize, 128usize);
+        let sms = candle_fp8::cuda::device_report(&cuda_dev(dev)?)?.num_sms as usize;
+        for b in [1usize, 16] {
+            for len in [104usize, 160, 512, 2048, 8192] {
+                let cache_bytes = 2 * b * hkv * len * d * 2;
+                let copies = (COLD_BYTES / cache_bytes).clamp(2, 64);
+                let q = Tensor::randn(0f32, 0.2, (b, hq, d), dev)?.to_dtype(DType::BF16)?;
+                let caches: Vec<(Tensor, Tensor)> = (0..copies)
+                    .map(|_| -> Result<(Tensor, Tensor)> {
+                        let k = Tensor::randn(0f32, 1.0, (b, hkv, len, d), dev)?.to_dtype(DType::BF16)?;
+                        let v = Tensor::randn(0f32, 1.0, (b, hkv, len, d), dev)?.to_dtype(DType::BF16)?;
+                        Ok((k, v))
+                    })
+                    .collect::<Result<_>>()?;
+                let auto = default_splits(b, hkv, len, sms);
+                let mut splits: Vec<usize> = [1usize, 2, 3, 4, 8, 16, 32].into_iter().filter(|&s| s <= len.div_ceil(32)).collect();
+                if !splits.contains(&auto) {
+                    splits.push(auto);
+                }
+                for s in splits {
+                    let opts = DecodeAttentionOptions { quantized: true, bf16: false, splits: Some(s) };
+                    let reps = copies.max(args.reps.min(2 * copies));
+                    let (us, _) = time_us(stream, reps, args.samples, &mut |i| {
+                        let (k, v) = &caches[i % copies];
+                        decode_attention(&q, k, v, len, opts).map(drop).map_err(Into::into)
+                    })?;
+                    println!("ATTN b {b} len {len} splits {s} {us:.2} us{}", if s == auto { "  (default)" } else { "" });
+                    json_rows.push(serde_json::json!({"attention": true, "batch": b, "len": len, "splits": s, "us": us, "default": s == auto}));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Random e4m3 codes (never NaN) with a fast generator; content does not matter for speed.
@@ -394,6 +437,13 @@ mod imp {
         }
 
         let mut json_rows = Vec::new();
+        if args.attention {
+            attention_sweep(&dev, &stream, &args, &mut json_rows)?;
+            if let Some(path) = &args.json {
+                std::fs::write(path, serde_json::to_string_pretty(&json!({"device": report.name, "rows": json_rows}))?)?;
+            }
+            return Ok(());
+        }
         let mut table: Vec<Row> = Vec::new();
 
         // First-call latency of a new shape, per provider (includes module loading for the

@@ -175,6 +175,37 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
   ptx::griddep_wait();  // q and the caches come from the previous kernel
 
   const int64_t head0 = b * p.hq + int64_t(g) * n_rep;  // first query head of the group
+  // Scores: position sp of the tile, 16-byte chunks c = 4i + quarter (interleaved so that the
+  // four quarters read q_s in different banks).
+  const int sp = t / 4, quarter = t % 4;
+  // P·V: positions 4pg..4pg+3 of the tile, dims 8dg..8dg+7.
+  const int pg = t / 16, dg = t % 16;
+  const __nv_bfloat16* kbase = p.k + (b * p.hkv + g) * p.cap * kHeadDim;
+  const __nv_bfloat16* vbase = p.v + (b * p.hkv + g) * p.cap * kHeadDim;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  auto load_k = [&](int64_t tile0, uint4 (&kr)[4]) {
+    const int64_t n = p1 - tile0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      kr[i] = sp < n ? reinterpret_cast<const uint4*>(kbase + (tile0 + sp) * kHeadDim)[4 * i + quarter]
+                     : zero;
+  };
+  auto load_v = [&](int64_t tile0, uint4 (&vr)[4]) {
+    const int64_t n = p1 - tile0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int j = 4 * pg + i;
+      vr[i] = j < n ? reinterpret_cast<const uint4*>(vbase + (tile0 + j) * kHeadDim)[dg] : zero;
+    }
+  };
+  // The first tile's K and V loads go out with q's (one memory round trip, not two); later
+  // tiles' loads are issued as soon as the previous tile's registers are consumed, so a CTA
+  // with several tiles overlaps each tile's loads with the previous tile's math.
+  uint4 kraw[4], vraw[4];
+  if (p0 < p1) {
+    load_k(p0, kraw);
+    load_v(p0, vraw);
+  }
 #pragma unroll
   for (int r = 0; r < kRep; ++r)
     if (r < n_rep) q_s[r][t] = __bfloat162float(p.q[(head0 + r) * kHeadDim + t]);
@@ -182,33 +213,18 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
     m_s[t] = -INFINITY;
     l_s[t] = 0.f;
   }
-  // Scores: position sp of the tile, 16-byte chunks c = 4i + quarter (interleaved so that the
-  // four quarters read q_s in different banks).
-  const int sp = t / 4, quarter = t % 4;
-  // P·V: positions 4pg..4pg+3 of the tile, dims 8dg..8dg+7.
-  const int pg = t / 16, dg = t % 16;
   float acc[kRep][8];
 #pragma unroll
   for (int r = 0; r < kRep; ++r)
 #pragma unroll
     for (int d = 0; d < 8; ++d) acc[r][d] = 0.f;
-  const __nv_bfloat16* kbase = p.k + (b * p.hkv + g) * p.cap * kHeadDim;
-  const __nv_bfloat16* vbase = p.v + (b * p.hkv + g) * p.cap * kHeadDim;
   __syncthreads();
 
   for (int64_t tile0 = p0; tile0 < p1; tile0 += kTile) {
     const int n = static_cast<int>(min(int64_t(kTile), p1 - tile0));
-    // 1. Every K and V load of the tile, issued before any use.
-    uint4 kraw[4], vraw[4];
-    const uint4 zero = make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      kraw[i] = sp < n ? reinterpret_cast<const uint4*>(kbase + (tile0 + sp) * kHeadDim)[4 * i + quarter]
-                       : zero;
-      const int j = 4 * pg + i;
-      vraw[i] = j < n ? reinterpret_cast<const uint4*>(vbase + (tile0 + j) * kHeadDim)[dg] : zero;
-    }
-    // 2. Partial scores over this thread's 32 dims, summed over the position's 4 threads.
+    const bool more = tile0 + kTile < p1;
+    // 1. (This tile's K and V are already in flight.) Partial scores over this thread's 32
+    // dims, summed over the position's 4 threads.
     float s[kRep];
 #pragma unroll
     for (int r = 0; r < kRep; ++r) s[r] = 0.f;
@@ -249,8 +265,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
         if (quarter == 0 && sp < n) p_s[r][sp] = s[r];
       }
     }
+    if (more) load_k(tile0 + kTile, kraw);
     __syncthreads();
-    // 3. Online softmax, one warp per query head, lane = position.
+    // 2. Online softmax, one warp per query head, lane = position.
     for (int r = warp; r < n_rep; r += kThreads / 32) {
       const float x = lane < n ? p_s[r][lane] : -INFINITY;
       float mx = x;
@@ -272,7 +289,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
       }
     }
     __syncthreads();
-    // 4. acc[r][d] = alpha_r * acc[r][d] + Σ_j p[r][j] · v[j][8dg + d] over this thread's 4 positions.
+    // 3. acc[r][d] = alpha_r * acc[r][d] + Σ_j p[r][j] · v[j][8dg + d] over this thread's 4 positions.
 #pragma unroll
     for (int r = 0; r < kRep; ++r) {
       if (r < n_rep) {
@@ -303,10 +320,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
         }
       }
     }
+    if (more) load_v(tile0 + kTile, vraw);
     __syncthreads();  // p_s is overwritten by the next tile
   }
 
-  // 5. Per head: sum the 8 position groups (thread t ends with output dim t), then write.
+  // 4. Per head: sum the 8 position groups (thread t ends with output dim t), then write.
 #pragma unroll
   for (int r = 0; r < kRep; ++r) {
     if (r < n_rep) {
