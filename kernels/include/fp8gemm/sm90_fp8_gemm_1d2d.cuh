@@ -56,15 +56,13 @@ __host__ __device__ constexpr int sw_rows_per_tile() {
 // publish them (fence), thread 0 counts the tile's finished splits, and the CTA that completes
 // the count sums every split's partials (in split order: the reduce kernel's bit pattern,
 // deterministic) into y and resets the counter to 0 for the next GEMM that uses the workspace.
-// Partials of other CTAs are read through L2 (ld.global.cg). Math warpgroups only. `s_last`:
-// one word of shared memory that is idle now (the ring: every stage has been consumed) — no
-// static shared memory, which would lower the dynamic limit the launcher raises to the maximum.
+// Partials of other CTAs are read through L2 (ld.global.cg). Math warpgroups only.
 template <class T>
 __device__ __forceinline__ void fold_split_k(const Tile& tile, const GemmParams& p,
                                              const float* partial, unsigned* tile_counters,
-                                             __nv_bfloat16* y, unsigned& s_last) {
-  static_assert(!T::kPersistent, "split-K runs one tile per CTA: the ring is idle here");
+                                             __nv_bfloat16* y) {
   constexpr int kMathThreads = T::kMathWG * 128;
+  __shared__ unsigned s_last;
   const int rows = T::kSwapAB ? p.n : p.m, cols = T::kSwapAB ? p.m : p.n;
   __threadfence();
   ptx::named_barrier_sync(1, kMathThreads);  // every math thread's partials are published
@@ -403,9 +401,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         store_fragment<T::TN, T::kSwapAB, kMode == kOutWorkspace>(acc[w], row0, tile.col0, p.m, p.n,
                                                                   y, partial, tile.split);
       }
-      if constexpr (kMode == kOutWorkspace && !T::kPersistent) {  // persistent never splits K
-        if (tile_counters != nullptr)
-          fold_split_k<T>(tile, p, partial, tile_counters, y, *reinterpret_cast<unsigned*>(ring.a(0)));
+      if constexpr (kMode == kOutWorkspace) {
+        if (tile_counters != nullptr) fold_split_k<T>(tile, p, partial, tile_counters, y);
       }
     }
   }
