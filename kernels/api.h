@@ -75,10 +75,7 @@ int32_t fp8gemm_quantize_act(const void* x, int32_t x_dtype, uint8_t* q, float* 
 
 // y = blocked-FP8 GEMM (two-level accumulation, both scales applied every 128-wide K block).
 // Requires k % 128 == 0, n % 16 == 0, m >= 1. `workspace` may be NULL when
-// fp8gemm_workspace_bytes() returns 0. A workspace's first 16 KiB are split-K tile counters:
-// they must be zero before its first use (allocate it zeroed, e.g. cudaMemset once) and every
-// call leaves them zero again, so one workspace serves any sequence of calls on one stream.
-// Calls that may run concurrently (different streams) need different workspaces.
+// fp8gemm_workspace_bytes() returns 0.
 int32_t fp8gemm_gemm(const uint8_t* qa, const float* sa, const uint8_t* w, const float* sw,
                      void* y, int64_t m, int64_t n, int64_t k, const fp8gemm_config* cfg,
                      void* workspace, size_t workspace_bytes, void* stream);

@@ -142,20 +142,9 @@ int effective_split(const fp8gemm_config& c, int64_t k) {
   return static_cast<int>(s < 1 ? 1 : s);
 }
 
-// Split-K workspace layout: kTileCounters zeroed u32 counters (one per output tile; the kernel
-// that finishes a tile's last split merges the partials and resets its counter), then the f32
-// partials [split][m][n]. Shapes with more tiles than counters fall back to the reduce kernel.
-constexpr int64_t kTileCounters = 4096;
-constexpr size_t kCounterBytes = kTileCounters * sizeof(unsigned);
-
 size_t partial_bytes(const ConfigEntry* e, int split, int64_t m, int64_t n) {
   if (e == nullptr || !split_uses_workspace(split, e->cluster_split)) return 0;
-  return kCounterBytes + static_cast<size_t>(split) * m * n * sizeof(float);
-}
-
-// Output tiles of a config (y space: block_m tokens x block_n features).
-int64_t output_tiles(const ConfigEntry* e, int64_t m, int64_t n) {
-  return ((m + e->block_m - 1) / e->block_m) * ((n + e->block_n - 1) / e->block_n);
+  return static_cast<size_t>(split) * m * n * sizeof(float);
 }
 
 }  // namespace
@@ -251,11 +240,7 @@ extern "C" int32_t fp8gemm_gemm(const uint8_t* qa, const float* sa, const uint8_
   a.w = w;
   a.sw = sw;
   a.y = static_cast<__nv_bfloat16*>(y);
-  // Tile counters at the workspace start (zero: see api.h), partials after them.
-  const bool fold = need > 0 && output_tiles(e, m, n) <= kTileCounters;
-  a.tile_counters = fold ? static_cast<unsigned*>(workspace) : nullptr;
-  a.partial = need > 0 ? reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + kCounterBytes)
-                       : nullptr;
+  a.partial = need > 0 ? static_cast<float*>(workspace) : nullptr;
   a.m = static_cast<int>(m);
   a.n = static_cast<int>(n);
   a.k = static_cast<int>(k);
@@ -265,7 +250,7 @@ extern "C" int32_t fp8gemm_gemm(const uint8_t* qa, const float* sa, const uint8_
   a.smem_optin = info.smem_optin;
   a.stream = static_cast<cudaStream_t>(stream);
   if (int st = e->run(a)) return st;
-  if (need > 0 && !fold) {  // too many tiles for the counters: deterministic reduce kernel
+  if (need > 0) {  // split-K through the workspace: deterministic fixed-order reduce
     const int64_t count = m * n;
     int64_t blocks = (count / 4 + 255) / 256;
     const int64_t cap = static_cast<int64_t>(info.sms) * 8;

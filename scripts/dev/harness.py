@@ -68,7 +68,7 @@ class Lib:
         L.fp8gemm_status_string.argtypes = [i32]
         L.fp8gemm_status_string.restype = ctypes.c_char_p
         self.L = L
-        self.ws = torch.zeros(1 << 20, dtype=torch.uint8, device=dev)  # counters must start at 0
+        self.ws = torch.empty(1 << 20, dtype=torch.uint8, device=dev)
 
     def stream(self):
         return ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
@@ -86,8 +86,7 @@ class Lib:
     def ws_for(self, cfg, M, N, K):
         need = self.L.fp8gemm_workspace_bytes(ctypes.byref(cfg), M, N, K)
         if need > self.ws.numel():
-            # Zeroed: the first 16 KiB are split-K tile counters (api.h), left zero by every call.
-            self.ws = torch.zeros(need + (1 << 20), dtype=torch.uint8, device=dev)
+            self.ws = torch.empty(need + (1 << 20), dtype=torch.uint8, device=dev)
         return need
 
     def gemm(self, q, sa, w, sw, y, cfg):

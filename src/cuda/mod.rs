@@ -389,9 +389,7 @@ pub fn compiled_configs() -> Vec<GemmConfig> {
 }
 
 /// Grows the cached split-K workspace to what `cfg` needs (to the next power of two, so that
-/// a sequence of shapes settles quickly); returns the bytes this launch needs. Allocated
-/// zeroed: its first 16 KiB are the kernels' split-K tile counters, which must start at zero
-/// and which every GEMM leaves at zero (kernels/api.h).
+/// a sequence of shapes settles quickly); returns the bytes this launch needs.
 fn reserve_workspace(
     dev: &CudaDevice,
     ws: &mut Option<CudaSlice<u8>>,

@@ -20,8 +20,6 @@ struct GemmArgs {
   const float* sw;
   __nv_bfloat16* y;
   float* partial;   // split-K workspace (split * m * n floats) or null
-  unsigned* tile_counters;  // split-K: one zeroed counter per output tile (kernel-side merge), or
-                            // null (the caller launches splitk_reduce_kernel)
   int m, n, k;
   int split;        // effective K split (>= 1, <= k / 128)
   int grid_limit;   // persistent grid size (#SMs to use)
@@ -148,8 +146,7 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
 
   const CUtensorMap& ta = T::kSwapAB ? t_w : t_act;
   const CUtensorMap& tb = T::kSwapAB ? t_act : t_w;
-  unsigned* counters = mode == kOutWorkspace ? a.tile_counters : nullptr;
-  if (cudaLaunchKernelEx(&lc, kern, ta, tb, t_sa, a.sw, a.y, a.partial, counters, p) != cudaSuccess)
+  if (cudaLaunchKernelEx(&lc, kern, ta, tb, t_sa, a.sw, a.y, a.partial, p) != cudaSuccess)
     return FP8GEMM_ERR_LAUNCH;
   return cudaGetLastError() == cudaSuccess ? FP8GEMM_OK : FP8GEMM_ERR_LAUNCH;
 }

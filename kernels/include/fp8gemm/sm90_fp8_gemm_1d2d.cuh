@@ -38,8 +38,7 @@ struct GemmParams {
 // Output modes of one kernel instantiation.
 enum OutMode : int {
   kOutBf16 = 0,        // store y directly
-  kOutWorkspace = 1,   // split-K: f32 partials to the workspace; the last split of a tile to
-                       // finish sums them into y (or, without tile counters, a reduce kernel)
+  kOutWorkspace = 1,   // split-K: f32 partials to the workspace, a reduce kernel follows
   kOutClusterSum = 2,  // split-K: the splits of a tile form a cluster (1, S, 1); rank 0 sums
                        // the peers' accumulators from distributed shared memory in rank order
 };
@@ -52,59 +51,13 @@ __host__ __device__ constexpr int sw_rows_per_tile() {
   return (T::TN + 127) / 128 + 1;  // straddling width: at most this many blocks
 }
 
-// Split-K without a second launch: after a CTA's partials of `tile` are stored, its math threads
-// publish them (fence), thread 0 counts the tile's finished splits, and the CTA that completes
-// the count sums every split's partials (in split order: the reduce kernel's bit pattern,
-// deterministic) into y and resets the counter to 0 for the next GEMM that uses the workspace.
-// Partials of other CTAs are read through L2 (ld.global.cg). Math warpgroups only.
-template <class T>
-__device__ __forceinline__ void fold_split_k(const Tile& tile, const GemmParams& p,
-                                             const float* partial, unsigned* tile_counters,
-                                             __nv_bfloat16* y) {
-  constexpr int kMathThreads = T::kMathWG * 128;
-  __shared__ unsigned s_last;
-  const int rows = T::kSwapAB ? p.n : p.m, cols = T::kSwapAB ? p.m : p.n;
-  __threadfence();
-  ptx::named_barrier_sync(1, kMathThreads);  // every math thread's partials are published
-  if (threadIdx.x == 0) {
-    unsigned last = 0;
-    if (tile.row0 < rows && tile.col0 < cols) {  // a cluster's phantom tile has no counter
-      unsigned* c = tile_counters + (tile.row0 / T::TM) * p.shape.tiles_cols + tile.col0 / T::TN;
-      last = atomicAdd(c, 1u) == static_cast<unsigned>(p.shape.num_splits - 1);
-      if (last) *c = 0u;
-    }
-    s_last = last;
-  }
-  ptx::named_barrier_sync(1, kMathThreads);
-  if (!s_last) return;
-  __threadfence();
-  const int64_t plane = static_cast<int64_t>(p.m) * p.n;
-  // Output features vary fastest across threads (coalesced y and partial rows).
-  for (int i = threadIdx.x; i < T::TM * T::TN; i += kMathThreads) {
-    int tok, feat;
-    if constexpr (T::kSwapAB) {
-      feat = tile.row0 + i % T::TM;
-      tok = tile.col0 + i / T::TM;
-    } else {
-      feat = tile.col0 + i % T::TN;
-      tok = tile.row0 + i / T::TN;
-    }
-    if (tok >= p.m || feat >= p.n) continue;
-    const int64_t off = static_cast<int64_t>(tok) * p.n + feat;
-    float acc = __ldcg(partial + off);
-    for (int sidx = 1; sidx < p.shape.num_splits; ++sidx) acc += __ldcg(partial + sidx * plane + off);
-    y[off] = __float2bfloat16_rn(acc);
-  }
-}
-
 template <class T, int kMode>
 __global__ void __launch_bounds__(T::kThreads, 1)
     sm90_fp8_gemm_1d2d_kernel(const __grid_constant__ CUtensorMap tmap_a,
                               const __grid_constant__ CUtensorMap tmap_b,
                               const __grid_constant__ CUtensorMap tmap_sa,
                               const float* __restrict__ sw, __nv_bfloat16* __restrict__ y,
-                              float* __restrict__ partial, unsigned* __restrict__ tile_counters,
-                              const GemmParams p) {
+                              float* __restrict__ partial, const GemmParams p) {
   using MMA = ptx::WgmmaE4M3<T::TN>;
   using Ring = SmemRing<T::kStages, T::TM, T::TN, (T::kSwapAB ? T::TN : T::TM)>;
   constexpr int kMathThreads = T::kMathWG * 128;
@@ -400,9 +353,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         const int row0 = tile.row0 + (wg * T::kWaves + w) * 64;
         store_fragment<T::TN, T::kSwapAB, kMode == kOutWorkspace>(acc[w], row0, tile.col0, p.m, p.n,
                                                                   y, partial, tile.split);
-      }
-      if constexpr (kMode == kOutWorkspace) {
-        if (tile_counters != nullptr) fold_split_k<T>(tile, p, partial, tile_counters, y);
       }
     }
   }
