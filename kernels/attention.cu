@@ -11,6 +11,7 @@
 
 #include "api.h"
 #include "attention.h"
+#include "fp8gemm/launch_pdl.cuh"
 #include "fp8gemm/ptx/cvt.cuh"
 #include "fp8gemm/ptx/tma.cuh"
 
@@ -370,22 +371,6 @@ __global__ void __launch_bounds__(kThreads) decode_combine_kernel(const DecodePa
   write_head(p, b, h, o / l, red);
 }
 
-// Launch with programmatic stream serialization (the PDL convention of all our kernels).
-template <typename Kernel, typename... Args>
-int launch_pdl(Kernel kernel, dim3 grid, cudaStream_t stream, Args... args) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t lc = {};
-  lc.gridDim = grid;
-  lc.blockDim = dim3(kThreads, 1, 1);
-  lc.dynamicSmemBytes = 0;
-  lc.stream = stream;
-  lc.attrs = attr;
-  lc.numAttrs = 1;
-  if (cudaLaunchKernelEx(&lc, kernel, args...) != cudaSuccess) return FP8GEMM_ERR_LAUNCH;
-  return cudaGetLastError() == cudaSuccess ? FP8GEMM_OK : FP8GEMM_ERR_LAUNCH;
-}
 
 inline bool misaligned(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) != 0; }
 
@@ -419,8 +404,8 @@ extern "C" int32_t fp8gemm_qk_norm_rope_append(const void* qkv, const void* qk_n
   const int64_t warps = batch * (hq + 2 * hkv);
   const int64_t blocks = (warps + kThreads / 32 - 1) / (kThreads / 32);
   if (blocks > 0x7fffffff) return FP8GEMM_ERR_SHAPE;
-  return launch_pdl(qk_norm_rope_append_kernel, dim3(static_cast<unsigned>(blocks)),
-                    static_cast<cudaStream_t>(stream), static_cast<const __nv_bfloat16*>(qkv),
+  return fp8gemm::launch_pdl(qk_norm_rope_append_kernel, dim3(static_cast<unsigned>(blocks)),
+                    dim3(kThreads), 0, static_cast<cudaStream_t>(stream), static_cast<const __nv_bfloat16*>(qkv),
                     static_cast<const __nv_bfloat16*>(qk_norm),
                     static_cast<const __nv_bfloat16*>(cos_row),
                     static_cast<const __nv_bfloat16*>(sin_row),
@@ -481,16 +466,17 @@ extern "C" int32_t fp8gemm_decode_attention(const void* q, const void* k_cache,
                   static_cast<unsigned>(batch));
   int st;
   if (p.n_rep <= 1)
-    st = launch_pdl(decode_attention_kernel<1>, grid, s, p);
+    st = fp8gemm::launch_pdl(decode_attention_kernel<1>, grid, dim3(kThreads), 0, s, p);
   else if (p.n_rep <= 2)
-    st = launch_pdl(decode_attention_kernel<2>, grid, s, p);
+    st = fp8gemm::launch_pdl(decode_attention_kernel<2>, grid, dim3(kThreads), 0, s, p);
   else if (p.n_rep <= 4)
-    st = launch_pdl(decode_attention_kernel<4>, grid, s, p);
+    st = fp8gemm::launch_pdl(decode_attention_kernel<4>, grid, dim3(kThreads), 0, s, p);
   else if (p.n_rep <= 8)
-    st = launch_pdl(decode_attention_kernel<8>, grid, s, p);
+    st = fp8gemm::launch_pdl(decode_attention_kernel<8>, grid, dim3(kThreads), 0, s, p);
   else
-    st = launch_pdl(decode_attention_kernel<16>, grid, s, p);
+    st = fp8gemm::launch_pdl(decode_attention_kernel<16>, grid, dim3(kThreads), 0, s, p);
   if (st != FP8GEMM_OK || n_splits == 1) return st;
-  return launch_pdl(decode_combine_kernel, dim3(static_cast<unsigned>(hq), static_cast<unsigned>(batch)),
-                    s, p);
+  return fp8gemm::launch_pdl(decode_combine_kernel,
+                             dim3(static_cast<unsigned>(hq), static_cast<unsigned>(batch)),
+                             dim3(kThreads), 0, s, p);
 }

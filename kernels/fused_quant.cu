@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "api.h"
+#include "fp8gemm/launch_pdl.cuh"
 #include "fp8gemm/ptx/cvt.cuh"
 #include "fused_quant.h"
 
@@ -227,26 +228,6 @@ namespace {
 
 bool misaligned(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) != 0; }
 
-// Launches `kern` with the PDL attribute (cudaLaunchKernelEx).
-template <typename... Params, typename... Args>
-int32_t launch_pdl(void (*kern)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                   Args... args) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t lc = {};
-  lc.gridDim = grid;
-  lc.blockDim = block;
-  lc.dynamicSmemBytes = smem;
-  lc.stream = stream;
-  lc.attrs = attr;
-  lc.numAttrs = 1;
-  if (cudaLaunchKernelEx(&lc, kern, static_cast<Params>(args)...) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return FP8GEMM_ERR_LAUNCH;
-  }
-  return FP8GEMM_OK;
-}
 
 // Shared memory the kernel may use without opting in.
 constexpr size_t kDefaultSmem = 48 * 1024;

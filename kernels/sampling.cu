@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "api.h"
+#include "fp8gemm/launch_pdl.cuh"
 #include "fp8gemm/ptx/tma.cuh"
 #include "sampling.h"
 
@@ -120,25 +121,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Launch with programmatic stream serialization (the PDL convention of all our kernels).
-template <typename... Params, typename... Args>
-int32_t launch_pdl(void (*kern)(Params...), dim3 grid, cudaStream_t stream, Args... args) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t lc = {};
-  lc.gridDim = grid;
-  lc.blockDim = dim3(kThreads, 1, 1);
-  lc.dynamicSmemBytes = 0;
-  lc.stream = stream;
-  lc.attrs = attr;
-  lc.numAttrs = 1;
-  if (cudaLaunchKernelEx(&lc, kern, static_cast<Params>(args)...) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return FP8GEMM_ERR_LAUNCH;
-  }
-  return FP8GEMM_OK;
-}
 
 }  // namespace fp8gemm::sampling
 
@@ -153,7 +135,7 @@ extern "C" int32_t fp8gemm_argmax_rows_f32(const float* x, int64_t rows, int64_t
   if (x == nullptr || out == nullptr || (reinterpret_cast<uintptr_t>(x) & 3) != 0 ||
       (reinterpret_cast<uintptr_t>(out) & 3) != 0)
     return FP8GEMM_ERR_ALIGN;
-  return launch_pdl(argmax_rows_f32_kernel, dim3(static_cast<unsigned>(rows)),
-                    static_cast<cudaStream_t>(stream), x, static_cast<int>(cols), row_stride,
-                    out);
+  return fp8gemm::launch_pdl(argmax_rows_f32_kernel, dim3(static_cast<unsigned>(rows)),
+                             dim3(kThreads), 0, static_cast<cudaStream_t>(stream), x,
+                             static_cast<int>(cols), row_stride, out);
 }

@@ -129,22 +129,7 @@ use sys::*;
 /// Why the decode-attention kernels cannot run on `device` (`None`: they can): they are
 /// compiled for sm_90a only.
 pub fn unavailable_reason(device: &Device) -> Option<String> {
-    let Device::Cuda(dev) = device else {
-        return Some("not a CUDA device".into());
-    };
-    if !ffi::HAVE_KERNELS {
-        return Some(
-            "this build has no compiled kernels (kernels/*.cu missing at build time)".into(),
-        );
-    }
-    match device_info(dev) {
-        Ok(i) if i.caps.compute_cap == 90 => None,
-        Ok(i) => Some(format!(
-            "the kernels are built for sm_90a, the device is sm_{}",
-            i.caps.compute_cap
-        )),
-        Err(e) => Some(format!("cannot query the device: {e}")),
-    }
+    super::sm90_kernels_unavailable(device)
 }
 
 /// Whether the decode-attention kernels can run on `device`.

@@ -29,7 +29,7 @@ use candle_core::cuda_backend::cudarc::driver::{
     sys as drv, CudaSlice, CudaView, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
 };
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, DeviceId, WrapErr};
-use candle_core::{bail, DType, Layout, Result};
+use candle_core::{bail, DType, Device, Layout, Result};
 use half::bf16;
 
 use crate::dispatch::{choose_config, DeviceCaps, GemmConfig, Provider};
@@ -53,6 +53,22 @@ fn ordinal(dev: &CudaDevice) -> usize {
 /// Capabilities of `dev` for the provider choice, cached per device ordinal.
 pub(crate) fn device_caps(dev: &CudaDevice) -> Result<DeviceCaps> {
     Ok(device_info(dev)?.caps)
+}
+
+/// Why our standalone decode kernels (`kernels/attention.cu`, `kernels/sampling.cu`, built for
+/// sm_90a only) cannot run on `device` (`None`: they can).
+pub(crate) fn sm90_kernels_unavailable(device: &Device) -> Option<String> {
+    let Device::Cuda(dev) = device else {
+        return Some("not a CUDA device".into());
+    };
+    if !ffi::HAVE_KERNELS {
+        return Some("this build has no compiled kernels (kernels/*.cu missing at build time)".into());
+    }
+    match device_info(dev) {
+        Ok(i) if i.caps.compute_cap == 90 => None,
+        Ok(i) => Some(format!("the kernels are built for sm_90a, the device is sm_{}", i.caps.compute_cap)),
+        Err(e) => Some(format!("cannot query the device: {e}")),
+    }
 }
 
 pub(crate) fn device_info(dev: &CudaDevice) -> Result<DeviceInfo> {

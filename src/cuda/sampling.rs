@@ -12,7 +12,7 @@ use candle_core::cuda_backend::CudaStorage;
 use candle_core::op::BackpropOp;
 use candle_core::{bail, DType, Device, Result, Storage, Tensor};
 
-use super::{device_info, ffi, raw_stream, view};
+use super::{ffi, raw_stream, view};
 
 #[cfg(fp8gemm_kernels)]
 mod sys {
@@ -54,22 +54,7 @@ const MAX_EXTENT: usize = i32::MAX as usize;
 /// Why the sampling kernel cannot run on `device` (`None`: it can): it is compiled for sm_90a
 /// only, like the rest of `kernels/`.
 pub fn unavailable_reason(device: &Device) -> Option<String> {
-    let Device::Cuda(dev) = device else {
-        return Some("not a CUDA device".into());
-    };
-    if !ffi::HAVE_KERNELS {
-        return Some(
-            "this build has no compiled kernels (kernels/*.cu missing at build time)".into(),
-        );
-    }
-    match device_info(dev) {
-        Ok(i) if i.caps.compute_cap == 90 => None,
-        Ok(i) => Some(format!(
-            "the kernels are built for sm_90a, the device is sm_{}",
-            i.caps.compute_cap
-        )),
-        Err(e) => Some(format!("cannot query the device: {e}")),
-    }
+    super::sm90_kernels_unavailable(device)
 }
 
 /// Whether [`argmax_last_dim`] can run on `device`.
