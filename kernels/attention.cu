@@ -124,6 +124,17 @@ struct DecodeParams {
   int hq, hkv, n_rep, splits;
 };
 
+// Eight bf16 values (one 16-byte load) as floats, in order.
+__device__ __forceinline__ void unpack_bf16x8(const uint4& raw, float (&f)[8]) {
+  const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 v = __bfloat1622float2(h2[e]);
+    f[2 * e] = v.x;
+    f[2 * e + 1] = v.y;
+  }
+}
+
 // Max over the block's 128 threads with NaN propagation (red: 4 floats of shared memory).
 __device__ __forceinline__ float block_amax(float a, float* red) {
 #pragma unroll
@@ -231,14 +242,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
     for (int r = 0; r < kRep; ++r) s[r] = 0.f;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&kraw[i]);
       float kf[8];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float2 f = __bfloat1622float2(h2[e]);
-        kf[2 * e] = f.x;
-        kf[2 * e + 1] = f.y;
-      }
+      unpack_bf16x8(kraw[i], kf);
       const int c = 4 * i + quarter;
 #pragma unroll
       for (int r = 0; r < kRep; ++r) {
@@ -303,14 +308,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
     for (int i = 0; i < 4; ++i) {
       const int j = 4 * pg + i;
       if (j < n) {
-        const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&vraw[i]);
         float vf[8];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float2 f = __bfloat1622float2(h2[e]);
-          vf[2 * e] = f.x;
-          vf[2 * e + 1] = f.y;
-        }
+        unpack_bf16x8(vraw[i], vf);
 #pragma unroll
         for (int r = 0; r < kRep; ++r) {
           if (r < n_rep) {
