@@ -61,6 +61,9 @@ template <int kThreads = 256>
 __global__ void __launch_bounds__(kThreads) splitk_reduce_kernel(const float* __restrict__ partial,
                                                             __nv_bfloat16* __restrict__ y,
                                                             int64_t count, int splits) {
+  // Let the next kernel launch now (it waits for our completion before reading y): keeps the
+  // chain of early launches going, so the GEMM after it can warm its weights during us.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");  // the GEMM's partials are complete
   const int64_t n4 = count / 4;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n4;
