@@ -394,6 +394,12 @@ fn main() -> Result<()> {
         percentile(&steps, 99.0),
         steps.len()
     );
+    let enqueue_mean = if gen.enqueue_times.is_empty() {
+        f64::NAN
+    } else {
+        gen.enqueue_times.iter().map(|d| ms(*d)).sum::<f64>() / gen.enqueue_times.len() as f64
+    };
+    println!("host enqueue     mean {enqueue_mean:.3} ms per step (launching the step's kernels; near TPOT = host-bound)");
     let tps = if decode_total > 0.0 { (args.batch * steps.len()) as f64 / (decode_total / 1e3) } else { f64::NAN };
     println!("throughput       {tps:.1} tokens/s (decode, all sequences)");
     match (mem_peak, &device) {
@@ -448,6 +454,7 @@ fn main() -> Result<()> {
             "fused": model.is_fused(), "fused_elementwise_layers": model.fused_elementwise_layers()?, "prompt_tokens": prompt_ids.len(), "generated": generated,
             "load_s": load_time.as_secs_f64(), "ttft_ms": ms(gen.ttft),
             "tpot_ms": {"mean": tpot_mean, "p50": percentile(&steps, 50.0), "p99": percentile(&steps, 99.0), "steps": steps.len()},
+            "host_enqueue_ms_mean": enqueue_mean,
             "tokens_per_s": tps, "peak_memory_bytes": mem_peak, "weights_bytes": {"fp8": fp8_b, "dense": dense_b, "embeddings_norms": other_b},
             "kv_cache_bytes": kv_b, "memory_budget_bytes": budget, "accuracy": acc_json,
         });

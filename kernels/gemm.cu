@@ -66,7 +66,7 @@ int device_info(DeviceInfo* out, int* device) {
   return FP8GEMM_OK;
 }
 
-constexpr size_t kDefaultL2WarmMB = 24;
+constexpr size_t kDefaultL2WarmMB = 0;
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 

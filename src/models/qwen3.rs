@@ -1275,6 +1275,10 @@ pub struct Generation {
     pub ttft: Duration,
     /// One entry per later step: forward + sampling + reading the token on the host.
     pub step_times: Vec<Duration>,
+    /// Per later step, the host time until every launch of the step was enqueued (before the
+    /// read of the sampled ids blocks). Close to the step time means the host, not the GPU,
+    /// sets the pace.
+    pub enqueue_times: Vec<Duration>,
 }
 
 /// Generates up to `max_new_tokens` for `batch` copies of `prompt` (independent sequences:
@@ -1301,6 +1305,7 @@ pub fn generate(
     let mut tokens = vec![Vec::new(); batch];
     let mut done = vec![false; batch];
     let mut step_times = Vec::new();
+    let mut enqueue_times = Vec::new();
     let mut ttft = Duration::ZERO;
     let mut pos = 0;
     let mut next = input;
@@ -1309,12 +1314,14 @@ pub fn generate(
         let logits = model.forward(&next, pos)?;
         pos += next.dim(1)?;
         let sampled = sampler.sample(&logits)?;
+        let enqueued = t0.elapsed();
         let host = sampled.to_vec1::<u32>()?;
         let dt = t0.elapsed();
         if step == 0 {
             ttft = dt;
         } else {
             step_times.push(dt);
+            enqueue_times.push(enqueued);
         }
         for (bi, &id) in host.iter().enumerate() {
             if !done[bi] {
@@ -1328,7 +1335,7 @@ pub fn generate(
         }
         next = sampled.unsqueeze(1)?;
     }
-    Ok(Generation { tokens, prompt_len: prompt.len(), ttft, step_times })
+    Ok(Generation { tokens, prompt_len: prompt.len(), ttft, step_times, enqueue_times })
 }
 
 /// Agreement of two models (e.g. FP8 kernels vs the dequantized reference) over greedy steps.

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Decode TPOT under several environment settings, one process each (H200 machine, repo root,
+# after gpu_run.sh has unpacked the bundle). For A/B-ing runtime knobs in one device call:
+#
+#   bash scripts/dev/decode_sweep.sh "FP8GEMM_L2_WARM_MB=0 FP8GEMM_L2_WARM_MB=24" [BATCHES]
+#
+# Each setting runs `decode --random-weights qwen3-32b --prompt-len 100` for every batch in
+# BATCHES (default "1 16"), REPEAT times (default 1), logs to $OUT/sweep-<setting>-b<B>.log,
+# and prints one table row per run: setting, batch, TPOT mean/p50, TTFT.
+set -uo pipefail
+SETTINGS="${1:?settings}"; BATCHES="${2:-1 16}"
+OUT="${OUT:-bundle/out}"; mkdir -p "$OUT"
+BIN="bundle/bin"
+export LD_LIBRARY_PATH="/usr/local/cuda/targets/x86_64-linux/lib:/usr/local/nvidia/lib64:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+ROWS="$OUT/sweep-table.txt"
+printf '%-28s %5s %10s %10s %9s\n' setting batch "TPOT mean" "TPOT p50" TTFT | tee -a "$ROWS"
+for r in $(seq "${REPEAT:-1}"); do
+  for s in $SETTINGS; do
+    for b in $BATCHES; do
+      log="$OUT/sweep-${s//[^A-Za-z0-9_.=-]/_}-b$b-r$r.log"
+      env "$s" timeout "${DECODE_TIMEOUT:-120}" "$BIN/decode" --device cuda --random-weights \
+        "${DECODE_MODEL:-qwen3-32b}" --prompt-len 100 --max-new-tokens "${DECODE_TOKENS:-48}" \
+        --ignore-eos --batch "$b" ${DECODE_ARGS:-} >"$log" 2>&1
+      rc=$?
+      tpot=$(sed -n 's/^TPOT *mean \([0-9.]*\) ms, p50 \([0-9.]*\) ms.*/\1 \2/p' "$log")
+      ttft=$(sed -n 's/^TTFT *\([0-9.]*\) ms.*/\1/p' "$log")
+      [[ $rc -ne 0 || -z "$tpot" ]] && tpot="rc=$rc -"
+      printf '%-28s %5s %10s %10s %9s\n' "$s" "$b" $tpot "${ttft:--}" | tee -a "$ROWS"
+    done
+  done
+done
