@@ -6,26 +6,32 @@
 #
 # Each setting runs `decode --random-weights qwen3-32b --prompt-len 100` for every batch in
 # BATCHES (default "1 16"), REPEAT times (default 1), logs to $OUT/sweep-<setting>-b<B>.log,
-# and prints one table row per run: setting, batch, TPOT mean/p50, TTFT.
+# and prints one table row per run: setting, batch, TPOT mean/p50, TTFT, host enqueue per step.
+# The first decode process on a fresh machine runs ~10 % slow: WARMUP=1 (default) runs one first.
 set -uo pipefail
 SETTINGS="${1:?settings}"; BATCHES="${2:-1 16}"
 OUT="${OUT:-bundle/out}"; mkdir -p "$OUT"
 BIN="bundle/bin"
 export LD_LIBRARY_PATH="/usr/local/cuda/targets/x86_64-linux/lib:/usr/local/nvidia/lib64:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 ROWS="$OUT/sweep-table.txt"
-printf '%-28s %5s %10s %10s %9s\n' setting batch "TPOT mean" "TPOT p50" TTFT | tee -a "$ROWS"
+if [[ "${WARMUP:-1}" == 1 ]]; then
+  timeout 120 "$BIN/decode" --device cuda --random-weights "${DECODE_MODEL:-qwen3-32b}" --prompt-len 100 \
+    --max-new-tokens 16 --ignore-eos >"$OUT/sweep-warmup.log" 2>&1
+fi
+printf '%-28s %5s %10s %10s %9s %9s\n' setting batch "TPOT mean" "TPOT p50" TTFT enqueue | tee -a "$ROWS"
 for r in $(seq "${REPEAT:-1}"); do
   for s in $SETTINGS; do
     for b in $BATCHES; do
-      log="$OUT/sweep-${s//[^A-Za-z0-9_.=-]/_}-b$b-r$r.log"
+      log="$OUT/sweep-${s//[^A-Za-z0-9_.-]/_}-b$b-r$r.log"
       env "$s" timeout "${DECODE_TIMEOUT:-120}" "$BIN/decode" --device cuda --random-weights \
         "${DECODE_MODEL:-qwen3-32b}" --prompt-len 100 --max-new-tokens "${DECODE_TOKENS:-48}" \
         --ignore-eos --batch "$b" ${DECODE_ARGS:-} >"$log" 2>&1
       rc=$?
       tpot=$(sed -n 's/^TPOT *mean \([0-9.]*\) ms, p50 \([0-9.]*\) ms.*/\1 \2/p' "$log")
       ttft=$(sed -n 's/^TTFT *\([0-9.]*\) ms.*/\1/p' "$log")
+      enq=$(sed -n 's/^host enqueue *mean \([0-9.]*\) ms.*/\1/p' "$log")
       [[ $rc -ne 0 || -z "$tpot" ]] && tpot="rc=$rc -"
-      printf '%-28s %5s %10s %10s %9s\n' "$s" "$b" $tpot "${ttft:--}" | tee -a "$ROWS"
+      printf '%-28s %5s %10s %10s %9s %9s\n' "$s" "$b" $tpot "${ttft:--}" "${enq:--}" | tee -a "$ROWS"
     done
   done
 done

@@ -394,6 +394,70 @@ fn hopper_config(dev: &CudaDevice, m: usize, n: usize, k: usize) -> Result<GemmC
     Ok(crate::dispatch::config_override().unwrap_or_else(|| choose_config(m, n, k, info.num_sms)))
 }
 
+/// An L2 warm-up hint (`fp8gemm_l2_prefetch` in `kernels/api.h`): the latency-bound kernel that
+/// produces a GEMM's input (norm, SwiGLU, qk-norm) prefetches into L2 the weight bytes that
+/// GEMM reads first, so HBM streams weights while the small kernel runs. Layout-compatible with
+/// the C struct; `base` is a device address.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct L2Prefetch {
+    pub base: u64,
+    pub rows: i64,
+    pub row_stride: i64,
+    pub seg_stride: i64,
+    pub segs: i32,
+    pub seg_bytes: i32,
+}
+
+/// Weight bytes one hint may warm: `FP8_L2_PREFETCH_MB` (read once; 0 turns hints off), else
+/// the default measured on the H200 (docs/PERF.md, "L2 warm-up").
+pub(crate) fn l2_prefetch_budget() -> usize {
+    const DEFAULT_MB: usize = 16;
+    static BYTES: OnceLock<usize> = OnceLock::new();
+    *BYTES.get_or_init(|| {
+        let mb = std::env::var("FP8_L2_PREFETCH_MB").ok().and_then(|v| v.trim().parse::<usize>().ok());
+        mb.unwrap_or(DEFAULT_MB).min(1024) << 20
+    })
+}
+
+/// The hint for the GEMM `y[m, n] = x · w^T` (`w` e4m3 `[n, k]`) that our kernels will run:
+/// for each weight row, the first `seg_bytes` of every K split range the dispatcher picks
+/// (the blocks its CTAs load first), `budget` bytes in all. `None` when the budget leaves less
+/// than one 128-byte block per row and split, or when our kernels would not run this GEMM.
+pub(crate) fn l2_prefetch_plan(
+    w: (&CudaStorage, &Layout),
+    m: usize,
+    n: usize,
+    k: usize,
+    budget: usize,
+) -> Result<Option<L2Prefetch>> {
+    let dev = &w.0.device;
+    if budget == 0 || m == 0 || n == 0 || k == 0 || k % BLOCK != 0 || device_caps(dev)?.unusable_reason(Provider::Hopper).is_some() {
+        return Ok(None);
+    }
+    let cfg = hopper_config(dev, m, n, k)?;
+    let kb = num_blocks(k);
+    let split = (cfg.split_k.max(1) as usize).min(kb);
+    let per_split = kb.div_ceil(split) * BLOCK;
+    // Every segment stays inside its row: the last split range may be the shortest.
+    let last = k - (split - 1) * per_split;
+    let seg = (budget / (n * split) / BLOCK * BLOCK).min(per_split).min(last);
+    if seg == 0 {
+        return Ok(None);
+    }
+    let wv = view::<F8E4M3>("the weight", w.0, w.1, n * k)?;
+    let stream = dev.cuda_stream();
+    let (base, _guard) = wv.device_ptr(&stream);
+    Ok(Some(L2Prefetch {
+        base: base as u64,
+        rows: n as i64,
+        row_stride: k as i64,
+        seg_stride: per_split as i64,
+        segs: split as i32,
+        seg_bytes: seg as i32,
+    }))
+}
+
 /// The configurations our kernels are compiled for (`split_k` 0: any split; 1: none), e.g. to
 /// sweep them with [`crate::dispatch::set_config_override`]. Empty in a build without kernels.
 pub fn compiled_configs() -> Vec<GemmConfig> {
