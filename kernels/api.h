@@ -56,22 +56,6 @@ typedef struct fp8gemm_config {
   int32_t num_sms;  // SMs a persistent grid may use (0 = all)
 } fp8gemm_config;
 
-// An L2 warm-up hint for the GEMM that follows a latency-bound kernel (norm, SwiGLU, qk-norm):
-// that kernel issues L2 prefetches (no waiting, no writes) for the weight bytes the GEMM reads
-// first, so HBM streams weights while the small kernel runs. For every row r < rows and segment
-// s < segs it prefetches [base + r * row_stride + s * seg_stride, + seg_bytes). A NULL hint, or
-// one with base == NULL, prefetches nothing. base, row_stride and seg_stride must be multiples
-// of 16 bytes, seg_bytes a positive multiple of 16. Weights are never written by any kernel,
-// so the prefetch may run before the kernel's griddepcontrol.wait.
-typedef struct fp8gemm_l2_prefetch {
-  const void* base;
-  int64_t rows;
-  int64_t row_stride;
-  int64_t seg_stride;
-  int32_t segs;
-  int32_t seg_bytes;
-} fp8gemm_l2_prefetch;
-
 // Human-readable name of a status code (static string).
 const char* fp8gemm_status_string(int32_t status);
 

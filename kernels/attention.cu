@@ -11,7 +11,6 @@
 
 #include "api.h"
 #include "attention.h"
-#include "fp8gemm/l2_prefetch.cuh"
 #include "fp8gemm/launch_pdl.cuh"
 #include "fp8gemm/ptx/cvt.cuh"
 #include "fp8gemm/ptx/tma.cuh"
@@ -46,9 +45,8 @@ __global__ void __launch_bounds__(kThreads) qk_norm_rope_append_kernel(
     const __nv_bfloat16* __restrict__ cos_row, const __nv_bfloat16* __restrict__ sin_row,
     __nv_bfloat16* __restrict__ q_out, __nv_bfloat16* __restrict__ k_cache,
     __nv_bfloat16* __restrict__ v_cache, int64_t batch, int hq, int hkv, int64_t cap,
-    int64_t offset, float eps, const fp8gemm_l2_prefetch next) {
+    int64_t offset, float eps) {
   ptx::griddep_launch_dependents();
-  l2_prefetch_issue(next);  // the o projection's first weight bytes, during the attention
   ptx::griddep_wait();  // qkv is the previous GEMM's output; the caches were written before too
   const int heads = hq + 2 * hkv;
   const int64_t warp = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / 32;
@@ -393,8 +391,7 @@ extern "C" int32_t fp8gemm_qk_norm_rope_append(const void* qkv, const void* qk_n
                                                void* q_out, void* k_cache, void* v_cache,
                                                int64_t batch, int64_t hq, int64_t hkv,
                                                int64_t head_dim, int64_t cap, int64_t offset,
-                                               float eps, const fp8gemm_l2_prefetch* next,
-                                               void* stream) {
+                                               float eps, void* stream) {
   if (head_dim != kHeadDim || batch < 1 || hq < 1 || hkv < 1 || hq % hkv != 0 ||
       hq + 2 * hkv > (1 << 20) || cap < 1 || offset < 0 || offset >= cap)
     return FP8GEMM_ERR_SHAPE;
@@ -403,7 +400,6 @@ extern "C" int32_t fp8gemm_qk_norm_rope_append(const void* qkv, const void* qk_n
   if (misaligned(qkv) || misaligned(qk_norm) || misaligned(cos_row) || misaligned(sin_row) ||
       misaligned(q_out) || misaligned(k_cache) || misaligned(v_cache))
     return FP8GEMM_ERR_ALIGN;
-  if (!fp8gemm::l2_prefetch_ok(next)) return FP8GEMM_ERR_ALIGN;
   const int64_t warps = batch * (hq + 2 * hkv);
   const int64_t blocks = (warps + kThreads / 32 - 1) / (kThreads / 32);
   if (blocks > 0x7fffffff) return FP8GEMM_ERR_SHAPE;
@@ -414,7 +410,7 @@ extern "C" int32_t fp8gemm_qk_norm_rope_append(const void* qkv, const void* qk_n
                     static_cast<const __nv_bfloat16*>(sin_row),
                     static_cast<__nv_bfloat16*>(q_out), static_cast<__nv_bfloat16*>(k_cache),
                     static_cast<__nv_bfloat16*>(v_cache), batch, static_cast<int>(hq),
-                    static_cast<int>(hkv), cap, offset, eps, fp8gemm::l2_prefetch_arg(next));
+                    static_cast<int>(hkv), cap, offset, eps);
 }
 
 extern "C" size_t fp8gemm_decode_attention_workspace_bytes(int64_t batch, int64_t hq,

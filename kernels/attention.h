@@ -18,8 +18,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "api.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -29,13 +27,12 @@ extern "C" {
 // the new token's position; bf16 arithmetic: x1*c - x2*s, x1*s + x2*c) — candle's rms_norm,
 // broadcast_mul and rope_thd rounding points. Normalized q goes to `q_out`; k and v (v
 // unchanged) are written at position `offset` of the caches. Requires head_dim == 128,
-// hq % hkv == 0, 0 <= offset < cap, 16-byte aligned pointers. `next` (may be NULL): an L2
-// warm-up hint for the o-projection GEMM that follows the attention (api.h).
+// hq % hkv == 0, 0 <= offset < cap, 16-byte aligned pointers.
 int32_t fp8gemm_qk_norm_rope_append(const void* qkv, const void* qk_norm, const void* cos_row,
                                     const void* sin_row, void* q_out, void* k_cache,
                                     void* v_cache, int64_t batch, int64_t hq, int64_t hkv,
                                     int64_t head_dim, int64_t cap, int64_t offset, float eps,
-                                    const fp8gemm_l2_prefetch* next, void* stream);
+                                    void* stream);
 
 // Bytes of workspace fp8gemm_decode_attention needs for `splits` position splits (0 when
 // splits <= 1).

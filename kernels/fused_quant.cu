@@ -14,7 +14,6 @@
 #include <cstdint>
 
 #include "api.h"
-#include "fp8gemm/l2_prefetch.cuh"
 #include "fp8gemm/launch_pdl.cuh"
 #include "fp8gemm/ptx/cvt.cuh"
 #include "fused_quant.h"
@@ -81,12 +80,10 @@ __global__ void __launch_bounds__(kThreads)
                              const __nv_bfloat16* __restrict__ residual,
                              const __nv_bfloat16* __restrict__ gamma, const float eps,
                              __nv_bfloat16* __restrict__ x_sum, uint8_t* __restrict__ q,
-                             float* __restrict__ sa, const int64_t m, const int ncols,
-                             const fp8gemm_l2_prefetch next) {
-  // Let a PDL-launched GEMM start its weight prefetch now and warm L2 for it; wait for our
-  // inputs (and for the previous grid to stop reading anything we are about to overwrite).
+                             float* __restrict__ sa, const int64_t m, const int ncols) {
+  // Let a PDL-launched GEMM start its weight prefetch now; wait for our inputs (and for the
+  // previous grid to stop reading anything we are about to overwrite).
   griddep_launch_dependents();
-  l2_prefetch_issue(next);
   griddep_wait();
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -172,10 +169,8 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(256) swiglu_quant_kernel(const __nv_bfloat16* __restrict__ gu,
                                                            uint8_t* __restrict__ q,
                                                            float* __restrict__ sa,
-                                                           const int64_t m, const int64_t inter,
-                                                           const fp8gemm_l2_prefetch next) {
+                                                           const int64_t m, const int64_t inter) {
   griddep_launch_dependents();
-  l2_prefetch_issue(next);
   griddep_wait();
   const int64_t kb = inter / 128;
   const int64_t groups = m * kb;
@@ -240,8 +235,7 @@ constexpr size_t kDefaultSmem = 48 * 1024;
 template <int kThreads>
 int32_t run_add_rmsnorm(const __nv_bfloat16* x, const __nv_bfloat16* residual,
                         const __nv_bfloat16* gamma, float eps, __nv_bfloat16* x_sum, uint8_t* q,
-                        float* sa, int64_t m, int k, const fp8gemm_l2_prefetch& next,
-                        cudaStream_t stream) {
+                        float* sa, int64_t m, int k, cudaStream_t stream) {
   auto kern = fused::add_rmsnorm_quant_kernel<kThreads>;
   const size_t smem = size_t(k) * sizeof(__nv_bfloat16);
   // Static shared memory: s_sum (128 bytes). Rows longer than ~24K columns opt in.
@@ -256,15 +250,14 @@ int32_t run_add_rmsnorm(const __nv_bfloat16* x, const __nv_bfloat16* residual,
       return FP8GEMM_ERR_LAUNCH;
   }
   return launch_pdl(kern, dim3(static_cast<unsigned>(m)), dim3(kThreads), smem, stream, x, residual,
-                    gamma, eps, x_sum, q, sa, m, k, next);
+                    gamma, eps, x_sum, q, sa, m, k);
 }
 
 }  // namespace
 
 extern "C" int32_t fp8gemm_add_rmsnorm_quant(const void* x, const void* residual, const void* gamma,
                                              float eps, void* x_sum_out, uint8_t* q, float* sa,
-                                             int64_t m, int64_t k,
-                                             const fp8gemm_l2_prefetch* next, void* stream) {
+                                             int64_t m, int64_t k, void* stream) {
   // Grid: one CTA per row (gridDim.x < 2^31); the kernel indexes columns with int.
   if (m < 1 || m > 0x7fffffff || k < 128 || k % 128 != 0 || k > (int64_t(1) << 24))
     return FP8GEMM_ERR_SHAPE;
@@ -272,30 +265,26 @@ extern "C" int32_t fp8gemm_add_rmsnorm_quant(const void* x, const void* residual
   if (misaligned(x) || misaligned(gamma) || misaligned(q) || misaligned(sa) ||
       (residual && (misaligned(residual) || misaligned(x_sum_out))))
     return FP8GEMM_ERR_ALIGN;
-  if (!l2_prefetch_ok(next)) return FP8GEMM_ERR_ALIGN;
-  const fp8gemm_l2_prefetch hint = l2_prefetch_arg(next);
   const auto* xb = static_cast<const __nv_bfloat16*>(x);
   const auto* rb = static_cast<const __nv_bfloat16*>(residual);
   const auto* gb = static_cast<const __nv_bfloat16*>(gamma);
   auto* sb = residual ? static_cast<__nv_bfloat16*>(x_sum_out) : nullptr;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   // candle's rmsnorm block size: 32 threads below 1024 columns, else 1024.
-  if (k < 1024) return run_add_rmsnorm<32>(xb, rb, gb, eps, sb, q, sa, m, static_cast<int>(k), hint, s);
-  return run_add_rmsnorm<1024>(xb, rb, gb, eps, sb, q, sa, m, static_cast<int>(k), hint, s);
+  if (k < 1024) return run_add_rmsnorm<32>(xb, rb, gb, eps, sb, q, sa, m, static_cast<int>(k), s);
+  return run_add_rmsnorm<1024>(xb, rb, gb, eps, sb, q, sa, m, static_cast<int>(k), s);
 }
 
 extern "C" int32_t fp8gemm_swiglu_quant(const void* gu, int64_t m, int64_t inter, uint8_t* q,
-                                        float* sa, const fp8gemm_l2_prefetch* next,
-                                        void* stream) {
+                                        float* sa, void* stream) {
   if (m < 1 || inter < 128 || inter % 128 != 0) return FP8GEMM_ERR_SHAPE;
   if (!gu || !q || !sa) return FP8GEMM_ERR_ALIGN;
   if (misaligned(gu) || misaligned(q) || misaligned(sa)) return FP8GEMM_ERR_ALIGN;
-  if (!l2_prefetch_ok(next)) return FP8GEMM_ERR_ALIGN;
   // 16 groups per 256-thread CTA, capped like quant.cu (the kernel grid-strides).
   const int64_t groups = m * (inter / 128);
   int64_t blocks = (groups + 15) / 16;
   if (blocks > 132 * 32) blocks = 132 * 32;
   return launch_pdl(fused::swiglu_quant_kernel, dim3(static_cast<unsigned>(blocks)), dim3(256), 0,
                     static_cast<cudaStream_t>(stream), static_cast<const __nv_bfloat16*>(gu), q, sa,
-                    m, inter, l2_prefetch_arg(next));
+                    m, inter);
 }

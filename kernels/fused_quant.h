@@ -7,14 +7,11 @@
 // memory. Their outputs q / sa follow the activation contract of fp8gemm_quantize_act
 // (api.h): q [m, k] e4m3 row-major, sa [k/128][round_up(m, 4)] f32 MN-major; the padding rows
 // of sa (m .. m_pad) are written as zeros, so sa needs no memset. All bf16 tensors are
-// row-major and contiguous; every pointer must be 16-byte aligned. `next` (may be NULL): an L2
-// warm-up hint for the GEMM that consumes q / sa (api.h fp8gemm_l2_prefetch).
+// row-major and contiguous; every pointer must be 16-byte aligned.
 #pragma once
 
 #include <stddef.h>
 #include <stdint.h>
-
-#include "api.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,13 +25,13 @@ extern "C" {
 // shared memory (k <= ~116K on H100/H200).
 int32_t fp8gemm_add_rmsnorm_quant(const void* x, const void* residual, const void* gamma,
                                   float eps, void* x_sum_out, uint8_t* q, float* sa, int64_t m,
-                                  int64_t k, const fp8gemm_l2_prefetch* next, void* stream);
+                                  int64_t k, void* stream);
 
 // gu: bf16 [m, 2 * inter], gate = columns [0, inter), up = [inter, 2 * inter).
 // a = bf16(bf16(silu(gate)) * up)   (bit-identical to candle 0.11's bf16 silu then mul)
 // q, sa = quantize(a) with k = inter. Requires m >= 1, inter % 128 == 0.
 int32_t fp8gemm_swiglu_quant(const void* gu, int64_t m, int64_t inter, uint8_t* q, float* sa,
-                             const fp8gemm_l2_prefetch* next, void* stream);
+                             void* stream);
 
 #ifdef __cplusplus
 }

@@ -7,7 +7,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <mutex>
 
 #include "api.h"
@@ -65,8 +64,6 @@ int device_info(DeviceInfo* out, int* device) {
   if (out->major != 9 || out->minor != 0) return FP8GEMM_ERR_DEVICE;
   return FP8GEMM_OK;
 }
-
-constexpr size_t kDefaultL2WarmMB = 0;
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
@@ -167,21 +164,6 @@ int make_tmap_2d(CUtensorMap* map, bool f32, const void* base, uint64_t inner, u
           swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? FP8GEMM_OK : FP8GEMM_ERR_TMA;
-}
-
-// L2 warm-up budget. Default: measured on the H200 (docs/PERF.md, "L2 warm-up"); the
-// environment variable FP8GEMM_L2_WARM_MB overrides it (0 turns the warm-up off).
-size_t l2_warm_budget_bytes() {
-  static const size_t bytes = [] {
-    size_t mb = kDefaultL2WarmMB;
-    if (const char* v = std::getenv("FP8GEMM_L2_WARM_MB")) {
-      char* end = nullptr;
-      const unsigned long long x = std::strtoull(v, &end, 10);
-      if (end != v && *end == '\0' && x <= 1024) mb = static_cast<size_t>(x);
-    }
-    return mb << 20;
-  }();
-  return bytes;
 }
 
 bool raise_smem_limit_once(const void* func, std::atomic<uint64_t>& done_mask, int device,

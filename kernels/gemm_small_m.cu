@@ -9,11 +9,6 @@ const ConfigEntry* small_m_configs(int* count) {
       {FP8GEMM_KIND_SMALL_M, 64, 32, 8, true, &run_sm90_fp8_gemm<SmallM<32, 8>>, true},
       {FP8GEMM_KIND_SMALL_M, 64, 64, 8, true, &run_sm90_fp8_gemm<SmallM<64, 8>>, true},
       {FP8GEMM_KIND_SMALL_M, 64, 128, 6, true, &run_sm90_fp8_gemm<SmallM<128, 6>>, true},
-      // Deep rings (~195 KB, one CTA per SM): more K blocks in flight per CTA for M = 32..256,
-      // where a CTA's throughput is stages / load latency.
-      {FP8GEMM_KIND_SMALL_M, 64, 32, 16, true, &run_sm90_fp8_gemm<SmallM<32, 16>>, true},
-      {FP8GEMM_KIND_SMALL_M, 64, 64, 12, true, &run_sm90_fp8_gemm<SmallM<64, 12>>, true},
-      {FP8GEMM_KIND_SMALL_M, 64, 128, 8, true, &run_sm90_fp8_gemm<SmallM<128, 8>>, true},
   };
   *count = sizeof(kConfigs) / sizeof(kConfigs[0]);
   return kConfigs;

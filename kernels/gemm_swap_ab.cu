@@ -11,11 +11,6 @@ const ConfigEntry* swap_ab_configs(int* count) {
       {FP8GEMM_KIND_SWAP_AB, 16, 64, 8, true, &run_sm90_fp8_gemm<SwapAB<16, 8>>, true},
       {FP8GEMM_KIND_SWAP_AB, 32, 64, 8, true, &run_sm90_fp8_gemm<SwapAB<32, 8>>, true},
       {FP8GEMM_KIND_SWAP_AB, 64, 64, 8, true, &run_sm90_fp8_gemm<SwapAB<64, 8>>, true},
-      // Deeper rings that still fit two CTAs per SM (8 tokens: 12 stages, ~111 KB; 16: 10, ~104 KB);
-      // 32 tokens: 16 stages, one CTA per SM.
-      {FP8GEMM_KIND_SWAP_AB, 8, 64, 12, true, &run_sm90_fp8_gemm<SwapAB<8, 12>>, true},
-      {FP8GEMM_KIND_SWAP_AB, 16, 64, 10, true, &run_sm90_fp8_gemm<SwapAB<16, 10>>, true},
-      {FP8GEMM_KIND_SWAP_AB, 32, 64, 16, true, &run_sm90_fp8_gemm<SwapAB<32, 16>>, true},
   };
   *count = sizeof(kConfigs) / sizeof(kConfigs[0]);
   return kConfigs;

@@ -50,29 +50,11 @@ pub fn add_rmsnorm_quantize(
     gamma: &Tensor,
     eps: f32,
 ) -> Result<(Option<Tensor>, Tensor, Tensor)> {
-    add_rmsnorm_quantize_for(x, residual, gamma, eps, None)
-}
-
-/// [`add_rmsnorm_quantize`] whose kernel also warms L2 with the first weight bytes of `next`,
-/// the layer that consumes `(qa, sa)` (CUDA kernel path only; same results).
-pub(crate) fn add_rmsnorm_quantize_for(
-    x: &Tensor,
-    residual: Option<&Tensor>,
-    gamma: &Tensor,
-    eps: f32,
-    next: Option<&crate::Fp8BlockLinear>,
-) -> Result<(Option<Tensor>, Tensor, Tensor)> {
     let (m, k) = check_add_rmsnorm(x, residual, gamma)?;
     #[cfg(feature = "cuda")]
     if kernel_eligible("add_rmsnorm_quantize", x, k, &[Some(x), residual, Some(gamma)])? {
-        let hint = match next {
-            Some(l) => l.l2_prefetch_hint(m)?,
-            None => None,
-        };
-        return cuda::add_rmsnorm_quantize(x, residual, gamma, eps, m, k, hint.as_ref());
+        return cuda::add_rmsnorm_quantize(x, residual, gamma, eps, m, k);
     }
-    #[cfg(not(feature = "cuda"))]
-    let _ = next;
     let h = residual.map(|r| x + r).transpose()?;
     let y = if m == 0 {
         Tensor::zeros((0, k), x.dtype(), x.device())?
@@ -98,23 +80,11 @@ pub(crate) fn add_rmsnorm_quantize_for(
 /// # Ok(()) }
 /// ```
 pub fn swiglu_quantize(gate_up: &Tensor) -> Result<(Tensor, Tensor)> {
-    swiglu_quantize_for(gate_up, None)
-}
-
-/// [`swiglu_quantize`] whose kernel also warms L2 with the first weight bytes of `next`, the
-/// layer that consumes `(qa, sa)` (CUDA kernel path only; same results).
-pub(crate) fn swiglu_quantize_for(gate_up: &Tensor, next: Option<&crate::Fp8BlockLinear>) -> Result<(Tensor, Tensor)> {
     let (m, inter) = check_swiglu(gate_up)?;
     #[cfg(feature = "cuda")]
     if kernel_eligible("swiglu_quantize", gate_up, inter, &[Some(gate_up)])? {
-        let hint = match next {
-            Some(l) => l.l2_prefetch_hint(m)?,
-            None => None,
-        };
-        return cuda::swiglu_quantize(gate_up, m, inter, hint.as_ref());
+        return cuda::swiglu_quantize(gate_up, m, inter);
     }
-    #[cfg(not(feature = "cuda"))]
-    let _ = next;
     let a = if m == 0 {
         Tensor::zeros((0, inter), gate_up.dtype(), gate_up.device())?
     } else {
@@ -236,7 +206,6 @@ fn log_fallback_once(what: &str, why: &str) {
 
 #[cfg(feature = "cuda")]
 mod cuda {
-    use crate::cuda::L2Prefetch;
     use crate::format::{act_scale_m_stride, num_blocks};
     use crate::quant::act_scales_view;
     use candle_core::cuda_backend::CudaStorage;
@@ -266,7 +235,6 @@ mod cuda {
         eps: f32,
         m: usize,
         k: usize,
-        next: Option<&L2Prefetch>,
     ) -> Result<(Option<Tensor>, Tensor, Tensor)> {
         let (sum, q, s) = {
             let (xs, xl) = x.storage_and_layout();
@@ -276,15 +244,15 @@ mod cuda {
                 Some((st, l)) => Some((cuda("residual", st)?, *l)),
                 None => None,
             };
-            crate::cuda::fused::add_rmsnorm_quantize((cuda("x", &xs)?, xl), r, (cuda("gamma", &gs)?, gl), eps, m, k, next)?
+            crate::cuda::fused::add_rmsnorm_quantize((cuda("x", &xs)?, xl), r, (cuda("gamma", &gs)?, gl), eps, m, k)?
         };
         Ok((sum.map(|s| wrap(s, (m, k))), wrap(q, (m, k)), scales(s, m, k)?))
     }
 
-    pub(super) fn swiglu_quantize(gate_up: &Tensor, m: usize, inter: usize, next: Option<&L2Prefetch>) -> Result<(Tensor, Tensor)> {
+    pub(super) fn swiglu_quantize(gate_up: &Tensor, m: usize, inter: usize) -> Result<(Tensor, Tensor)> {
         let (q, s) = {
             let (gs, gl) = gate_up.storage_and_layout();
-            crate::cuda::fused::swiglu_quantize((cuda("gate_up", &gs)?, gl), m, inter, next)?
+            crate::cuda::fused::swiglu_quantize((cuda("gate_up", &gs)?, gl), m, inter)?
         };
         Ok((wrap(q, (m, inter)), scales(s, m, inter)?))
     }

@@ -282,20 +282,6 @@ impl Fp8BlockLinear {
         Ok(self.provider()? != Provider::Dequant)
     }
 
-    /// The L2 warm-up hint for this layer's GEMM on `m` tokens (the kernel that produces its
-    /// input issues it): `None` at prefill sizes (M > 64), off the CUDA kernel path, or with a
-    /// zero budget (`FP8_L2_PREFETCH_MB=0`).
-    #[cfg(feature = "cuda")]
-    pub(crate) fn l2_prefetch_hint(&self, m: usize) -> Result<Option<crate::cuda::L2Prefetch>> {
-        if m > 64 || !self.weight.device().is_cuda() || self.provider()? != Provider::Hopper {
-            return Ok(None);
-        }
-        let (n, k) = (self.out_dim(), self.in_dim());
-        let (st, layout) = self.weight.storage_and_layout();
-        let candle_core::Storage::Cuda(cs) = &*st else { return Ok(None) };
-        crate::cuda::l2_prefetch_plan((cs, layout), m, n, k, crate::cuda::l2_prefetch_budget())
-    }
-
     /// The layer on an activation that is already quantized: `qa` e4m3 `[M, K]` and `sa` f32
     /// `[M, ceil(K/128)]` with strides `(1, round_up(M, 4))`, as returned by
     /// [`quant::quantize_activation`] or the fused producers in [`crate::fused`]. Returns bf16

@@ -50,7 +50,6 @@ mod sys {
             cap: i64,
             offset: i64,
             eps: f32,
-            next: *const crate::cuda::L2Prefetch,
             stream: *mut c_void,
         ) -> i32;
         pub fn fp8gemm_decode_attention_workspace_bytes(batch: i64, hq: i64, splits: i64) -> usize;
@@ -96,7 +95,6 @@ mod sys {
         _: i64,
         _: i64,
         _: f32,
-        _: *const crate::cuda::L2Prefetch,
         _: *mut c_void,
     ) -> i32 {
         FP8GEMM_ERR_CONFIG
@@ -246,24 +244,6 @@ pub fn qk_norm_rope_append(
     num_kv_heads: usize,
     eps: f32,
 ) -> Result<Tensor> {
-    qk_norm_rope_append_hinted(qkv, qk_norm, cos, sin, k_cache, v_cache, offset, num_heads, num_kv_heads, eps, None)
-}
-
-/// [`qk_norm_rope_append`] that also warms L2 for the o-projection GEMM (`next`).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn qk_norm_rope_append_hinted(
-    qkv: &Tensor,
-    qk_norm: &Tensor,
-    cos: &Tensor,
-    sin: &Tensor,
-    k_cache: &Tensor,
-    v_cache: &Tensor,
-    offset: usize,
-    num_heads: usize,
-    num_kv_heads: usize,
-    eps: f32,
-    next: Option<&super::L2Prefetch>,
-) -> Result<Tensor> {
     let (hq, hkv) = (num_heads, num_kv_heads);
     if hq == 0 || hkv == 0 || hq % hkv != 0 {
         bail!("candle-fp8 qk_norm_rope_append: num_heads {hq} must be a non-zero multiple of num_kv_heads {hkv}")
@@ -380,7 +360,6 @@ pub(crate) fn qk_norm_rope_append_hinted(
                     cap as i64,
                     offset as i64,
                     eps,
-                    next.map_or(std::ptr::null(), |h| h as *const super::L2Prefetch),
                     raw_stream(&dev),
                 )
             };

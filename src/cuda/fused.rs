@@ -13,7 +13,7 @@ use candle_core::cuda_backend::CudaStorage;
 use candle_core::{bail, Layout, Result};
 use half::bf16;
 
-use super::{act_scale_len, ffi, raw_stream, require_contiguous, view, L2Prefetch};
+use super::{act_scale_len, ffi, raw_stream, require_contiguous, view};
 use crate::format::{BLOCK, F8E4M3};
 
 #[cfg(fp8gemm_kernels)]
@@ -31,7 +31,6 @@ mod sys {
             sa: *mut f32,
             m: i64,
             k: i64,
-            next: *const L2Prefetch,
             stream: *mut c_void,
         ) -> i32;
         pub fn fp8gemm_swiglu_quant(
@@ -40,7 +39,6 @@ mod sys {
             inter: i64,
             q: *mut u8,
             sa: *mut f32,
-            next: *const L2Prefetch,
             stream: *mut c_void,
         ) -> i32;
     }
@@ -61,7 +59,6 @@ mod sys {
         _: *mut f32,
         _: i64,
         _: i64,
-        _: *const L2Prefetch,
         _: *mut c_void,
     ) -> i32 {
         ffi::FP8GEMM_ERR_CONFIG
@@ -72,7 +69,6 @@ mod sys {
         _: i64,
         _: *mut u8,
         _: *mut f32,
-        _: *const L2Prefetch,
         _: *mut c_void,
     ) -> i32 {
         ffi::FP8GEMM_ERR_CONFIG
@@ -104,8 +100,6 @@ fn check_shape(what: &str, m: usize, k: usize) -> Result<()> {
 /// `(x + residual, q, sa)`: residual add (when `residual` is given), RMSNorm with `gamma` and
 /// activation quantization in one launch. All inputs bf16 and contiguous: `x`, `residual`
 /// `[m, k]`, `gamma` `[k]`; `k % 128 == 0`. The sum is returned only when `residual` is given.
-/// `next`: L2 warm-up for the GEMM that consumes `(q, sa)`.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn add_rmsnorm_quantize(
     x: (&CudaStorage, &Layout),
     residual: Option<(&CudaStorage, &Layout)>,
@@ -113,7 +107,6 @@ pub(crate) fn add_rmsnorm_quantize(
     eps: f32,
     m: usize,
     k: usize,
-    next: Option<&L2Prefetch>,
 ) -> Result<(Option<CudaStorage>, CudaStorage, CudaStorage)> {
     check_shape("add_rmsnorm_quantize", m, k)?;
     require_contiguous("x", x.1)?;
@@ -161,7 +154,6 @@ pub(crate) fn add_rmsnorm_quantize(
                 sa_ptr as *mut f32,
                 m as i64,
                 k as i64,
-                next.map_or(std::ptr::null(), |h| h as *const L2Prefetch),
                 raw_stream(dev),
             )
         };
@@ -175,13 +167,11 @@ pub(crate) fn add_rmsnorm_quantize(
 }
 
 /// `(q, sa)` of `bf16(silu(gate)) * up` where `gu` is bf16 contiguous `[m, 2 * inter]` (gate =
-/// the first `inter` columns), `inter % 128 == 0`, in one launch. `next`: L2 warm-up for the
-/// GEMM that consumes `(q, sa)`.
+/// the first `inter` columns), `inter % 128 == 0`, in one launch.
 pub(crate) fn swiglu_quantize(
     gu: (&CudaStorage, &Layout),
     m: usize,
     inter: usize,
-    next: Option<&L2Prefetch>,
 ) -> Result<(CudaStorage, CudaStorage)> {
     check_shape("swiglu_quantize", m, inter)?;
     require_contiguous("gate_up", gu.1)?;
@@ -200,7 +190,6 @@ pub(crate) fn swiglu_quantize(
                 inter as i64,
                 q_ptr as *mut u8,
                 sa_ptr as *mut f32,
-                next.map_or(std::ptr::null(), |h| h as *const L2Prefetch),
                 raw_stream(dev),
             )
         };

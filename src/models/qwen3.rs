@@ -265,14 +265,6 @@ enum Proj {
 }
 
 impl Proj {
-    /// The one FP8 GEMM of a fused projection (the target of an L2 warm-up hint).
-    fn fused_fp8(&self) -> Option<&crate::Fp8BlockLinear> {
-        match self {
-            Proj::Fused(AnyLinear::Fp8(l), _) => Some(l),
-            _ => None,
-        }
-    }
-
     /// Fuses `parts` when `fuse` and possible (all FP8 with 128-aligned N except the last, or
     /// all dense of one dtype), else keeps them split.
     fn build(parts: Vec<AnyLinear>, fuse: bool) -> Result<Self> {
@@ -522,8 +514,7 @@ impl DecoderLayer {
     /// [`add_rmsnorm_quantize`]: crate::fused::add_rmsnorm_quantize
     fn input_normed(&self, x: &Tensor, pending: Option<&Tensor>, fused: bool, eps: f32) -> Result<(Tensor, Normed)> {
         if fused {
-            let next = self.qkv.fused_fp8();
-            let (sum, qa, sa) = crate::fused::add_rmsnorm_quantize_for(x, pending, &self.input_norm, eps, next)?;
+            let (sum, qa, sa) = crate::fused::add_rmsnorm_quantize(x, pending, &self.input_norm, eps)?;
             let normed = Normed::Quantized { qa, sa, dtype: x.dtype() };
             return Ok((sum.unwrap_or_else(|| x.clone()), normed));
         }
@@ -543,11 +534,10 @@ impl DecoderLayer {
             bail!("Qwen3: the fused MLP path needs FP8 gate/up (one GEMM) and down layers")
         };
         let dtype = x.dtype();
-        // Each fused kernel also warms L2 with the first weight bytes of the GEMM after it.
-        let (sum, qa, sa) = crate::fused::add_rmsnorm_quantize_for(x, Some(o), &self.post_norm, eps, Some(gate_up))?;
+        let (sum, qa, sa) = crate::fused::add_rmsnorm_quantize(x, Some(o), &self.post_norm, eps)?;
         let x = sum.ok_or_else(|| candle_core::Error::Msg("add_rmsnorm_quantize returned no sum".into()))?;
         let gu = gate_up.forward_quantized(&qa, &sa)?.to_dtype(dtype)?;
-        let (qa, sa) = crate::fused::swiglu_quantize_for(&gu, Some(down))?;
+        let (qa, sa) = crate::fused::swiglu_quantize(&gu)?;
         Ok((x, Some(down.forward_quantized(&qa, &sa)?.to_dtype(dtype)?)))
     }
 
@@ -647,9 +637,7 @@ impl DecoderLayer {
         };
         cache.reserve((b, hkv, 1, d), DType::BF16, xn.device(), offset, capacity_hint)?;
         let (kc, vc) = (cache.k.as_ref().unwrap(), cache.v.as_ref().unwrap());
-        // The qk-norm kernel warms L2 for the o projection while the attention runs.
-        let hint = o.l2_prefetch_hint(b)?;
-        let q = attn::qk_norm_rope_append_hinted(&qkv.contiguous()?, &self.qk_norm, rope.0, rope.1, kc, vc, offset, hq, hkv, eps, hint.as_ref())?;
+        let q = attn::qk_norm_rope_append(&qkv.contiguous()?, &self.qk_norm, rope.0, rope.1, kc, vc, offset, hq, hkv, eps)?;
         cache.len = offset + 1;
         let (qa, sa) = attn::decode_attention_quant(&q, kc, vc, offset + 1)?;
         Ok(Some(o.forward_quantized(&qa, &sa)?))

@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(kThreads) splitk_reduce_kernel(const float* __
                                                             __nv_bfloat16* __restrict__ y,
                                                             int64_t count, int splits) {
   // Let the next kernel launch now (it waits for our completion before reading y): keeps the
-  // chain of early launches going, so the GEMM after it can warm its weights during us.
+  // chain of early launches going, so the GEMM after it can fill its ring during us.
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");  // the GEMM's partials are complete
   const int64_t n4 = count / 4;

@@ -33,9 +33,6 @@ int make_tmap_2d(CUtensorMap* map, bool f32, const void* base, uint64_t inner, u
                  uint64_t row_stride_bytes, uint32_t box_inner, uint32_t box_outer, bool swizzle128);
 bool raise_smem_limit_once(const void* func, std::atomic<uint64_t>& done_mask, int device,
                            size_t bytes);
-// Bytes of weights the resident CTAs of one launch may prefetch into L2 before they wait for
-// the previous kernel (FP8GEMM_L2_WARM_MB, read once; see gemm.cu).
-size_t l2_warm_budget_bytes();
 
 using RunFn = int (*)(const GemmArgs&);
 
@@ -102,30 +99,6 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
     static std::atomic<uint64_t> done[3] = {{0}, {0}, {0}};
     if (!raise_smem_limit_once(reinterpret_cast<const void*>(kern), done[mode], a.device, a.smem_optin))
       return FP8GEMM_ERR_LAUNCH;
-  }
-
-  // L2 warm-up: while the kernels before us run (latency-bound at decode sizes), the CTAs that
-  // are already resident prefetch their next weight blocks into L2. The budget is split over
-  // the CTAs of the first wave; the persistent (compute-bound) schedule does not warm.
-  p.l2_warm_kb = 0;
-  if (!T::kPersistent) {
-    static std::atomic<int> per_sm[64];
-    int occ = per_sm[a.device & 63].load(std::memory_order_relaxed);
-    if (occ == 0) {
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, T::kThreads, smem) != cudaSuccess ||
-          occ < 1) {
-        (void)cudaGetLastError();
-        occ = 1;
-      }
-      per_sm[a.device & 63].store(occ, std::memory_order_relaxed);
-    }
-    const int64_t ctas = static_cast<int64_t>(p.shape.tiles_rows) * p.shape.tiles_cols * a.split;
-    int64_t resident = static_cast<int64_t>(a.grid_limit) * occ;
-    if (ctas < resident) resident = ctas;
-    const int64_t per_cta_kb = static_cast<int64_t>(l2_warm_budget_bytes()) /
-                               (resident * static_cast<int64_t>(kWBox) * kBlockK);
-    const int64_t warm = per_cta_kb - T::kStages;  // the ring itself is filled anyway
-    p.l2_warm_kb = static_cast<int>(warm < 0 ? 0 : (warm > kb_total ? kb_total : warm));
   }
 
   // Programmatic dependent launch: our prologue may overlap the previous kernel's tail (the

@@ -29,7 +29,6 @@ struct GemmParams {
   int kb_total;    // k / 128 = row stride of sw
   int nb_total;    // ceil(n / 128) = rows of sw
   TileShape shape; // tiles in MMA space, K split
-  int l2_warm_kb;  // weight K blocks per CTA prefetched into L2 past the ring before griddep_wait
 };
 
 // Traits every schedule provides:
@@ -142,14 +141,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
             ptx::mbarrier_arrive_expect_tx(ring.full(w_st.stage), Ring::kTxBytes);
             load_w(w_st.stage, kb + i);
             w_st.advance();
-          }
-          // Then warm L2 with the tile's next weight blocks: at decode sizes the kernels before
-          // us (norms, attention, reductions) are latency-bound and leave HBM idle. Weights are
-          // never written by any kernel, so this may run before griddep_wait.
-          const int warm_end = min(tile.kb1, kb + pre + p.l2_warm_kb);
-          for (int j = kb + pre; j < warm_end; ++j) {
-            if constexpr (T::kSwapAB) ptx::tma_prefetch_l2_2d(&tmap_a, j * kBlockK, tile.row0);
-            else ptx::tma_prefetch_l2_2d(&tmap_b, j * kBlockK, tile.col0);
           }
           ptx::griddep_wait();
           waited = true;
