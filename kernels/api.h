@@ -80,6 +80,22 @@ int32_t fp8gemm_gemm(const uint8_t* qa, const float* sa, const uint8_t* w, const
                      void* y, int64_t m, int64_t n, int64_t k, const fp8gemm_config* cfg,
                      void* workspace, size_t workspace_bytes, void* stream);
 
+// fp8gemm_gemm without the split-K reduction: when the configuration reduces through the
+// workspace (fp8gemm_workspace_bytes() > 0), the kernel leaves the f32 partial sums there,
+// laid out [splits][m][n] with splits = bytes / (4 m n), and nothing else is launched; the
+// consumer adds them in split order (as fp8gemm_reduce_partials does) — on the decode path that
+// is the next fused kernel, one launch fewer. `y` may be NULL in that case; otherwise y is
+// written exactly as by fp8gemm_gemm.
+int32_t fp8gemm_gemm_unreduced(const uint8_t* qa, const float* sa, const uint8_t* w,
+                               const float* sw, void* y, int64_t m, int64_t n, int64_t k,
+                               const fp8gemm_config* cfg, void* workspace, size_t workspace_bytes,
+                               void* stream);
+
+// y[m, n] (bf16) = bf16(sum over s of partials[s][m][n]), added in split order: the reduction
+// fp8gemm_gemm runs after a workspace split. n % 16 == 0, 16-byte aligned pointers.
+int32_t fp8gemm_reduce_partials(const float* partials, void* y, int64_t m, int64_t n,
+                                int32_t splits, void* stream);
+
 // Dequantize a blocked-FP8 weight to bf16: out[n][k] = w[n][k] * sw[n/128][k/128]
 // (any n, k; partial blocks allowed). Used by the dequant provider.
 int32_t fp8gemm_dequant_weight(const uint8_t* w, const float* sw, void* out, int64_t n,

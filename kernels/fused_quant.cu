@@ -67,6 +67,30 @@ __device__ __forceinline__ void quantize_group(const float (&v)[8], bool valid, 
   }
 }
 
+// Eight bf16 values of a split-K GEMM output that was left unreduced: its f32 partials
+// [splits][count] at element `i` (a multiple of 8), added in split order and rounded once —
+// splitk_reduce_kernel's result (epilogue.cuh), bit for bit.
+__device__ __forceinline__ uint4 reduce_partials8(const float* __restrict__ p, int splits,
+                                                  int64_t count, int64_t i) {
+  float4 lo = *reinterpret_cast<const float4*>(p + i);
+  float4 hi = *reinterpret_cast<const float4*>(p + i + 4);
+  for (int s = 1; s < splits; ++s) {
+    const float4 l = *reinterpret_cast<const float4*>(p + s * count + i);
+    const float4 h = *reinterpret_cast<const float4*>(p + s * count + i + 4);
+    lo.x += l.x;
+    lo.y += l.y;
+    lo.z += l.z;
+    lo.w += l.w;
+    hi.x += h.x;
+    hi.y += h.y;
+    hi.z += h.z;
+    hi.w += h.w;
+  }
+  __nv_bfloat162 r[4] = {__floats2bfloat162_rn(lo.x, lo.y), __floats2bfloat162_rn(lo.z, lo.w),
+                         __floats2bfloat162_rn(hi.x, hi.y), __floats2bfloat162_rn(hi.z, hi.w)};
+  return *reinterpret_cast<const uint4*>(r);
+}
+
 // One CTA per row, kThreads = candle's rmsnorm block size for this k (32 when k < 1024, else
 // 1024), so that every thread's partial sum of squares covers the same columns in the same
 // order as candle's, and the two butterfly reductions match too.
@@ -80,7 +104,8 @@ __global__ void __launch_bounds__(kThreads)
                              const __nv_bfloat16* __restrict__ residual,
                              const __nv_bfloat16* __restrict__ gamma, const float eps,
                              __nv_bfloat16* __restrict__ x_sum, uint8_t* __restrict__ q,
-                             float* __restrict__ sa, const int64_t m, const int ncols) {
+                             float* __restrict__ sa, const int64_t m, const int ncols,
+                             const float* __restrict__ rpart, const int splits) {
   // Let a PDL-launched GEMM start its weight prefetch now; wait for our inputs (and for the
   // previous grid to stop reading anything we are about to overwrite).
   griddep_launch_dependents();
@@ -98,8 +123,9 @@ __global__ void __launch_bounds__(kThreads)
   // 1. h, 8 values per step. __hadd2 on bf16x2 is what candle's vectorized badd_bf16 runs.
   for (int v = tid; v < nvec; v += kThreads) {
     uint4 a = reinterpret_cast<const uint4*>(x + base)[v];
-    if (residual != nullptr) {
-      const uint4 b = reinterpret_cast<const uint4*>(residual + base)[v];
+    if (residual != nullptr || rpart != nullptr) {
+      const uint4 b = rpart != nullptr ? reduce_partials8(rpart, splits, m * ncols, base + 8 * v)
+                                       : reinterpret_cast<const uint4*>(residual + base)[v];
       __nv_bfloat162* a2 = reinterpret_cast<__nv_bfloat162*>(&a);
       const __nv_bfloat162* b2 = reinterpret_cast<const __nv_bfloat162*>(&b);
 #pragma unroll
@@ -235,7 +261,8 @@ constexpr size_t kDefaultSmem = 48 * 1024;
 template <int kThreads>
 int32_t run_add_rmsnorm(const __nv_bfloat16* x, const __nv_bfloat16* residual,
                         const __nv_bfloat16* gamma, float eps, __nv_bfloat16* x_sum, uint8_t* q,
-                        float* sa, int64_t m, int k, cudaStream_t stream) {
+                        float* sa, int64_t m, int k, const float* rpart, int splits,
+                        cudaStream_t stream) {
   auto kern = fused::add_rmsnorm_quant_kernel<kThreads>;
   const size_t smem = size_t(k) * sizeof(__nv_bfloat16);
   // Static shared memory: s_sum (128 bytes). Rows longer than ~24K columns opt in.
@@ -250,29 +277,49 @@ int32_t run_add_rmsnorm(const __nv_bfloat16* x, const __nv_bfloat16* residual,
       return FP8GEMM_ERR_LAUNCH;
   }
   return launch_pdl(kern, dim3(static_cast<unsigned>(m)), dim3(kThreads), smem, stream, x, residual,
-                    gamma, eps, x_sum, q, sa, m, k);
+                    gamma, eps, x_sum, q, sa, m, k, rpart, splits);
 }
 
 }  // namespace
 
-extern "C" int32_t fp8gemm_add_rmsnorm_quant(const void* x, const void* residual, const void* gamma,
-                                             float eps, void* x_sum_out, uint8_t* q, float* sa,
-                                             int64_t m, int64_t k, void* stream) {
+// Both entry points: the residual is bf16 `residual`, or the f32 split-K partials `rpart`
+// ([splits][m][k]), or absent (both NULL).
+static int32_t add_rmsnorm_entry(const void* x, const void* residual, const float* rpart,
+                                 int32_t splits, const void* gamma, float eps, void* x_sum_out,
+                                 uint8_t* q, float* sa, int64_t m, int64_t k, void* stream) {
   // Grid: one CTA per row (gridDim.x < 2^31); the kernel indexes columns with int.
   if (m < 1 || m > 0x7fffffff || k < 128 || k % 128 != 0 || k > (int64_t(1) << 24))
     return FP8GEMM_ERR_SHAPE;
-  if (!x || !gamma || !q || !sa || (residual && !x_sum_out)) return FP8GEMM_ERR_ALIGN;
+  const bool adds = residual != nullptr || rpart != nullptr;
+  if (rpart != nullptr && (splits < 1 || splits > 64)) return FP8GEMM_ERR_SHAPE;
+  if (!x || !gamma || !q || !sa || (adds && !x_sum_out)) return FP8GEMM_ERR_ALIGN;
   if (misaligned(x) || misaligned(gamma) || misaligned(q) || misaligned(sa) ||
-      (residual && (misaligned(residual) || misaligned(x_sum_out))))
+      (adds && misaligned(x_sum_out)) || (residual && misaligned(residual)) ||
+      (rpart && misaligned(rpart)))
     return FP8GEMM_ERR_ALIGN;
   const auto* xb = static_cast<const __nv_bfloat16*>(x);
   const auto* rb = static_cast<const __nv_bfloat16*>(residual);
   const auto* gb = static_cast<const __nv_bfloat16*>(gamma);
-  auto* sb = residual ? static_cast<__nv_bfloat16*>(x_sum_out) : nullptr;
+  auto* sb = adds ? static_cast<__nv_bfloat16*>(x_sum_out) : nullptr;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int kk = static_cast<int>(k);
   // candle's rmsnorm block size: 32 threads below 1024 columns, else 1024.
-  if (k < 1024) return run_add_rmsnorm<32>(xb, rb, gb, eps, sb, q, sa, m, static_cast<int>(k), s);
-  return run_add_rmsnorm<1024>(xb, rb, gb, eps, sb, q, sa, m, static_cast<int>(k), s);
+  if (k < 1024) return run_add_rmsnorm<32>(xb, rb, gb, eps, sb, q, sa, m, kk, rpart, splits, s);
+  return run_add_rmsnorm<1024>(xb, rb, gb, eps, sb, q, sa, m, kk, rpart, splits, s);
+}
+
+extern "C" int32_t fp8gemm_add_rmsnorm_quant(const void* x, const void* residual, const void* gamma,
+                                             float eps, void* x_sum_out, uint8_t* q, float* sa,
+                                             int64_t m, int64_t k, void* stream) {
+  return add_rmsnorm_entry(x, residual, nullptr, 0, gamma, eps, x_sum_out, q, sa, m, k, stream);
+}
+
+extern "C" int32_t fp8gemm_add_partials_rmsnorm_quant(const void* x, const float* partials,
+                                                      int32_t splits, const void* gamma, float eps,
+                                                      void* x_sum_out, uint8_t* q, float* sa,
+                                                      int64_t m, int64_t k, void* stream) {
+  if (!partials) return FP8GEMM_ERR_ALIGN;
+  return add_rmsnorm_entry(x, nullptr, partials, splits, gamma, eps, x_sum_out, q, sa, m, k, stream);
 }
 
 extern "C" int32_t fp8gemm_swiglu_quant(const void* gu, int64_t m, int64_t inter, uint8_t* q,

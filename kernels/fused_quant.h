@@ -27,6 +27,14 @@ int32_t fp8gemm_add_rmsnorm_quant(const void* x, const void* residual, const voi
                                   float eps, void* x_sum_out, uint8_t* q, float* sa, int64_t m,
                                   int64_t k, void* stream);
 
+// fp8gemm_add_rmsnorm_quant whose residual is a split-K GEMM output left unreduced
+// (fp8gemm_gemm_unreduced): f32 partials [splits][m][k], added in split order and rounded to
+// bf16 once (fp8gemm_reduce_partials' result), then added to x. x_sum_out is required.
+int32_t fp8gemm_add_partials_rmsnorm_quant(const void* x, const float* partials, int32_t splits,
+                                           const void* gamma, float eps, void* x_sum_out,
+                                           uint8_t* q, float* sa, int64_t m, int64_t k,
+                                           void* stream);
+
 // gu: bf16 [m, 2 * inter], gate = columns [0, inter), up = [inter, 2 * inter).
 // a = bf16(bf16(silu(gate)) * up)   (bit-identical to candle 0.11's bf16 silu then mul)
 // q, sa = quantize(a) with k = inter. Requires m >= 1, inter % 128 == 0.

@@ -212,14 +212,33 @@ extern "C" size_t fp8gemm_workspace_bytes(const fp8gemm_config* cfg, int64_t m, 
   return partial_bytes(find_config(c), effective_split(c, k), m, n);
 }
 
-extern "C" int32_t fp8gemm_gemm(const uint8_t* qa, const float* sa, const uint8_t* w,
-                                const float* sw, void* y, int64_t m, int64_t n, int64_t k,
-                                const fp8gemm_config* cfg, void* workspace,
-                                size_t workspace_bytes, void* stream) {
+static int32_t launch_reduce(const float* partial, __nv_bfloat16* y, int64_t count, int splits,
+                             int sms, cudaStream_t stream) {
+  int64_t blocks = (count / 4 + 255) / 256;
+  const int64_t cap = static_cast<int64_t>(sms) * 8;
+  if (blocks > cap) blocks = cap;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = dim3(static_cast<unsigned>(blocks), 1, 1);
+  lc.blockDim = dim3(256, 1, 1);
+  lc.stream = stream;
+  lc.attrs = attr;
+  lc.numAttrs = 1;
+  if (cudaLaunchKernelEx(&lc, splitk_reduce_kernel<256>, partial, y, count, splits) != cudaSuccess)
+    return FP8GEMM_ERR_LAUNCH;
+  return FP8GEMM_OK;
+}
+
+// fp8gemm_gemm and fp8gemm_gemm_unreduced: `reduce` = false leaves workspace partials unreduced.
+static int32_t gemm_impl(const uint8_t* qa, const float* sa, const uint8_t* w, const float* sw,
+                         void* y, int64_t m, int64_t n, int64_t k, const fp8gemm_config* cfg,
+                         void* workspace, size_t workspace_bytes, void* stream, bool reduce) {
   if (m < 1 || n < 16 || k < 128 || k % 128 != 0 || n % 16 != 0) return FP8GEMM_ERR_SHAPE;
   if (m > 0x7fffffff || n > 0x7fffffff || k > 0x7fffffff) return FP8GEMM_ERR_SHAPE;
-  if (!qa || !sa || !w || !sw || !y) return FP8GEMM_ERR_ALIGN;
-  if (!aligned16(qa) || !aligned16(sa) || !aligned16(w) || !aligned16(y) ||
+  if (!qa || !sa || !w || !sw) return FP8GEMM_ERR_ALIGN;
+  if (!aligned16(qa) || !aligned16(sa) || !aligned16(w) || (y && !aligned16(y)) ||
       (reinterpret_cast<uintptr_t>(sw) & 3))
     return FP8GEMM_ERR_ALIGN;
   DeviceInfo info;
@@ -233,6 +252,8 @@ extern "C" int32_t fp8gemm_gemm(const uint8_t* qa, const float* sa, const uint8_
   const size_t need = partial_bytes(e, split, m, n);
   if (need > 0 && (workspace == nullptr || workspace_bytes < need || !aligned16(workspace)))
     return FP8GEMM_ERR_WORKSPACE;
+  // y is written unless the partials are left for the caller.
+  if (y == nullptr && (reduce || need == 0)) return FP8GEMM_ERR_ALIGN;
 
   GemmArgs a;
   a.qa = qa;
@@ -250,25 +271,34 @@ extern "C" int32_t fp8gemm_gemm(const uint8_t* qa, const float* sa, const uint8_
   a.smem_optin = info.smem_optin;
   a.stream = static_cast<cudaStream_t>(stream);
   if (int st = e->run(a)) return st;
-  if (need > 0) {  // split-K through the workspace: deterministic fixed-order reduce
-    const int64_t count = m * n;
-    int64_t blocks = (count / 4 + 255) / 256;
-    const int64_t cap = static_cast<int64_t>(info.sms) * 8;
-    if (blocks > cap) blocks = cap;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t lc = {};
-    lc.gridDim = dim3(static_cast<unsigned>(blocks), 1, 1);
-    lc.blockDim = dim3(256, 1, 1);
-    lc.stream = a.stream;
-    lc.attrs = attr;
-    lc.numAttrs = 1;
-    if (cudaLaunchKernelEx(&lc, splitk_reduce_kernel<256>, static_cast<const float*>(a.partial),
-                           a.y, count, split) != cudaSuccess)
-      return FP8GEMM_ERR_LAUNCH;
-  }
+  if (need > 0 && reduce)  // split-K through the workspace: deterministic fixed-order reduce
+    return launch_reduce(a.partial, a.y, m * n, split, info.sms, a.stream);
   return FP8GEMM_OK;
+}
+
+extern "C" int32_t fp8gemm_gemm(const uint8_t* qa, const float* sa, const uint8_t* w,
+                                const float* sw, void* y, int64_t m, int64_t n, int64_t k,
+                                const fp8gemm_config* cfg, void* workspace,
+                                size_t workspace_bytes, void* stream) {
+  return gemm_impl(qa, sa, w, sw, y, m, n, k, cfg, workspace, workspace_bytes, stream, true);
+}
+
+extern "C" int32_t fp8gemm_gemm_unreduced(const uint8_t* qa, const float* sa, const uint8_t* w,
+                                          const float* sw, void* y, int64_t m, int64_t n,
+                                          int64_t k, const fp8gemm_config* cfg, void* workspace,
+                                          size_t workspace_bytes, void* stream) {
+  return gemm_impl(qa, sa, w, sw, y, m, n, k, cfg, workspace, workspace_bytes, stream, false);
+}
+
+extern "C" int32_t fp8gemm_reduce_partials(const float* partials, void* y, int64_t m, int64_t n,
+                                           int32_t splits, void* stream) {
+  if (m < 1 || n < 16 || n % 16 != 0 || splits < 1) return FP8GEMM_ERR_SHAPE;
+  if (!partials || !y || !aligned16(partials) || !aligned16(y)) return FP8GEMM_ERR_ALIGN;
+  DeviceInfo info;
+  int dev = 0;
+  if (int st = device_info(&info, &dev)) return st;
+  return launch_reduce(partials, static_cast<__nv_bfloat16*>(y), m * n, splits, info.sms,
+                       static_cast<cudaStream_t>(stream));
 }
 
 extern "C" int32_t fp8gemm_compiled_configs(fp8gemm_config* out, int32_t capacity) {

@@ -65,6 +65,41 @@ pub fn add_rmsnorm_quantize(
     Ok((h, qa, sa))
 }
 
+/// [`add_rmsnorm_quantize`] whose residual may be a split-K GEMM output left unreduced
+/// ([`crate::linear::Unreduced`]): the CUDA kernel adds the f32 partials itself (split order,
+/// one rounding: the bf16 values the GEMM's own reduction writes), so the reduce launch
+/// disappears; elsewhere the partials are reduced first. Results equal
+/// `add_rmsnorm_quantize(x, residual.reduce(), gamma, eps)` bit for bit. Partials must be
+/// contiguous f32 `[splits, M, K]` for `x` `[M, K]`.
+pub fn add_rmsnorm_quantize_unreduced(
+    x: &Tensor,
+    residual: Option<&crate::linear::Unreduced>,
+    gamma: &Tensor,
+    eps: f32,
+) -> Result<(Option<Tensor>, Tensor, Tensor)> {
+    use crate::linear::Unreduced;
+    match residual {
+        None => add_rmsnorm_quantize(x, None, gamma, eps),
+        Some(Unreduced::Done(r)) => add_rmsnorm_quantize(x, Some(r), gamma, eps),
+        Some(p @ Unreduced::Partials(parts)) => {
+            #[cfg(feature = "cuda")]
+            {
+                let (m, k) = check_add_rmsnorm(x, None, gamma)?;
+                let shape_ok = parts.dtype() == DType::F32 && parts.is_contiguous() && matches!(parts.dims(), &[_, pm, pk] if pm == m && pk == k);
+                if !shape_ok {
+                    bail!("add_rmsnorm_quantize: residual partials must be contiguous f32 [splits, {m}, {k}], got {:?} {:?}", parts.dtype(), parts.dims())
+                }
+                if kernel_eligible("add_rmsnorm_quantize", x, k, &[Some(x), Some(parts), Some(gamma)])? {
+                    return cuda::add_partials_rmsnorm_quantize(x, parts, gamma, eps, m, k);
+                }
+            }
+            #[cfg(not(feature = "cuda"))]
+            let _ = parts;
+            add_rmsnorm_quantize(x, Some(&p.reduce()?.to_dtype(x.dtype())?), gamma, eps)
+        }
+    }
+}
+
 /// SwiGLU and activation quantization in one step.
 ///
 /// `gate_up`: `[M, 2·I]`, bf16, f16 or f32, contiguous; the gate is the first `I` columns, up
@@ -244,7 +279,28 @@ mod cuda {
                 Some((st, l)) => Some((cuda("residual", st)?, *l)),
                 None => None,
             };
+            let r = r.map(crate::cuda::fused::Residual::Bf16);
             crate::cuda::fused::add_rmsnorm_quantize((cuda("x", &xs)?, xl), r, (cuda("gamma", &gs)?, gl), eps, m, k)?
+        };
+        Ok((sum.map(|s| wrap(s, (m, k))), wrap(q, (m, k)), scales(s, m, k)?))
+    }
+
+    /// `partials`: f32 contiguous `[splits, m, k]` (checked by the caller).
+    pub(super) fn add_partials_rmsnorm_quantize(
+        x: &Tensor,
+        partials: &Tensor,
+        gamma: &Tensor,
+        eps: f32,
+        m: usize,
+        k: usize,
+    ) -> Result<(Option<Tensor>, Tensor, Tensor)> {
+        let splits = partials.dim(0)?;
+        let (sum, q, s) = {
+            let (xs, xl) = x.storage_and_layout();
+            let (gs, gl) = gamma.storage_and_layout();
+            let (ps, pl) = partials.storage_and_layout();
+            let r = crate::cuda::fused::Residual::Partials((cuda("residual partials", &ps)?, pl), splits);
+            crate::cuda::fused::add_rmsnorm_quantize((cuda("x", &xs)?, xl), Some(r), (cuda("gamma", &gs)?, gl), eps, m, k)?
         };
         Ok((sum.map(|s| wrap(s, (m, k))), wrap(q, (m, k)), scales(s, m, k)?))
     }

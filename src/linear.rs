@@ -282,6 +282,23 @@ impl Fp8BlockLinear {
         Ok(self.provider()? != Provider::Dequant)
     }
 
+    /// [`Fp8BlockLinear::forward_quantized`] that may leave our kernel's split-K partials
+    /// unreduced ([`Unreduced::Partials`]) when the layer runs on our kernels (no bias, a 2-D
+    /// `qa` on a shape of their fast path) and the chosen schedule reduces through its
+    /// workspace; every other case returns [`Unreduced::Done`] with `forward_quantized`'s result.
+    /// `reduce()` of either equals `forward_quantized` bit for bit.
+    pub fn forward_quantized_unreduced(&self, qa: &Tensor, sa: &Tensor) -> Result<Unreduced> {
+        #[cfg(feature = "cuda")]
+        if self.bias.is_none() && qa.device().is_cuda() && self.provider()? == Provider::Hopper {
+            if let &[m, k] = qa.dims() {
+                if m > 0 && k == self.in_dim() && crate::format::fast_path_refusal(m, self.out_dim(), k).is_none() {
+                    return ops::fp8_block_matmul_unreduced(qa, sa, &self.weight, &self.scale_inv);
+                }
+            }
+        }
+        Ok(Unreduced::Done(self.forward_quantized(qa, sa)?))
+    }
+
     /// The layer on an activation that is already quantized: `qa` e4m3 `[M, K]` and `sa` f32
     /// `[M, ceil(K/128)]` with strides `(1, round_up(M, 4))`, as returned by
     /// [`quant::quantize_activation`] or the fused producers in [`crate::fused`]. Returns bf16
@@ -302,6 +319,37 @@ impl Fp8BlockLinear {
             p => ops::fp8_block_matmul_with(BackendRequest::Force(p), qa, sa, &self.weight, &self.scale_inv)?,
         };
         self.finish(y, vec![m], DType::BF16)
+    }
+}
+
+/// A layer output whose split-K reduction may be left to its consumer
+/// ([`Fp8BlockLinear::forward_quantized_unreduced`]).
+///
+/// At decode sizes our kernels split K across CTAs for narrow, deep layers (e.g. Qwen3-32B's o
+/// and down projections at M ≤ 16) and normally add the f32 partial sums in a separate launch.
+/// A consumer that reads the output once — the next residual add + RMSNorm,
+/// [`crate::fused::add_rmsnorm_quantize_unreduced`] — can add the partials itself (in split
+/// order, bit-identical to that reduction), which removes one launch from the step's critical
+/// path per such GEMM.
+#[derive(Debug, Clone)]
+pub enum Unreduced {
+    /// The finished output `[M, N]`.
+    Done(Tensor),
+    /// f32 `[splits, M, N]` (contiguous, CUDA): our split-K kernel's partial sums, not yet added.
+    Partials(Tensor),
+}
+
+impl Unreduced {
+    /// The output `[M, N]`: the tensor itself, or (partials) bf16 from the GEMM's own reduction,
+    /// launched now.
+    pub fn reduce(&self) -> Result<Tensor> {
+        match self {
+            Unreduced::Done(t) => Ok(t.clone()),
+            #[cfg(feature = "cuda")]
+            Unreduced::Partials(p) => ops::reduce_partials(p),
+            #[cfg(not(feature = "cuda"))]
+            Unreduced::Partials(_) => bail!("candle-fp8: split-K partials exist only on the CUDA kernel path"),
+        }
     }
 }
 

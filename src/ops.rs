@@ -330,6 +330,51 @@ pub(crate) fn quantize_matmul_hopper(x: &Tensor, w: &Tensor, sw: &Tensor) -> Res
     Ok(Tensor::from_storage(Storage::Cuda(y), (m, n), BackpropOp::none(), false))
 }
 
+/// Our GEMM with the split-K reduction left to the caller when the schedule splits K through
+/// the workspace (`cuda::hopper_gemm_unreduced`). Operands validated as for
+/// [`fp8_block_matmul`]; all on one CUDA device.
+#[cfg(feature = "cuda")]
+pub(crate) fn fp8_block_matmul_unreduced(qa: &Tensor, sa: &Tensor, w: &Tensor, sw: &Tensor) -> Result<crate::linear::Unreduced> {
+    use crate::cuda::GemmOutput;
+    use crate::linear::Unreduced;
+    use candle_core::{op::BackpropOp, Storage};
+    let GemmShape { m, n, k } = validate_operands(qa, sa, w, sw)?;
+    let out = {
+        let (qs, ql) = qa.storage_and_layout();
+        let (ss, sl) = sa.storage_and_layout();
+        let (ws, wl) = w.storage_and_layout();
+        let (vs, vl) = sw.storage_and_layout();
+        let (Storage::Cuda(qs), Storage::Cuda(ss), Storage::Cuda(ws), Storage::Cuda(vs)) = (&*qs, &*ss, &*ws, &*vs) else {
+            bail!("fp8-block-matmul: qa, sa, w and sw must all be on the CUDA device")
+        };
+        crate::cuda::hopper_gemm_unreduced((qs, ql), (ss, sl), (ws, wl), (vs, vl), m, n, k)?
+    };
+    log_provider_once(Provider::Hopper);
+    Ok(match out {
+        GemmOutput::Y(y) => Unreduced::Done(Tensor::from_storage(Storage::Cuda(y), (m, n), BackpropOp::none(), false)),
+        GemmOutput::Partials(p, splits) => {
+            Unreduced::Partials(Tensor::from_storage(Storage::Cuda(p), (splits, m, n), BackpropOp::none(), false))
+        }
+    })
+}
+
+/// bf16 `[M, N]` from f32 split-K partials `[splits, M, N]` (contiguous, CUDA), added in split
+/// order: the reduction our GEMM runs itself.
+#[cfg(feature = "cuda")]
+pub(crate) fn reduce_partials(partials: &Tensor) -> Result<Tensor> {
+    use candle_core::{op::BackpropOp, Storage};
+    let (splits, m, n) = partials.dims3()?;
+    if partials.dtype() != DType::F32 || !partials.is_contiguous() {
+        bail!("reduce_partials: need contiguous f32 [splits, M, N], got {:?} {:?}", partials.dtype(), partials.dims())
+    }
+    let y = {
+        let (ps, pl) = partials.storage_and_layout();
+        let Storage::Cuda(ps) = &*ps else { bail!("reduce_partials: the partials are not on a CUDA device") };
+        crate::cuda::reduce_partials((ps, pl), splits, m, n)?
+    };
+    Ok(Tensor::from_storage(Storage::Cuda(y), (m, n), BackpropOp::none(), false))
+}
+
 /// [`fp8_block_matmul`] with an explicit provider request instead of the environment.
 pub fn fp8_block_matmul_with(
     request: BackendRequest,

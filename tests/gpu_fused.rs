@@ -6,8 +6,9 @@
 //! quantizer — q bytes, every scale, the padding rows of the scale buffer (zero) and the
 //! residual sum. Ragged row counts, K from 128 to 25600, rows whose magnitudes span orders of
 //! magnitude (plus an all-zero row and a row whose sum of squares overflows), the allocator
-//! poisoned with NaN before each fused call so that an unwritten output cannot pass. Then the
-//! Qwen3 decode path with the fused elementwise ops against the composed one.
+//! poisoned with NaN before each fused call so that an unwritten output cannot pass. Split-K
+//! partials left unreduced and added by the norm, bit for bit against the reduced output. Then
+//! the Qwen3 decode path with the fused elementwise ops against the composed one.
 #![cfg(feature = "cuda")]
 
 #[path = "common/gpu.rs"]
@@ -144,6 +145,50 @@ fn swiglu_quantize_is_bit_exact() -> Result<()> {
             assert_bits(&format!("{what} q"), &qa, &qa_ref, inter)?;
             assert_bits(&format!("{what} scales (incl. padding rows)"), &sa, &sa_ref, m.next_multiple_of(4))?;
         }
+    }
+    Ok(())
+}
+
+/// Split-K GEMM outputs left unreduced (`forward_quantized_unreduced`) on the decode shapes that
+/// split through the workspace (Qwen3-32B o and down projections, M = 1..16): `reduce()` equals
+/// `forward_quantized` bit for bit, and the norm that adds the partials itself equals the norm
+/// on the reduced output (sum, q, scales), with poisoned allocations. A shape that does not
+/// split returns `Done`.
+#[test]
+fn split_k_partials_added_by_the_norm_are_bit_exact() -> Result<()> {
+    use candle_fp8::testing::random_operands;
+    use candle_fp8::{add_rmsnorm_quantize_unreduced, Fp8BlockLinear, Unreduced};
+    let dev = gpu_or_skip!("split_k_partials_added_by_the_norm_are_bit_exact");
+    if !kernels_or_skip(&dev, "split_k_partials_added_by_the_norm_are_bit_exact")? {
+        return Ok(());
+    }
+    for (m, n, k) in [(1, 5120, 8192), (5, 5120, 8192), (16, 5120, 8192), (1, 5120, 25600), (3, 5120, 25600)] {
+        let ops = random_operands(m, n, k, (m * 131 + k) as u64, &dev)?;
+        let lin = Fp8BlockLinear::new(ops.w.clone(), ops.sw.clone(), None)?;
+        let what = format!("m={m} n={n} k={k}");
+        let want = lin.forward_quantized(&ops.qa, &ops.sa)?;
+        poison(&dev, 4 * 8 * m * n + 4096)?;
+        let out = lin.forward_quantized_unreduced(&ops.qa, &ops.sa)?;
+        let Unreduced::Partials(p) = &out else { panic!("{what}: expected split-K partials, got {out:?}") };
+        assert_eq!((p.dtype(), p.dim(1)?, p.dim(2)?), (DType::F32, m, n), "{what}: partials layout");
+        assert!(p.dim(0)? >= 2, "{what}: {} splits", p.dim(0)?);
+        assert_bits(&format!("{what} reduce()"), &out.reduce()?, &want, n)?;
+
+        let x = rows(m, n, (m * 3 + n) as u64, true, &dev)?;
+        let gamma = ((rows(1, n, 11, false, &dev)?.squeeze(0)?.to_dtype(DType::F32)? * 0.2)? + 1.0)?.to_dtype(DType::BF16)?;
+        let (sum_ref, qa_ref, sa_ref) = add_rmsnorm_quantize(&x, Some(&want), &gamma, 1e-6)?;
+        poison(&dev, 4 * m * n + 4096)?;
+        let (sum, qa, sa) = add_rmsnorm_quantize_unreduced(&x, Some(&out), &gamma, 1e-6)?;
+        assert_bits(&format!("{what} x + partials"), &sum.unwrap(), &sum_ref.unwrap(), n)?;
+        assert_bits(&format!("{what} q"), &qa, &qa_ref, n)?;
+        assert_bits(&format!("{what} scales"), &sa, &sa_ref, m.next_multiple_of(4))?;
+    }
+    // qkv-sized: 160 tiles fill the SMs, no split: the finished output.
+    let ops = random_operands(1, 10240, 5120, 9, &dev)?;
+    let lin = Fp8BlockLinear::new(ops.w.clone(), ops.sw.clone(), None)?;
+    match lin.forward_quantized_unreduced(&ops.qa, &ops.sa)? {
+        Unreduced::Done(y) => assert_bits("qkv Done", &y, &lin.forward_quantized(&ops.qa, &ops.sa)?, 10240)?,
+        other => panic!("1x10240x5120: expected Done, got {other:?}"),
     }
     Ok(())
 }

@@ -52,6 +52,22 @@ mod sys {
             workspace_bytes: usize,
             stream: *mut c_void,
         ) -> i32;
+        #[allow(clippy::too_many_arguments)]
+        pub fn fp8gemm_gemm_unreduced(
+            qa: *const u8,
+            sa: *const f32,
+            w: *const u8,
+            sw: *const f32,
+            y: *mut c_void,
+            m: i64,
+            n: i64,
+            k: i64,
+            cfg: *const GemmConfig,
+            workspace: *mut c_void,
+            workspace_bytes: usize,
+            stream: *mut c_void,
+        ) -> i32;
+        pub fn fp8gemm_reduce_partials(partials: *const f32, y: *mut c_void, m: i64, n: i64, splits: i32, stream: *mut c_void) -> i32;
         #[allow(dead_code)] // the dequant provider uses the portable helper (dequant.cu)
         pub fn fp8gemm_dequant_weight(
             w: *const u8,
@@ -102,6 +118,25 @@ mod sys {
         _: usize,
         _: *mut c_void,
     ) -> i32 {
+        FP8GEMM_ERR_CONFIG
+    }
+    pub unsafe fn fp8gemm_gemm_unreduced(
+        _: *const u8,
+        _: *const f32,
+        _: *const u8,
+        _: *const f32,
+        _: *mut c_void,
+        _: i64,
+        _: i64,
+        _: i64,
+        _: *const GemmConfig,
+        _: *mut c_void,
+        _: usize,
+        _: *mut c_void,
+    ) -> i32 {
+        FP8GEMM_ERR_CONFIG
+    }
+    pub unsafe fn fp8gemm_reduce_partials(_: *const f32, _: *mut c_void, _: i64, _: i64, _: i32, _: *mut c_void) -> i32 {
         FP8GEMM_ERR_CONFIG
     }
     #[allow(dead_code)]

@@ -33,6 +33,20 @@ mod sys {
             k: i64,
             stream: *mut c_void,
         ) -> i32;
+        #[allow(clippy::too_many_arguments)]
+        pub fn fp8gemm_add_partials_rmsnorm_quant(
+            x: *const c_void,
+            partials: *const f32,
+            splits: i32,
+            gamma: *const c_void,
+            eps: f32,
+            x_sum_out: *mut c_void,
+            q: *mut u8,
+            sa: *mut f32,
+            m: i64,
+            k: i64,
+            stream: *mut c_void,
+        ) -> i32;
         pub fn fp8gemm_swiglu_quant(
             gu: *const c_void,
             m: i64,
@@ -52,6 +66,21 @@ mod sys {
     pub unsafe fn fp8gemm_add_rmsnorm_quant(
         _: *const c_void,
         _: *const c_void,
+        _: *const c_void,
+        _: f32,
+        _: *mut c_void,
+        _: *mut u8,
+        _: *mut f32,
+        _: i64,
+        _: i64,
+        _: *mut c_void,
+    ) -> i32 {
+        ffi::FP8GEMM_ERR_CONFIG
+    }
+    pub unsafe fn fp8gemm_add_partials_rmsnorm_quant(
+        _: *const c_void,
+        _: *const f32,
+        _: i32,
         _: *const c_void,
         _: f32,
         _: *mut c_void,
@@ -97,12 +126,21 @@ fn check_shape(what: &str, m: usize, k: usize) -> Result<()> {
     Ok(())
 }
 
+/// The residual of [`add_rmsnorm_quantize`].
+pub(crate) enum Residual<'a> {
+    /// bf16 contiguous `[m, k]`.
+    Bf16((&'a CudaStorage, &'a Layout)),
+    /// A split-K GEMM output left unreduced: f32 contiguous `[splits, m, k]` and `splits`.
+    Partials((&'a CudaStorage, &'a Layout), usize),
+}
+
 /// `(x + residual, q, sa)`: residual add (when `residual` is given), RMSNorm with `gamma` and
-/// activation quantization in one launch. All inputs bf16 and contiguous: `x`, `residual`
-/// `[m, k]`, `gamma` `[k]`; `k % 128 == 0`. The sum is returned only when `residual` is given.
+/// activation quantization in one launch. All inputs contiguous: `x` bf16 `[m, k]`, `gamma`
+/// bf16 `[k]`, the residual as [`Residual`]; `k % 128 == 0`. The sum is returned only when
+/// `residual` is given.
 pub(crate) fn add_rmsnorm_quantize(
     x: (&CudaStorage, &Layout),
-    residual: Option<(&CudaStorage, &Layout)>,
+    residual: Option<Residual>,
     gamma: (&CudaStorage, &Layout),
     eps: f32,
     m: usize,
@@ -111,20 +149,34 @@ pub(crate) fn add_rmsnorm_quantize(
     check_shape("add_rmsnorm_quantize", m, k)?;
     require_contiguous("x", x.1)?;
     require_contiguous("gamma", gamma.1)?;
-    if let Some(r) = residual {
-        require_contiguous("residual", r.1)?;
+    match &residual {
+        Some(Residual::Bf16(r)) => require_contiguous("residual", r.1)?,
+        Some(Residual::Partials(r, splits)) => {
+            require_contiguous("residual partials", r.1)?;
+            if *splits == 0 || *splits > 64 {
+                bail!("candle-fp8 add_rmsnorm_quantize: {splits} split-K partials (need 1..=64)")
+            }
+        }
+        None => {}
     }
     let dev = &x.0.device;
     let stream = dev.cuda_stream();
     let (mut q, mut sa) = alloc_quantized(dev, m, k)?;
-    let mut sum = match residual {
+    let mut sum = match &residual {
         Some(_) => Some(unsafe { dev.alloc::<bf16>(m * k)? }),
         None => None,
     };
     {
         let xv = view::<bf16>("x", x.0, x.1, m * k)?;
         let gv = view::<bf16>("gamma", gamma.0, gamma.1, k)?;
-        let rv = residual.map(|r| view::<bf16>("residual", r.0, r.1, m * k)).transpose()?;
+        let rv = match &residual {
+            Some(Residual::Bf16(r)) => Some(view::<bf16>("residual", r.0, r.1, m * k)?),
+            _ => None,
+        };
+        let pv = match &residual {
+            Some(Residual::Partials(r, splits)) => Some((view::<f32>("residual partials", r.0, r.1, splits * m * k)?, *splits)),
+            _ => None,
+        };
         let (x_ptr, _gx) = xv.device_ptr(&stream);
         let (g_ptr, _gg) = gv.device_ptr(&stream);
         let (r_ptr, _gr) = match &rv {
@@ -133,6 +185,13 @@ pub(crate) fn add_rmsnorm_quantize(
                 (p as *const c_void, Some(g))
             }
             None => (std::ptr::null(), None),
+        };
+        let (p_ptr, splits, _gp) = match &pv {
+            Some((v, s)) => {
+                let (p, g) = v.device_ptr(&stream);
+                (p as *const f32, *s, Some(g))
+            }
+            None => (std::ptr::null(), 0, None),
         };
         let (s_ptr, _gs) = match sum.as_mut() {
             Some(b) => {
@@ -144,18 +203,34 @@ pub(crate) fn add_rmsnorm_quantize(
         let (q_ptr, _gq) = q.device_ptr_mut(&stream);
         let (sa_ptr, _gsa) = sa.device_ptr_mut(&stream);
         let status = unsafe {
-            sys::fp8gemm_add_rmsnorm_quant(
-                x_ptr as *const c_void,
-                r_ptr,
-                g_ptr as *const c_void,
-                eps,
-                s_ptr,
-                q_ptr as *mut u8,
-                sa_ptr as *mut f32,
-                m as i64,
-                k as i64,
-                raw_stream(dev),
-            )
+            if p_ptr.is_null() {
+                sys::fp8gemm_add_rmsnorm_quant(
+                    x_ptr as *const c_void,
+                    r_ptr,
+                    g_ptr as *const c_void,
+                    eps,
+                    s_ptr,
+                    q_ptr as *mut u8,
+                    sa_ptr as *mut f32,
+                    m as i64,
+                    k as i64,
+                    raw_stream(dev),
+                )
+            } else {
+                sys::fp8gemm_add_partials_rmsnorm_quant(
+                    x_ptr as *const c_void,
+                    p_ptr,
+                    splits as i32,
+                    g_ptr as *const c_void,
+                    eps,
+                    s_ptr,
+                    q_ptr as *mut u8,
+                    sa_ptr as *mut f32,
+                    m as i64,
+                    k as i64,
+                    raw_stream(dev),
+                )
+            }
         };
         ffi::check(&format!("add_rmsnorm_quantize (m={m} k={k})"), status)?;
     }

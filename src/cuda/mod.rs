@@ -474,6 +474,92 @@ fn hopper_gemm(dev: &CudaDevice, ops: &Operands, m: usize, n: usize, k: usize) -
     Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
 }
 
+/// A GEMM output whose split-K reduction may still be pending: bf16 `y [m, n]`, or the f32
+/// partial sums `[splits, m, n]` of a schedule that splits K through the workspace, for a
+/// consumer that adds them itself (in split order, as [`reduce_partials`] does).
+pub(crate) enum GemmOutput {
+    /// bf16 `[m, n]`.
+    Y(CudaStorage),
+    /// f32 `[splits, m, n]` and `splits`.
+    Partials(CudaStorage, usize),
+}
+
+/// Our GEMM without the split-K reduce launch: when the schedule reduces through the workspace,
+/// its f32 partials land in a fresh `[splits, m, n]` buffer (not the shared workspace, which the
+/// next GEMM reuses) and are returned unreduced; otherwise as [`fp8_gemm`] with the hopper
+/// provider.
+pub(crate) fn hopper_gemm_unreduced(
+    qa: (&CudaStorage, &Layout),
+    sa: (&CudaStorage, &Layout),
+    w: (&CudaStorage, &Layout),
+    sw: (&CudaStorage, &Layout),
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Result<GemmOutput> {
+    if m == 0 || n == 0 || k == 0 {
+        bail!("candle-fp8 hopper_gemm_unreduced: empty shape m={m} n={n} k={k}")
+    }
+    let dev = qa.0.device.clone();
+    let ops = operands(qa, sa, w, sw, m, n, k)?;
+    let cfg = hopper_config(&dev, m, n, k)?;
+    let need = unsafe { ffi::fp8gemm_workspace_bytes(&cfg, m as i64, n as i64, k as i64) };
+    if need == 0 {
+        return Ok(GemmOutput::Y(hopper_gemm(&dev, &ops, m, n, k)?));
+    }
+    let splits = need / (4 * m * n);
+    if splits * 4 * m * n != need {
+        bail!("candle-fp8: workspace of {need} bytes is not whole f32 partials of [{m}, {n}]")
+    }
+    let stream = dev.cuda_stream();
+    // SAFETY: every split writes every element of its [m, n] slice (zeros for an empty range).
+    let mut partials = unsafe { dev.alloc::<f32>(splits * m * n)? };
+    {
+        let (qa, _g1) = ops.qa.device_ptr(&stream);
+        let (sa, _g2) = ops.sa.device_ptr(&stream);
+        let (w, _g3) = ops.w.device_ptr(&stream);
+        let (sw, _g4) = ops.sw.device_ptr(&stream);
+        let (p, _g5) = partials.device_ptr_mut(&stream);
+        let status = unsafe {
+            ffi::fp8gemm_gemm_unreduced(
+                qa as *const u8,
+                sa as *const f32,
+                w as *const u8,
+                sw as *const f32,
+                std::ptr::null_mut(),
+                m as i64,
+                n as i64,
+                k as i64,
+                &cfg,
+                p as *mut c_void,
+                need,
+                raw_stream(&dev),
+            )
+        };
+        ffi::check(&format!("gemm_unreduced (m={m} n={n} k={k}, {cfg:?})"), status)?;
+    }
+    Ok(GemmOutput::Partials(CudaStorage::wrap_cuda_slice(partials, dev), splits))
+}
+
+/// bf16 `[m, n]` = the f32 `partials` `[splits, m, n]` added in split order and rounded once:
+/// exactly what our GEMM's own split-K reduction writes.
+pub(crate) fn reduce_partials(partials: (&CudaStorage, &Layout), splits: usize, m: usize, n: usize) -> Result<CudaStorage> {
+    require_contiguous("the partials", partials.1)?;
+    let dev = partials.0.device.clone();
+    let stream = dev.cuda_stream();
+    let pv = view::<f32>("the partials", partials.0, partials.1, splits * m * n)?;
+    let mut y = unsafe { dev.alloc::<bf16>(m * n)? };
+    {
+        let (p, _g1) = pv.device_ptr(&stream);
+        let (y_ptr, _g2) = y.device_ptr_mut(&stream);
+        let status = unsafe {
+            ffi::fp8gemm_reduce_partials(p as *const f32, y_ptr as *mut c_void, m as i64, n as i64, splits as i32, raw_stream(&dev))
+        };
+        ffi::check(&format!("reduce_partials (splits={splits} m={m} n={n})"), status)?;
+    }
+    Ok(CudaStorage::wrap_cuda_slice(y, dev))
+}
+
 pub(crate) fn helper_launch_cfg(total: usize) -> LaunchConfig {
     const THREADS: u32 = 256;
     let blocks = total.div_ceil(THREADS as usize).clamp(1, 132 * 32) as u32;

@@ -24,7 +24,7 @@
 //! - [`compare_greedy`]: top-1 agreement and max |Δlogit| of two models over greedy steps.
 
 use crate::format::{f32_to_e4m3, num_blocks};
-use crate::linear::{AnyLinear, Fp8BlockLinear};
+use crate::linear::{AnyLinear, Fp8BlockLinear, Unreduced};
 use candle_core::{bail, DType, Device, Module, Result, Tensor, D};
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
@@ -454,7 +454,7 @@ impl DecoderLayer {
     fn forward(
         &self,
         x: &Tensor,
-        pending: Option<&Tensor>,
+        pending: Option<&Unreduced>,
         fused_elementwise: bool,
         b: usize,
         t: usize,
@@ -465,7 +465,7 @@ impl DecoderLayer {
         cache: &mut KvCache,
         capacity_hint: usize,
         dims: Dims,
-    ) -> Result<(Tensor, Option<Tensor>)> {
+    ) -> Result<(Tensor, Option<Unreduced>)> {
         let eps = dims.eps;
         let fe = fused_elementwise && self.fused_eligible()?;
         let (x, xn) = self.input_normed(x, pending, fe, eps)?;
@@ -478,12 +478,12 @@ impl DecoderLayer {
         };
         let attn = match fused {
             Some(o) => o,
-            None => self.o.forward(&self.attention(&xn, b, t, offset, rope, mask, unit, cache, capacity_hint, dims)?)?,
+            None => Unreduced::Done(self.o.forward(&self.attention(&xn, b, t, offset, rope, mask, unit, cache, capacity_hint, dims)?)?),
         };
         if fe {
             return self.mlp_fused(&x, &attn, eps);
         }
-        let x = (x + attn)?;
+        let x = (x + attn.reduce()?)?;
 
         // MLP.
         let xn = candle_nn::ops::rms_norm(&x, &self.post_norm, eps)?;
@@ -512,14 +512,14 @@ impl DecoderLayer {
     /// CUDA) that also quantizes for the GEMM.
     ///
     /// [`add_rmsnorm_quantize`]: crate::fused::add_rmsnorm_quantize
-    fn input_normed(&self, x: &Tensor, pending: Option<&Tensor>, fused: bool, eps: f32) -> Result<(Tensor, Normed)> {
+    fn input_normed(&self, x: &Tensor, pending: Option<&Unreduced>, fused: bool, eps: f32) -> Result<(Tensor, Normed)> {
         if fused {
-            let (sum, qa, sa) = crate::fused::add_rmsnorm_quantize(x, pending, &self.input_norm, eps)?;
+            let (sum, qa, sa) = crate::fused::add_rmsnorm_quantize_unreduced(x, pending, &self.input_norm, eps)?;
             let normed = Normed::Quantized { qa, sa, dtype: x.dtype() };
             return Ok((sum.unwrap_or_else(|| x.clone()), normed));
         }
         let x = match pending {
-            Some(p) => (x + p)?,
+            Some(p) => (x + p.reduce()?.to_dtype(x.dtype())?)?,
             None => x.clone(),
         };
         let xn = candle_nn::ops::rms_norm(&x, &self.input_norm, eps)?;
@@ -529,16 +529,19 @@ impl DecoderLayer {
     /// The fused MLP: `x + o`, RMSNorm and quantization in one step, the gate/up GEMM, SiLU·up
     /// and quantization in one step, the down GEMM. Returns `(x + o, down output)`: the down
     /// output is added by the next layer's input norm (or the model's final norm).
-    fn mlp_fused(&self, x: &Tensor, o: &Tensor, eps: f32) -> Result<(Tensor, Option<Tensor>)> {
+    fn mlp_fused(&self, x: &Tensor, o: &Unreduced, eps: f32) -> Result<(Tensor, Option<Unreduced>)> {
         let (Proj::Fused(AnyLinear::Fp8(gate_up), _), AnyLinear::Fp8(down)) = (&self.gate_up, &self.down) else {
             bail!("Qwen3: the fused MLP path needs FP8 gate/up (one GEMM) and down layers")
         };
         let dtype = x.dtype();
-        let (sum, qa, sa) = crate::fused::add_rmsnorm_quantize(x, Some(o), &self.post_norm, eps)?;
+        let (sum, qa, sa) = crate::fused::add_rmsnorm_quantize_unreduced(x, Some(o), &self.post_norm, eps)?;
         let x = sum.ok_or_else(|| candle_core::Error::Msg("add_rmsnorm_quantize returned no sum".into()))?;
         let gu = gate_up.forward_quantized(&qa, &sa)?.to_dtype(dtype)?;
         let (qa, sa) = crate::fused::swiglu_quantize(&gu)?;
-        Ok((x, Some(down.forward_quantized(&qa, &sa)?.to_dtype(dtype)?)))
+        // The down projection's split-K partials (if any) are added by the next input norm.
+        let d = down.forward_quantized_unreduced(&qa, &sa)?;
+        let d = if dtype == DType::BF16 { d } else { Unreduced::Done(d.reduce()?.to_dtype(dtype)?) };
+        Ok((x, Some(d)))
     }
 
     /// The attention of the candle ops (any T, device and dtype): `[B*T, hq * d]`, the input of
@@ -618,7 +621,7 @@ impl DecoderLayer {
         cache: &mut KvCache,
         capacity_hint: usize,
         dims: Dims,
-    ) -> Result<Option<Tensor>> {
+    ) -> Result<Option<Unreduced>> {
         use crate::cuda::attention as attn;
         let Dims { hq, hkv, d, eps, .. } = dims;
         let AnyLinear::Fp8(o) = &self.o else { return Ok(None) };
@@ -640,7 +643,7 @@ impl DecoderLayer {
         let q = attn::qk_norm_rope_append(&qkv.contiguous()?, &self.qk_norm, rope.0, rope.1, kc, vc, offset, hq, hkv, eps)?;
         cache.len = offset + 1;
         let (qa, sa) = attn::decode_attention_quant(&q, kc, vc, offset + 1)?;
-        Ok(Some(o.forward_quantized(&qa, &sa)?))
+        Ok(Some(o.forward_quantized_unreduced(&qa, &sa)?))
     }
 
     #[cfg(not(feature = "cuda"))]
@@ -654,7 +657,7 @@ impl DecoderLayer {
         _cache: &mut KvCache,
         _capacity_hint: usize,
         _dims: Dims,
-    ) -> Result<Option<Tensor>> {
+    ) -> Result<Option<Unreduced>> {
         Ok(None)
     }
 }
@@ -1102,7 +1105,7 @@ impl Qwen3Model {
         let mask = if t > 1 { Some(causal_mask(t, seqlen_offset, dims.hq / dims.hkv, &self.device, self.dtype)?) } else { None };
         let hint = self.capacity_hint;
         // A fused layer leaves its MLP output pending: the next layer adds it in its input norm.
-        let mut pending: Option<Tensor> = None;
+        let mut pending: Option<Unreduced> = None;
         let fe = self.fused_elementwise;
         for (layer, cache) in self.layers.iter().zip(self.kv.iter_mut()) {
             let rope = (&cos, &sin);
@@ -1110,6 +1113,7 @@ impl Qwen3Model {
             (x, pending) = (nx, p);
         }
         if let Some(p) = pending {
+            let p = p.reduce()?.to_dtype(x.dtype())?;
             x = (x + p)?;
         }
         let x = if t > 1 { x.reshape((b, t, cfg.hidden_size))?.narrow(1, t - 1, 1)?.squeeze(1)?.contiguous()? } else { x };
