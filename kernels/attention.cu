@@ -47,13 +47,26 @@ __global__ void __launch_bounds__(kThreads) qk_norm_rope_append_kernel(
     __nv_bfloat16* __restrict__ v_cache, int64_t batch, int hq, int hkv, int64_t cap,
     int64_t offset, float eps) {
   ptx::griddep_launch_dependents();
-  ptx::griddep_wait();  // qkv is the previous GEMM's output; the caches were written before too
   const int heads = hq + 2 * hkv;
   const int64_t warp = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / 32;
-  if (warp >= batch * heads) return;
   const int lane = threadIdx.x % 32;
   const int64_t b = warp / heads;
   const int h = static_cast<int>(warp % heads);
+  // The head's norm weights and the RoPE rows are model constants (see attention.h): read them
+  // before waiting for the previous kernel, so that only qkv's load is on the critical path.
+  __nv_bfloat16 wn[4], cs[2], sn[2];
+  const bool qk_head = warp < batch * heads && h < hq + hkv;
+  if (qk_head) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) wn[i] = norm_w[int64_t(h) * kHeadDim + lane + 32 * i];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      cs[i] = cos_row[lane + 32 * i];
+      sn[i] = sin_row[lane + 32 * i];
+    }
+  }
+  ptx::griddep_wait();  // qkv is the previous GEMM's output; the caches were written before too
+  if (warp >= batch * heads) return;
   const __nv_bfloat16* x = qkv + warp * kHeadDim;
   __nv_bfloat16 xin[4];
 #pragma unroll
@@ -80,12 +93,11 @@ __global__ void __launch_bounds__(kThreads) qk_norm_rope_append_kernel(
   const float scale = rsqrtf(__fadd_rn(__fdiv_rn(tmp, float(kHeadDim)), eps));
 
   // Per-head weight (candle's broadcast_mul: one bf16 rounding of the exact product).
-  const __nv_bfloat16* w = norm_w + int64_t(h) * kHeadDim;
   __nv_bfloat16 y[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const __nv_bfloat16 n = __float2bfloat16_rn(__fmul_rn(scale, v[i]));
-    y[i] = __float2bfloat16_rn(__fmul_rn(__bfloat162float(n), __bfloat162float(w[lane + 32 * i])));
+    y[i] = __float2bfloat16_rn(__fmul_rn(__bfloat162float(n), __bfloat162float(wn[i])));
   }
 
   // RoPE, rotate-half, in bf16 arithmetic. candle's rope_thd writes `x1*c - x2*s` and
@@ -95,7 +107,7 @@ __global__ void __launch_bounds__(kThreads) qk_norm_rope_append_kernel(
   __nv_bfloat16 r[4];
 #pragma unroll
   for (int p = 0; p < 2; ++p) {
-    const __nv_bfloat16 c = cos_row[lane + 32 * p], s = sin_row[lane + 32 * p];
+    const __nv_bfloat16 c = cs[p], s = sn[p];
     const __nv_bfloat16 x1 = y[p], x2 = y[p + 2];
     r[p] = __hfma(x1, c, __hneg(__hmul_rn(x2, s)));
     r[p + 2] = __hfma(x1, s, __hmul_rn(x2, c));
@@ -184,7 +196,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
   const int64_t p1 = min(p.len, p0 + p.chunk);
 
   ptx::griddep_launch_dependents();
-  ptx::griddep_wait();  // q and the caches come from the previous kernel
 
   const int64_t head0 = b * p.hq + int64_t(g) * n_rep;  // first query head of the group
   // Scores: position sp of the tile, 16-byte chunks c = 4i + quarter (interleaved so that the
@@ -195,28 +206,44 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
   const __nv_bfloat16* kbase = p.k + (b * p.hkv + g) * p.cap * kHeadDim;
   const __nv_bfloat16* vbase = p.v + (b * p.hkv + g) * p.cap * kHeadDim;
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  auto load_k = [&](int64_t tile0, uint4 (&kr)[4]) {
-    const int64_t n = p1 - tile0;
+  // Positions [tile0, end) of a tile; the others read as zeros.
+  auto load_k = [&](int64_t tile0, int64_t end, uint4 (&kr)[4]) {
+    const int64_t n = end - tile0;
 #pragma unroll
     for (int i = 0; i < 4; ++i)
       kr[i] = sp < n ? reinterpret_cast<const uint4*>(kbase + (tile0 + sp) * kHeadDim)[4 * i + quarter]
                      : zero;
   };
-  auto load_v = [&](int64_t tile0, uint4 (&vr)[4]) {
-    const int64_t n = p1 - tile0;
+  auto load_v = [&](int64_t tile0, int64_t end, uint4 (&vr)[4]) {
+    const int64_t n = end - tile0;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int j = 4 * pg + i;
       vr[i] = j < n ? reinterpret_cast<const uint4*>(vbase + (tile0 + j) * kHeadDim)[dg] : zero;
     }
   };
-  // The first tile's K and V loads go out with q's (one memory round trip, not two); later
-  // tiles' loads are issued as soon as the previous tile's registers are consumed, so a CTA
-  // with several tiles overlaps each tile's loads with the previous tile's math.
+  // The newest position (len - 1) is written by the previous kernel (qk_norm_rope_append); all
+  // older ones by earlier decode steps, long complete. So the first tile's K and V loads of the
+  // older positions go out before we wait for the previous kernel (their HBM latency overlaps
+  // it), and only the newest position, q and later tiles are read after the wait. Later tiles'
+  // loads are issued as soon as the previous tile's registers are consumed.
+  const int64_t fresh = p.len - 1;
   uint4 kraw[4], vraw[4];
   if (p0 < p1) {
-    load_k(p0, kraw);
-    load_v(p0, vraw);
+    load_k(p0, min(p1, fresh), kraw);
+    load_v(p0, min(p1, fresh), vraw);
+  }
+  ptx::griddep_wait();  // q and the newest cache position come from the previous kernel
+  if (p0 <= fresh && fresh < min(p1, p0 + kTile)) {
+    const int j = static_cast<int>(fresh - p0);
+    if (sp == j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        kraw[i] = reinterpret_cast<const uint4*>(kbase + fresh * kHeadDim)[4 * i + quarter];
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      if (4 * pg + i == j) vraw[i] = reinterpret_cast<const uint4*>(vbase + fresh * kHeadDim)[dg];
   }
 #pragma unroll
   for (int r = 0; r < kRep; ++r)
@@ -271,7 +298,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
         if (quarter == 0 && sp < n) p_s[r][sp] = s[r];
       }
     }
-    if (more) load_k(tile0 + kTile, kraw);
+    if (more) load_k(tile0 + kTile, p1, kraw);
     __syncthreads();
     // 2. Online softmax, one warp per query head, lane = position.
     for (int r = warp; r < n_rep; r += kThreads / 32) {
@@ -320,7 +347,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
         }
       }
     }
-    if (more) load_v(tile0 + kTile, vraw);
+    if (more) load_v(tile0 + kTile, p1, vraw);
     __syncthreads();  // p_s is overwritten by the next tile
   }
 

@@ -27,7 +27,9 @@ extern "C" {
 // the new token's position; bf16 arithmetic: x1*c - x2*s, x1*s + x2*c) — candle's rms_norm,
 // broadcast_mul and rope_thd rounding points. Normalized q goes to `q_out`; k and v (v
 // unchanged) are written at position `offset` of the caches. Requires head_dim == 128,
-// hq % hkv == 0, 0 <= offset < cap, 16-byte aligned pointers.
+// hq % hkv == 0, 0 <= offset < cap, 16-byte aligned pointers. qk_norm, cos_row and sin_row are
+// read before the kernel waits for the previous one (PDL): they must be model constants, not
+// outputs of kernels still in flight.
 int32_t fp8gemm_qk_norm_rope_append(const void* qkv, const void* qk_norm, const void* cos_row,
                                     const void* sin_row, void* q_out, void* k_cache,
                                     void* v_cache, int64_t batch, int64_t hq, int64_t hkv,
@@ -47,7 +49,9 @@ size_t fp8gemm_decode_attention_workspace_bytes(int64_t batch, int64_t hq, int64
 //     propagation, s = max(amax, 1e-4) / 448, q = e4m3(x / s)), head h of row b in column
 //     block h: sa[h * m_pad + b]. Padding rows b in [batch, m_pad) of sa are set to zero.
 //   - `out` (when out != NULL): bf16.
-// At least one of qa / out must be given; sa is required with qa. Requires head_dim == 128,
+// At least one of qa / out must be given; sa is required with qa. Cache positions before
+// len - 1 are read before the kernel waits for the previous one (PDL): only q and position
+// len - 1 may come from the kernel just before (qk_norm_rope_append, as in a decode step). Requires head_dim == 128,
 // hq % hkv == 0, hq / hkv <= 16, 1 <= len <= cap, 16-byte aligned pointers.
 int32_t fp8gemm_decode_attention(const void* q, const void* k_cache, const void* v_cache,
                                  int64_t batch, int64_t hq, int64_t hkv, int64_t head_dim,

@@ -21,8 +21,9 @@ extern "C" {
 // y = bf16(rsqrt(mean(h^2) + eps) * h * gamma)    (bit-identical to candle 0.11's bf16 rmsnorm)
 // q, sa = quantize(y)                             (bit-identical to fp8gemm_quantize_act on y)
 // x, residual, x_sum_out: bf16 [m, k]; gamma: bf16 [k]. x_sum_out may be NULL only when
-// residual is NULL. Requires m >= 1, k % 128 == 0, and k small enough for the row to fit in
-// shared memory (k <= ~116K on H100/H200).
+// residual is NULL. Requires m >= 1, k % 128 == 0, and k small enough for the row and gamma to
+// fit in shared memory (k <= ~58K on H100/H200). gamma is read before the kernel waits for the
+// previous one (PDL): it must be a model constant, not the output of a kernel still in flight.
 int32_t fp8gemm_add_rmsnorm_quant(const void* x, const void* residual, const void* gamma,
                                   float eps, void* x_sum_out, uint8_t* q, float* sa, int64_t m,
                                   int64_t k, void* stream);

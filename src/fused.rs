@@ -33,6 +33,10 @@ use candle_core::{bail, DType, Result, Tensor};
 /// Returns `(h, qa, sa)` where `h = x + residual` (`None` without a residual; the normalized
 /// input is then `x` itself), and `(qa, sa) = quantize_activation(rms_norm(h, gamma, eps))`.
 ///
+/// The CUDA kernel reads `gamma` before it waits for the kernel launched just before it
+/// (programmatic dependent launch): pass a model weight, not the output of one of this crate's
+/// kernels enqueued immediately before.
+///
 /// ```
 /// use candle_core::{Device, DType, Tensor};
 /// # fn main() -> candle_core::Result<()> {
@@ -52,7 +56,7 @@ pub fn add_rmsnorm_quantize(
 ) -> Result<(Option<Tensor>, Tensor, Tensor)> {
     let (m, k) = check_add_rmsnorm(x, residual, gamma)?;
     #[cfg(feature = "cuda")]
-    if kernel_eligible("add_rmsnorm_quantize", x, k, &[Some(x), residual, Some(gamma)])? {
+    if norm_row_fits("add_rmsnorm_quantize", k) && kernel_eligible("add_rmsnorm_quantize", x, k, &[Some(x), residual, Some(gamma)])? {
         return cuda::add_rmsnorm_quantize(x, residual, gamma, eps, m, k);
     }
     let h = residual.map(|r| x + r).transpose()?;
@@ -89,7 +93,9 @@ pub fn add_rmsnorm_quantize_unreduced(
                 if !shape_ok {
                     bail!("add_rmsnorm_quantize: residual partials must be contiguous f32 [splits, {m}, {k}], got {:?} {:?}", parts.dtype(), parts.dims())
                 }
-                if kernel_eligible("add_rmsnorm_quantize", x, k, &[Some(x), Some(parts), Some(gamma)])? {
+                if norm_row_fits("add_rmsnorm_quantize", k)
+                    && kernel_eligible("add_rmsnorm_quantize", x, k, &[Some(x), Some(parts), Some(gamma)])?
+                {
                     return cuda::add_partials_rmsnorm_quantize(x, parts, gamma, eps, m, k);
                 }
             }
@@ -225,6 +231,18 @@ fn kernel_eligible(what: &str, x: &Tensor, k: usize, tensors: &[Option<&Tensor>]
             Ok(false)
         }
     }
+}
+
+/// Whether a row and its norm weight (bf16, `4 * k` bytes) fit the fused norm kernel's shared
+/// memory (227 KiB on sm_90); longer rows take the composed ops (logged once).
+#[cfg(feature = "cuda")]
+fn norm_row_fits(what: &str, k: usize) -> bool {
+    const MAX_K: usize = (227 * 1024 - 128) / 4;
+    if k <= MAX_K {
+        return true;
+    }
+    log_fallback_once(what, &format!("K = {k} exceeds the kernel's {MAX_K}-column row"));
+    false
 }
 
 #[cfg(feature = "cuda")]

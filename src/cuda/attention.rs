@@ -231,6 +231,10 @@ fn status(what: &str, st: i32) -> Result<()> {
 /// Returns q, bf16 `[B, num_heads, 128]`. The result equals candle's
 /// `rms_norm(·, ones, eps)` → `broadcast_mul(qk_norm)` → `rope_thd` bit for bit (same f32
 /// association, same bf16 rounding points).
+///
+/// `qk_norm`, `cos` and `sin` are read before the kernel waits for the kernel launched just
+/// before it (programmatic dependent launch): they must be model constants (weights, RoPE
+/// tables), not outputs of that kernel.
 #[allow(clippy::too_many_arguments)]
 pub fn qk_norm_rope_append(
     qkv: &Tensor,
@@ -450,7 +454,9 @@ pub struct DecodeAttentionOutput {
 /// folded in) over positions `[0, len)` of `k_cache`/`v_cache` `[B, num_kv_heads, capacity,
 /// 128]` (bf16, contiguous): f32 scores, max-subtracted f32 softmax and f32 P·V; grouped-query
 /// heads share their kv head (`num_heads % num_kv_heads == 0`, at most 16 query heads per kv
-/// head).
+/// head). Cache positions before `len - 1` are read before the kernel waits for the kernel
+/// launched just before it (their HBM latency then overlaps it): only `q` and position
+/// `len - 1` may be written by that kernel ([`qk_norm_rope_append`], as in a decode step).
 pub fn decode_attention(
     q: &Tensor,
     k_cache: &Tensor,
