@@ -7,7 +7,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <mutex>
 
 #include "api.h"
@@ -165,21 +164,6 @@ int make_tmap_2d(CUtensorMap* map, bool f32, const void* base, uint64_t inner, u
           swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? FP8GEMM_OK : FP8GEMM_ERR_TMA;
-}
-
-// Weight stages prefetched before griddepcontrol.wait: all of the ring by default. A smaller
-// burst leaves the latency-bound kernels that run meanwhile (norms, attention) less HBM
-// queueing; FP8GEMM_PREFILL_STAGES=n (0..32) sets it for experiments.
-int prefill_stages() {
-  static const int n = [] {
-    if (const char* v = std::getenv("FP8GEMM_PREFILL_STAGES")) {
-      char* end = nullptr;
-      const long x = std::strtol(v, &end, 10);
-      if (end != v && *end == '\0' && x >= 0 && x <= 32) return static_cast<int>(x);
-    }
-    return -1;
-  }();
-  return n;
 }
 
 bool raise_smem_limit_once(const void* func, std::atomic<uint64_t>& done_mask, int device,

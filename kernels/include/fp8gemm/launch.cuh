@@ -33,8 +33,6 @@ int make_tmap_2d(CUtensorMap* map, bool f32, const void* base, uint64_t inner, u
                  uint64_t row_stride_bytes, uint32_t box_inner, uint32_t box_outer, bool swizzle128);
 bool raise_smem_limit_once(const void* func, std::atomic<uint64_t>& done_mask, int device,
                            size_t bytes);
-// Ring stages a CTA fills with weights before waiting for the previous kernel (gemm.cu).
-int prefill_stages();
 
 using RunFn = int (*)(const GemmArgs&);
 
@@ -85,7 +83,6 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   p.shape.num_splits = a.split;
   p.shape.kb_total = kb_total;
   p.shape.kb_per_split = (kb_total + a.split - 1) / a.split;
-  p.prefill = prefill_stages();
 
   const size_t smem = Ring::kFixedBytes + sizeof(float) * kSwRows * p.shape.kb_per_split;
   if (smem > a.smem_optin) return FP8GEMM_ERR_SHAPE;  // K per split too long for the scale cache

@@ -29,7 +29,6 @@ struct GemmParams {
   int kb_total;    // k / 128 = row stride of sw
   int nb_total;    // ceil(n / 128) = rows of sw
   TileShape shape; // tiles in MMA space, K split
-  int prefill;     // ring stages filled with weights before griddep_wait (< 0: all)
 };
 
 // Traits every schedule provides:
@@ -135,8 +134,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         if (!waited) {
           // First tile: fill the ring with weight tiles while the previous kernel finishes
           // (at decode sizes the weights are nearly all the bytes), then add the activations.
-          const int fill = p.prefill < 0 ? T::kStages : min(T::kStages, p.prefill);
-          const int pre = min(fill, tile.kb1 - tile.kb0);
+          const int pre = min(T::kStages, tile.kb1 - tile.kb0);
           RingState<T::kStages> w_st = st;
           for (int i = 0; i < pre; ++i) {
             ptx::mbarrier_wait(ring.empty(w_st.stage), w_st.phase ^ 1);
