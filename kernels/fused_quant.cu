@@ -12,8 +12,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "api.h"
 #include "fp8gemm/launch_pdl.cuh"
@@ -107,11 +105,10 @@ __global__ void __launch_bounds__(kThreads)
                              const __nv_bfloat16* __restrict__ gamma, const float eps,
                              __nv_bfloat16* __restrict__ x_sum, uint8_t* __restrict__ q,
                              float* __restrict__ sa, const int64_t m, const int ncols,
-                             const float* __restrict__ rpart, const int splits,
-                             const bool late_trigger) {
-  // Let a PDL-launched GEMM start its weight prefetch now (or, late_trigger, once our inputs
-  // are loaded, so that its prefetch burst does not queue ahead of our loads).
-  if (!late_trigger) griddep_launch_dependents();
+                             const float* __restrict__ rpart, const int splits) {
+  // Let a PDL-launched GEMM start its weight prefetch now (triggering after our loads instead,
+  // so that its burst does not queue ahead of them, measured no better: docs/PERF.md).
+  griddep_launch_dependents();
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* h_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);
@@ -145,7 +142,6 @@ __global__ void __launch_bounds__(kThreads)
     reinterpret_cast<uint4*>(h_s)[v] = a;
   }
   __syncthreads();
-  if (late_trigger) griddep_launch_dependents();
 
   // 2. candle's rmsnorm, expression by expression (reduce.cu).
   float tmp = 0.0f;
@@ -266,16 +262,6 @@ namespace {
 bool misaligned(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) != 0; }
 
 
-// FP8_NORM_TRIGGER=late: the norm lets its dependent GEMM launch after loading its inputs
-// instead of at entry (experiment; read once).
-bool norm_late_trigger() {
-  static const bool late = [] {
-    const char* v = std::getenv("FP8_NORM_TRIGGER");
-    return v != nullptr && std::strcmp(v, "late") == 0;
-  }();
-  return late;
-}
-
 // Shared memory the kernel may use without opting in.
 constexpr size_t kDefaultSmem = 48 * 1024;
 
@@ -298,7 +284,7 @@ int32_t run_add_rmsnorm(const __nv_bfloat16* x, const __nv_bfloat16* residual,
       return FP8GEMM_ERR_LAUNCH;
   }
   return launch_pdl(kern, dim3(static_cast<unsigned>(m)), dim3(kThreads), smem, stream, x, residual,
-                    gamma, eps, x_sum, q, sa, m, k, rpart, splits, norm_late_trigger());
+                    gamma, eps, x_sum, q, sa, m, k, rpart, splits);
 }
 
 }  // namespace

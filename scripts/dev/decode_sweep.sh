@@ -12,6 +12,9 @@ set -uo pipefail
 SETTINGS="${1:?settings}"; BATCHES="${2:-1 16}"
 OUT="${OUT:-bundle/out}"; mkdir -p "$OUT"
 BIN="bundle/bin"
+if [[ ! -x "$BIN/decode" || bundle/fp8bin.tar.xz -nt "$BIN/decode" ]]; then
+  rm -rf "$BIN" && mkdir -p "$BIN" && tar -xJf bundle/fp8bin.tar.xz -C "$BIN"
+fi
 export LD_LIBRARY_PATH="/usr/local/cuda/targets/x86_64-linux/lib:/usr/local/nvidia/lib64:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 ROWS="$OUT/sweep-table.txt"
 if [[ "${WARMUP:-1}" == 1 ]]; then

@@ -9,7 +9,9 @@ set -uo pipefail
 TAG="${1:?tag}"; shift
 OUT="${OUT:-bundle/out}"; mkdir -p "$OUT"
 BIN="bundle/bin"
-if [[ ! -x "$BIN/decode" ]]; then mkdir -p "$BIN" && tar -xJf bundle/fp8bin.tar.xz -C "$BIN"; fi
+if [[ ! -x "$BIN/decode" || bundle/fp8bin.tar.xz -nt "$BIN/decode" ]]; then
+  rm -rf "$BIN" && mkdir -p "$BIN" && tar -xJf bundle/fp8bin.tar.xz -C "$BIN"
+fi
 CUPTI_DIR=/tmp/ktrace-cupti
 if [[ ! -f "$CUPTI_DIR/libcupti.so.13" ]]; then
   mkdir -p "$CUPTI_DIR" && xz -dc bundle/tools/libcupti.so.13.xz >"$CUPTI_DIR/libcupti.so.13"
