@@ -63,6 +63,35 @@ fn add_rmsnorm_quantize_equals_the_composed_ops() -> Result<()> {
     Ok(())
 }
 
+/// Off the CUDA kernel path an FP8 layer's output is never left unreduced, and the
+/// `_unreduced` norm equals the plain one; partials of the wrong shape are named errors.
+#[test]
+fn unreduced_outputs_on_the_cpu() -> Result<()> {
+    use candle_fp8::testing::random_operands;
+    use candle_fp8::{add_rmsnorm_quantize_unreduced, Unreduced};
+    let ops = random_operands(3, 256, 512, 5, &Device::Cpu)?;
+    let lin = Fp8BlockLinear::new(ops.w.clone(), ops.sw.clone(), None)?;
+    let out = lin.forward_quantized_unreduced(&ops.qa, &ops.sa)?;
+    let Unreduced::Done(y) = &out else { panic!("CPU: expected Done, got {out:?}") };
+    assert_same("forward_quantized_unreduced", y, &lin.forward_quantized(&ops.qa, &ops.sa)?)?;
+    assert_same("reduce() of Done", &out.reduce()?, y)?;
+
+    let x = rows(3, 256, 9, DType::BF16)?;
+    let gamma = rows(1, 256, 10, DType::BF16)?.squeeze(0)?;
+    let (h0, q0, s0) = add_rmsnorm_quantize(&x, Some(y), &gamma, 1e-6)?;
+    let (h1, q1, s1) = add_rmsnorm_quantize_unreduced(&x, Some(&out), &gamma, 1e-6)?;
+    assert_same("sum", &h1.unwrap(), &h0.unwrap())?;
+    assert_same("q", &q1, &q0)?;
+    assert_same("scales", &s1, &s0)?;
+
+    // Partials on the CPU only exist if a caller builds them: they are reduced first (CUDA
+    // only) or rejected with the reason.
+    let bogus = Unreduced::Partials(Tensor::zeros((2, 3, 256), DType::F32, &Device::Cpu)?);
+    let e = err_of(add_rmsnorm_quantize_unreduced(&x, Some(&bogus), &gamma, 1e-6));
+    assert!(e.contains("partials") || e.contains("CUDA"), "{e}");
+    Ok(())
+}
+
 #[test]
 fn swiglu_quantize_equals_the_composed_ops() -> Result<()> {
     for dtype in [DType::F32, DType::BF16, DType::F16] {
