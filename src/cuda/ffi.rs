@@ -120,22 +120,7 @@ mod sys {
     ) -> i32 {
         FP8GEMM_ERR_CONFIG
     }
-    pub unsafe fn fp8gemm_gemm_unreduced(
-        _: *const u8,
-        _: *const f32,
-        _: *const u8,
-        _: *const f32,
-        _: *mut c_void,
-        _: i64,
-        _: i64,
-        _: i64,
-        _: *const GemmConfig,
-        _: *mut c_void,
-        _: usize,
-        _: *mut c_void,
-    ) -> i32 {
-        FP8GEMM_ERR_CONFIG
-    }
+    pub use self::fp8gemm_gemm as fp8gemm_gemm_unreduced;
     pub unsafe fn fp8gemm_reduce_partials(_: *const f32, _: *mut c_void, _: i64, _: i64, _: i32, _: *mut c_void) -> i32 {
         FP8GEMM_ERR_CONFIG
     }

@@ -457,21 +457,20 @@ fn hopper_gemm(dev: &CudaDevice, ops: &Operands, m: usize, n: usize, k: usize) -
     let need = reserve_workspace(dev, &mut ws, &cfg, m, n, k)?;
     let mut y = unsafe { dev.alloc::<bf16>(m * n)? };
     {
-        let (qa, _g1) = ops.qa.device_ptr(&stream);
-        let (sa, _g2) = ops.sa.device_ptr(&stream);
-        let (w, _g3) = ops.w.device_ptr(&stream);
-        let (sw, _g4) = ops.sw.device_ptr(&stream);
-        let (y_ptr, _g5) = y.device_ptr_mut(&stream);
-        let ptrs = GemmPtrs {
-            qa: qa as *const u8,
-            sa: sa as *const f32,
-            w: w as *const u8,
-            sw: sw as *const f32,
-            y: y_ptr as *mut c_void,
-        };
-        launch_hopper(dev, &mut ws, need, &ptrs, &cfg, m, n, k)?;
+        let (y_ptr, _gy) = y.device_ptr_mut(&stream);
+        with_gemm_ptrs(ops, dev, y_ptr as *mut c_void, |p| launch_hopper(dev, &mut ws, need, p, &cfg, m, n, k))?;
     }
     Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
+}
+
+/// Runs `f` with the operands' device pointers (their read guards held meanwhile) and `y`.
+fn with_gemm_ptrs<R>(ops: &Operands, dev: &CudaDevice, y: *mut c_void, f: impl FnOnce(&GemmPtrs) -> Result<R>) -> Result<R> {
+    let stream = dev.cuda_stream();
+    let (qa, _g1) = ops.qa.device_ptr(&stream);
+    let (sa, _g2) = ops.sa.device_ptr(&stream);
+    let (w, _g3) = ops.w.device_ptr(&stream);
+    let (sw, _g4) = ops.sw.device_ptr(&stream);
+    f(&GemmPtrs { qa: qa as *const u8, sa: sa as *const f32, w: w as *const u8, sw: sw as *const f32, y })
 }
 
 /// A GEMM output whose split-K reduction may still be pending: bf16 `y [m, n]`, or the f32
@@ -515,28 +514,26 @@ pub(crate) fn hopper_gemm_unreduced(
     // SAFETY: every split writes every element of its [m, n] slice (zeros for an empty range).
     let mut partials = unsafe { dev.alloc::<f32>(splits * m * n)? };
     {
-        let (qa, _g1) = ops.qa.device_ptr(&stream);
-        let (sa, _g2) = ops.sa.device_ptr(&stream);
-        let (w, _g3) = ops.w.device_ptr(&stream);
-        let (sw, _g4) = ops.sw.device_ptr(&stream);
-        let (p, _g5) = partials.device_ptr_mut(&stream);
-        let status = unsafe {
-            ffi::fp8gemm_gemm_unreduced(
-                qa as *const u8,
-                sa as *const f32,
-                w as *const u8,
-                sw as *const f32,
-                std::ptr::null_mut(),
-                m as i64,
-                n as i64,
-                k as i64,
-                &cfg,
-                p as *mut c_void,
-                need,
-                raw_stream(&dev),
-            )
-        };
-        ffi::check(&format!("gemm_unreduced (m={m} n={n} k={k}, {cfg:?})"), status)?;
+        let (part, _gp) = partials.device_ptr_mut(&stream);
+        with_gemm_ptrs(&ops, &dev, std::ptr::null_mut(), |p| {
+            let status = unsafe {
+                ffi::fp8gemm_gemm_unreduced(
+                    p.qa,
+                    p.sa,
+                    p.w,
+                    p.sw,
+                    p.y,
+                    m as i64,
+                    n as i64,
+                    k as i64,
+                    &cfg,
+                    part as *mut c_void,
+                    need,
+                    raw_stream(&dev),
+                )
+            };
+            ffi::check(&format!("gemm_unreduced (m={m} n={n} k={k}, {cfg:?})"), status)
+        })?;
     }
     Ok(GemmOutput::Partials(CudaStorage::wrap_cuda_slice(partials, dev), splits))
 }
