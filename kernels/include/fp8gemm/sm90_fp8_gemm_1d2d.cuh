@@ -171,9 +171,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
   // ---- Math warp-groups: wgmma per K block, promote with scales, store.
   if constexpr (T::kMathRegs > 0) ptx::setmaxnreg_inc<T::kMathRegs>();
-  // No griddep_wait here: the math warps read only the ring (filled by the producer, which
-  // waits before loading activations) and the weight scales (constants), so the first tile's
-  // scale fill overlaps the previous kernel; they wait before their first global write.
+  ptx::griddep_wait();  // before writing y / partials, which the previous kernel may still read
   const int warp = tid_wg / 32, lane = threadIdx.x % 32;
   const int r_in = warp * 16 + lane / 4;  // fragment row within an m64 wave (and +8)
   const int c_in = (lane % 4) * 2;        // fragment column within each n8 group (and +1)
@@ -318,7 +316,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       st.advance();
     }
 
-    ptx::griddep_wait();  // before writing y / partials, which the previous kernel may still read
     // The next kernel (split-K reduce, next layer) may start its prologue once all CTAs are here.
     ptx::griddep_launch_dependents();
     // Epilogue: every in-bounds element of the tile is written (zeros for an empty K split).
