@@ -185,11 +185,9 @@ fn decode_logits(model: &mut Qwen3Model, steps: usize) -> Result<Vec<Tensor>> {
     model.clear_kv_cache();
     let prompt: Vec<u32> = "Fused ops".bytes().map(u32::from).collect();
     let mut out = vec![model.forward(&Tensor::new(prompt.as_slice(), &Device::Cpu)?.unsqueeze(0)?, 0)?];
-    let mut pos = prompt.len();
-    for _ in 0..steps {
+    for pos in prompt.len()..prompt.len() + steps {
         let next = out.last().unwrap().argmax(1)?.to_dtype(DType::U32)?.unsqueeze(1)?;
         out.push(model.forward(&next, pos)?);
-        pos += 1;
     }
     Ok(out)
 }

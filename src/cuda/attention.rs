@@ -528,13 +528,11 @@ pub fn decode_attention(
         }
         let read: Vec<_> = views.iter().map(|v| v.device_ptr(&stream)).collect();
         let (ws_ptr, _gw) = opt_ptr_mut(&mut ws, &stream);
-        let ws_ptr = ws_ptr as *mut c_void;
         let (qa_ptr, _ga) = opt_ptr_mut(&mut qa, &stream);
         let qa_ptr = qa_ptr as *mut u8;
         let (sa_ptr, _gs) = opt_ptr_mut(&mut sa, &stream);
         let sa_ptr = sa_ptr as *mut f32;
         let (out_ptr, _go) = opt_ptr_mut(&mut out, &stream);
-        let out_ptr = out_ptr as *mut c_void;
         let st = unsafe {
             fp8gemm_decode_attention(
                 read[0].0 as *const c_void,

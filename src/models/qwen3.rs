@@ -736,6 +736,7 @@ const E4M3_UNIFORM_STD: f64 = 258.6;
 
 impl Source<'_> {
     /// A linear layer `prefix` `[out, in]`.
+    #[allow(clippy::too_many_arguments)]
     fn linear(&mut self, prefix: &str, in_dim: usize, out_dim: usize, bias: bool, gain: f64, device: &Device, dtype: DType) -> Result<AnyLinear> {
         match self {
             Self::Checkpoint { vb, is_quantized } => {
