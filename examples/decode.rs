@@ -308,16 +308,24 @@ fn main() -> Result<()> {
         let mut s = Sampler::new(args.temperature, args.top_p, args.seed);
         generate(&mut model, &prompt_ids, args.batch, warmup, &mut s, &[], &mut |_, _| {})?;
     }
+    let mem_after_warmup = memory_in_use(&device);
     let mut sampler = Sampler::new(args.temperature, args.top_p, args.seed);
-    let mut mem_peak = mem_after_load;
+    let mut mem_peak = mem_after_load.max(mem_after_warmup);
+    // In use after the prefill (step 0) and after the first decode step: with the memory at
+    // load and after the warm-up, this splits the peak into weights, KV cache and the rest.
+    let mut mem_steps: [Option<u64>; 2] = [None, None];
     let dev2 = device.clone();
     let profile = args.profile_step.filter(|&n| n >= 1 && n < args.max_new_tokens);
     if args.profile_step.is_some() && profile.is_none() {
         bail!("--profile-step must be in 1..{} (a decode step of the measured run)", args.max_new_tokens)
     }
     let gen = generate(&mut model, &prompt_ids, args.batch, args.max_new_tokens, &mut sampler, &eos, &mut |step, _| {
-        if step == 0 || step % 64 == 63 {
-            mem_peak = mem_peak.max(memory_in_use(&dev2));
+        if step < 2 || step % 64 == 63 {
+            let m = memory_in_use(&dev2);
+            if step < 2 {
+                mem_steps[step] = m;
+            }
+            mem_peak = mem_peak.max(m);
         }
         // on_step(s) runs after step s: open the window before step N, close it after.
         if let Some(n) = profile {
@@ -399,7 +407,10 @@ fn main() -> Result<()> {
     } else {
         gen.enqueue_times.iter().map(|d| ms(*d)).sum::<f64>() / gen.enqueue_times.len() as f64
     };
-    println!("host enqueue     mean {enqueue_mean:.3} ms per step (launching the step's kernels; near TPOT = host-bound)");
+    if !device.is_cpu() {
+        // On the CPU the "launches" compute synchronously: the line would just repeat the TPOT.
+        println!("host enqueue     mean {enqueue_mean:.3} ms per step (launching the step's kernels; near TPOT = host-bound)");
+    }
     let tps = if decode_total > 0.0 { (args.batch * steps.len()) as f64 / (decode_total / 1e3) } else { f64::NAN };
     println!("throughput       {tps:.1} tokens/s (decode, all sequences)");
     match (mem_peak, &device) {
@@ -410,6 +421,15 @@ fn main() -> Result<()> {
             human(budget as u64)
         ),
         (None, _) => println!("peak memory      n/a"),
+    }
+    if let (Some(l), Some(w), [Some(p), Some(d)], false) = (mem_after_load, mem_after_warmup, mem_steps, device.is_cpu()) {
+        println!(
+            "memory in use    after load {}, after warm-up {}, after prefill {}, after decode step 1 {}",
+            human(l),
+            human(w),
+            human(p),
+            human(d)
+        );
     }
 
     // ---- Accuracy check --------------------------------------------------------------------
@@ -455,7 +475,8 @@ fn main() -> Result<()> {
             "load_s": load_time.as_secs_f64(), "ttft_ms": ms(gen.ttft),
             "tpot_ms": {"mean": tpot_mean, "p50": percentile(&steps, 50.0), "p99": percentile(&steps, 99.0), "steps": steps.len()},
             "host_enqueue_ms_mean": enqueue_mean,
-            "tokens_per_s": tps, "peak_memory_bytes": mem_peak, "weights_bytes": {"fp8": fp8_b, "dense": dense_b, "embeddings_norms": other_b},
+            "tokens_per_s": tps, "peak_memory_bytes": mem_peak,
+            "memory_bytes": {"after_load": mem_after_load, "after_warmup": mem_after_warmup, "after_prefill": mem_steps[0], "after_step1": mem_steps[1]}, "weights_bytes": {"fp8": fp8_b, "dense": dense_b, "embeddings_norms": other_b},
             "kv_cache_bytes": kv_b, "memory_budget_bytes": budget, "accuracy": acc_json,
         });
         std::fs::write(path, serde_json::to_string_pretty(&j)?).with_context(|| format!("writing {}", path.display()))?;
