@@ -311,7 +311,9 @@ pub(crate) struct Operands<'a> {
     pub sw: CudaView<'a, f32>,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn operands<'a>(
+    what: &str,
     qa: (&'a CudaStorage, &Layout),
     sa: (&'a CudaStorage, &Layout),
     w: (&'a CudaStorage, &Layout),
@@ -320,6 +322,9 @@ fn operands<'a>(
     n: usize,
     k: usize,
 ) -> Result<Operands<'a>> {
+    if m == 0 || n == 0 || k == 0 {
+        bail!("candle-fp8 {what}: empty shape m={m} n={n} k={k}")
+    }
     let kb = num_blocks(k);
     let m_pad = act_scale_m_stride(m);
     // The kernels read the scale columns with a stride of m_pad; the last column needs m rows,
@@ -359,11 +364,8 @@ pub(crate) fn fp8_gemm(
     n: usize,
     k: usize,
 ) -> Result<CudaStorage> {
-    if m == 0 || n == 0 || k == 0 {
-        bail!("candle-fp8 fp8_gemm: empty shape m={m} n={n} k={k}")
-    }
     let dev = qa.0.device.clone();
-    let ops = operands(qa, sa, w, sw, m, n, k)?;
+    let ops = operands("fp8_gemm", qa, sa, w, sw, m, n, k)?;
     match provider {
         Provider::Hopper => hopper_gemm(&dev, &ops, m, n, k),
         Provider::CublasLt => {
@@ -496,11 +498,8 @@ pub(crate) fn hopper_gemm_unreduced(
     n: usize,
     k: usize,
 ) -> Result<GemmOutput> {
-    if m == 0 || n == 0 || k == 0 {
-        bail!("candle-fp8 hopper_gemm_unreduced: empty shape m={m} n={n} k={k}")
-    }
     let dev = qa.0.device.clone();
-    let ops = operands(qa, sa, w, sw, m, n, k)?;
+    let ops = operands("hopper_gemm_unreduced", qa, sa, w, sw, m, n, k)?;
     let cfg = hopper_config(&dev, m, n, k)?;
     let need = unsafe { ffi::fp8gemm_workspace_bytes(&cfg, m as i64, n as i64, k as i64) };
     if need == 0 {
