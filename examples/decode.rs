@@ -16,6 +16,7 @@ use candle_fp8::checkpoint::{open_model, Checkpoint};
 use candle_fp8::models::byte_tokenizer::ByteTokenizer;
 use candle_fp8::models::qwen3::{
     compare_greedy, generate, write_toy_lm_checkpoint, LinearMode, Qwen3Config, Qwen3Model, Qwen3Options, Sampler,
+    StepAttention,
 };
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -72,6 +73,11 @@ struct Args {
     /// (qk-norm + RoPE + KV append, f32 attention quantized into the o GEMM's operand).
     #[arg(long)]
     no_fused_attention: bool,
+    /// How the fused decode attention launches: `one` (qk-norm + RoPE + KV append + attention
+    /// in one kernel; the default), `one:S,H` (S position splits, H CTAs per kv head; `-` =
+    /// default) or `separate` (two kernels). Default: $CANDLE_FP8_STEP_ATTENTION, else `one`.
+    #[arg(long)]
+    step_attention: Option<StepAttention>,
     /// Run the residual add / RMSNorm / SiLU·up and the activation quantization as separate
     /// ops instead of one fused launch per GEMM input.
     #[arg(long)]
@@ -301,6 +307,12 @@ fn main() -> Result<()> {
     model.set_kv_capacity(prompt_ids.len() + args.max_new_tokens);
     model.set_fused_attention(!args.no_fused_attention);
     model.set_fused_elementwise(!args.no_fused_elementwise);
+    let step = match (&args.step_attention, std::env::var("CANDLE_FP8_STEP_ATTENTION")) {
+        (Some(s), _) => *s,
+        (None, Ok(v)) => v.parse::<StepAttention>().map_err(|e| anyhow!("CANDLE_FP8_STEP_ATTENTION: {e}"))?,
+        (None, Err(_)) => StepAttention::default(),
+    };
+    model.set_step_attention(step);
 
     // ---- Warm-up and measured run ----------------------------------------------------------
     let warmup = args.warmup.unwrap_or(if device.is_cpu() { 0 } else { 4 });

@@ -39,7 +39,46 @@ __device__ __forceinline__ float max_nan(float a, float b) {
 // Lane j holds dims j, j+32, j+64, j+96: its sum of squares accumulates in that order and the
 // warp reduces with a xor butterfly — the association of candle's rmsnorm with a 32-thread
 // block (n_cols < 1024), so the f32 sum, and everything after it, is bit-identical. RoPE pairs
-// (j, j+64) and (j+32, j+96) stay inside the lane.
+// (j, j+64) and (j+32, j+96) stay inside the lane. norm_rope_lane: one head's RMSNorm,
+// per-head weight and RoPE of the lane's four values (xin -> r); all 32 lanes must call it.
+__device__ __forceinline__ void norm_rope_lane(const __nv_bfloat16 (&xin)[4],
+                                               const __nv_bfloat16 (&wn)[4],
+                                               const __nv_bfloat16 (&cs)[2],
+                                               const __nv_bfloat16 (&sn)[2], float eps,
+                                               __nv_bfloat16 (&r)[4]) {
+  // RMSNorm (candle: tmp += x*x as fma, /ncols with IEEE division, rsqrt.approx, bf16(scale*x)).
+  float v[4];
+  float tmp = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[i] = __bfloat162float(xin[i]);
+    tmp = __fmaf_rn(v[i], v[i], tmp);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) tmp = __fadd_rn(tmp, __shfl_xor_sync(0xffffffffu, tmp, o));
+  const float scale = rsqrtf(__fadd_rn(__fdiv_rn(tmp, float(kHeadDim)), eps));
+
+  // Per-head weight (candle's broadcast_mul: one bf16 rounding of the exact product).
+  __nv_bfloat16 y[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat16 n = __float2bfloat16_rn(__fmul_rn(scale, v[i]));
+    y[i] = __float2bfloat16_rn(__fmul_rn(__bfloat162float(n), __bfloat162float(wn[i])));
+  }
+
+  // RoPE, rotate-half, in bf16 arithmetic. candle's rope_thd writes `x1*c - x2*s` and
+  // `x1*s + x2*c` with bf16 operators (PTX mul/sub/add.bf16, contractible); ptxas 13.0 for
+  // sm_90a turns each into HMUL2 + HFMA2 with the x2 product rounded first. We pin exactly
+  // that: r1 = fma(x1, c, -rn(x2*s)), r2 = fma(x1, s, rn(x2*c)).
+#pragma unroll
+  for (int p = 0; p < 2; ++p) {
+    const __nv_bfloat16 c = cs[p], s = sn[p];
+    const __nv_bfloat16 x1 = y[p], x2 = y[p + 2];
+    r[p] = __hfma(x1, c, __hneg(__hmul_rn(x2, s)));
+    r[p + 2] = __hfma(x1, s, __hmul_rn(x2, c));
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) qk_norm_rope_append_kernel(
     const __nv_bfloat16* __restrict__ qkv, const __nv_bfloat16* __restrict__ norm_w,
     const __nv_bfloat16* __restrict__ cos_row, const __nv_bfloat16* __restrict__ sin_row,
@@ -80,38 +119,8 @@ __global__ void __launch_bounds__(kThreads) qk_norm_rope_append_kernel(
     return;
   }
 
-  // RMSNorm (candle: tmp += x*x as fma, /ncols with IEEE division, rsqrt.approx, bf16(scale*x)).
-  float v[4];
-  float tmp = 0.f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[i] = __bfloat162float(xin[i]);
-    tmp = __fmaf_rn(v[i], v[i], tmp);
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) tmp = __fadd_rn(tmp, __shfl_xor_sync(0xffffffffu, tmp, o));
-  const float scale = rsqrtf(__fadd_rn(__fdiv_rn(tmp, float(kHeadDim)), eps));
-
-  // Per-head weight (candle's broadcast_mul: one bf16 rounding of the exact product).
-  __nv_bfloat16 y[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const __nv_bfloat16 n = __float2bfloat16_rn(__fmul_rn(scale, v[i]));
-    y[i] = __float2bfloat16_rn(__fmul_rn(__bfloat162float(n), __bfloat162float(wn[i])));
-  }
-
-  // RoPE, rotate-half, in bf16 arithmetic. candle's rope_thd writes `x1*c - x2*s` and
-  // `x1*s + x2*c` with bf16 operators (PTX mul/sub/add.bf16, contractible); ptxas 13.0 for
-  // sm_90a turns each into HMUL2 + HFMA2 with the x2 product rounded first. We pin exactly
-  // that: r1 = fma(x1, c, -rn(x2*s)), r2 = fma(x1, s, rn(x2*c)).
   __nv_bfloat16 r[4];
-#pragma unroll
-  for (int p = 0; p < 2; ++p) {
-    const __nv_bfloat16 c = cs[p], s = sn[p];
-    const __nv_bfloat16 x1 = y[p], x2 = y[p + 2];
-    r[p] = __hfma(x1, c, __hneg(__hmul_rn(x2, s)));
-    r[p + 2] = __hfma(x1, s, __hmul_rn(x2, c));
-  }
+  norm_rope_lane(xin, wn, cs, sn, eps, r);
 
   __nv_bfloat16* dst = h < hq ? q_out + (b * hq + h) * kHeadDim
                               : k_cache + ((b * hkv + (h - hq)) * cap + offset) * kHeadDim;
@@ -124,7 +133,7 @@ __global__ void __launch_bounds__(kThreads) qk_norm_rope_append_kernel(
 // ---------------------------------------------------------------------------------------------
 
 struct DecodeParams {
-  const __nv_bfloat16* q;
+  const __nv_bfloat16* q;  // [batch, hq, 128] (separate path; unused when fused)
   const __nv_bfloat16* k;
   const __nv_bfloat16* v;
   float* ws_o;   // [batch, hq, splits, 128] unnormalized partial outputs
@@ -132,8 +141,18 @@ struct DecodeParams {
   uint8_t* qa;
   float* sa;
   __nv_bfloat16* out;
+  // The fused step: q, k and v of the new token come from the q|k|v GEMM output `qkv`; the CTA
+  // normalizes and ropes them itself and appends k, v at position len - 1 of the caches.
+  const __nv_bfloat16* qkv;     // [batch, (hq + 2 hkv) * 128]
+  const __nv_bfloat16* norm_w;  // [hq + hkv, 128]
+  const __nv_bfloat16* cos_row;
+  const __nv_bfloat16* sin_row;
+  __nv_bfloat16* k_out;  // = k, v (the caches), writable
+  __nv_bfloat16* v_out;
+  float eps;
   int64_t batch, cap, len, chunk, m_pad;
   int hq, hkv, n_rep, splits;
+  int head_splits, rep;  // the kv head's n_rep query heads in head_splits CTAs of rep heads
 };
 
 // Eight bf16 values (one 16-byte load) as floats, in order.
@@ -174,30 +193,101 @@ __device__ __forceinline__ void write_head(const DecodeParams& p, int64_t b, int
   }
 }
 
-// One CTA per (split, kv head, sequence), over its positions in tiles of 32. The kernel is
-// latency-bound (a decode step reads ~50 KB per CTA), so each tile issues all its K and V loads
-// at once (16-byte vectors, both in flight together) and every thread has work in every phase:
+// The fused step's prologue: the CTA's rep query heads, and (when the CTA covers position
+// len - 1) the new k and v, from qkv — exactly qk_norm_rope_append_kernel's arithmetic. Warp w
+// takes jobs w, w + 4, ...: job j < rep is query head j (into q_s as f32), job rep the k head,
+// job rep + 1 the v head (both into k_new / v_new, and into the caches when `append`).
+template <int kRep>
+struct FusedPrologue {
+  static constexpr int kJobs = (kRep + 2 + 3) / 4;  // per warp
+  __nv_bfloat16 wn[kJobs][4], cs[2], sn[2];
+
+  // Model constants only (read before griddepcontrol.wait).
+  __device__ __forceinline__ void load_constants(const DecodeParams& p, int g, int q0, int rep,
+                                                 int warp, int lane) {
+#pragma unroll
+    for (int j = 0; j < kJobs; ++j) {
+      const int job = warp + 4 * j;
+      const int row = job < rep ? q0 + job : p.hq + g;  // q rows, then k rows of qk_norm
+      if (job <= rep)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) wn[j][i] = p.norm_w[int64_t(row) * kHeadDim + lane + 32 * i];
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      cs[i] = p.cos_row[lane + 32 * i];
+      sn[i] = p.sin_row[lane + 32 * i];
+    }
+  }
+
+  __device__ __forceinline__ void run(const DecodeParams& p, int64_t b, int g, int q0, int rep,
+                                      bool has_new, bool append, int warp, int lane,
+                                      float (*q_s)[kHeadDim], __nv_bfloat16* k_new,
+                                      __nv_bfloat16* v_new) {
+    const __nv_bfloat16* row = p.qkv + b * int64_t(p.hq + 2 * p.hkv) * kHeadDim;
+    const int64_t slot = ((b * p.hkv + g) * p.cap + (p.len - 1)) * kHeadDim;
+#pragma unroll
+    for (int j = 0; j < kJobs; ++j) {
+      const int job = warp + 4 * j;  // warp-uniform
+      if (job >= rep + 2 || (job >= rep && !has_new)) continue;
+      const int head = job < rep ? q0 + job : job == rep ? p.hq + g : p.hq + p.hkv + g;
+      __nv_bfloat16 xin[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) xin[i] = row[int64_t(head) * kHeadDim + lane + 32 * i];
+      if (job == rep + 1) {  // v: as is
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          v_new[lane + 32 * i] = xin[i];
+          if (append) p.v_out[slot + lane + 32 * i] = xin[i];
+        }
+        continue;
+      }
+      __nv_bfloat16 r[4];
+      norm_rope_lane(xin, wn[j], cs, sn, p.eps, r);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if (job < rep) {
+          q_s[job][lane + 32 * i] = __bfloat162float(r[i]);
+        } else {
+          k_new[lane + 32 * i] = r[i];
+          if (append) p.k_out[slot + lane + 32 * i] = r[i];
+        }
+      }
+    }
+  }
+};
+
+// One CTA per (split, kv head x head split, sequence), over its positions in tiles of 32. The
+// kernel is latency-bound (a decode step reads ~50 KB per CTA), so each tile issues all its K
+// and V loads at once (16-byte vectors, both in flight together) and every thread has work in
+// every phase:
 //   scores   4 threads per position, each a quarter of the dims, reduced by 2 shuffles;
 //   softmax  one warp per query head, lane = position (online max/sum across tiles);
 //   P·V      16 threads per position group of 4, 8 dims each, accumulated in registers across
 //            tiles; the 8 position groups are summed once at the end through shared memory.
-template <int kRep>
+// kFused: q, the new k and v come from qkv (FusedPrologue) instead of q and the caches. Every
+// query head's arithmetic is independent of which CTA (head split) computes it, so the result
+// depends on the position splits only.
+template <int kRep, bool kFused>
 __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const DecodeParams p) {
   __shared__ __align__(16) float q_s[kRep][kHeadDim];
   __shared__ float p_s[kRep][kTile];  // scores, then probabilities
   __shared__ float m_s[kRep], l_s[kRep], a_s[kRep];
   __shared__ __align__(16) float sum_s[kThreads / 16][kHeadDim];
+  __shared__ __align__(16) __nv_bfloat16 kv_new[2][kFused ? kHeadDim : 8];  // fused: new k, v
   __shared__ float red[4];
   const int t = threadIdx.x, lane = t % 32, warp = t / 32;
-  const int split = blockIdx.x, g = blockIdx.y;
+  const int split = blockIdx.x;
+  const int g = blockIdx.y / p.head_splits, hs = blockIdx.y % p.head_splits;
   const int64_t b = blockIdx.z;
-  const int n_rep = p.n_rep;
+  const int rep = p.rep;
+  const int q0 = g * p.n_rep + hs * rep;  // first query head of this CTA (within the sequence)
   const int64_t p0 = split * p.chunk;
   const int64_t p1 = min(p.len, p0 + p.chunk);
 
   ptx::griddep_launch_dependents();
 
-  const int64_t head0 = b * p.hq + int64_t(g) * n_rep;  // first query head of the group
+  const int64_t head0 = b * p.hq + q0;
   // Scores: position sp of the tile, 16-byte chunks c = 4i + quarter (interleaved so that the
   // four quarters read q_s in different banks).
   const int sp = t / 4, quarter = t % 4;
@@ -206,51 +296,66 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
   const __nv_bfloat16* kbase = p.k + (b * p.hkv + g) * p.cap * kHeadDim;
   const __nv_bfloat16* vbase = p.v + (b * p.hkv + g) * p.cap * kHeadDim;
   const uint4 zero = make_uint4(0, 0, 0, 0);
+  // The newest position (len - 1) is written in this step (fused: by this kernel, which keeps
+  // its own copy in kv_new); all older ones by earlier decode steps, long complete.
+  const int64_t fresh = p.len - 1;
+  auto k_vec = [&](int64_t pos, int c) {
+    if (kFused && pos == fresh) return reinterpret_cast<const uint4*>(kv_new[0])[c];
+    return reinterpret_cast<const uint4*>(kbase + pos * kHeadDim)[c];
+  };
+  auto v_vec = [&](int64_t pos, int c) {
+    if (kFused && pos == fresh) return reinterpret_cast<const uint4*>(kv_new[1])[c];
+    return reinterpret_cast<const uint4*>(vbase + pos * kHeadDim)[c];
+  };
   // Positions [tile0, end) of a tile; the others read as zeros.
   auto load_k = [&](int64_t tile0, int64_t end, uint4 (&kr)[4]) {
     const int64_t n = end - tile0;
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-      kr[i] = sp < n ? reinterpret_cast<const uint4*>(kbase + (tile0 + sp) * kHeadDim)[4 * i + quarter]
-                     : zero;
+    for (int i = 0; i < 4; ++i) kr[i] = sp < n ? k_vec(tile0 + sp, 4 * i + quarter) : zero;
   };
   auto load_v = [&](int64_t tile0, int64_t end, uint4 (&vr)[4]) {
     const int64_t n = end - tile0;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int j = 4 * pg + i;
-      vr[i] = j < n ? reinterpret_cast<const uint4*>(vbase + (tile0 + j) * kHeadDim)[dg] : zero;
+      vr[i] = j < n ? v_vec(tile0 + j, dg) : zero;
     }
   };
-  // The newest position (len - 1) is written by the previous kernel (qk_norm_rope_append); all
-  // older ones by earlier decode steps, long complete. So the first tile's K and V loads of the
-  // older positions go out before we wait for the previous kernel (their HBM latency overlaps
-  // it), and only the newest position, q and later tiles are read after the wait. Later tiles'
-  // loads are issued as soon as the previous tile's registers are consumed.
-  const int64_t fresh = p.len - 1;
+  // The first tile's K and V loads of the older positions go out before we wait for the
+  // previous kernel (their HBM latency overlaps it); only the newest position, q and later
+  // tiles are read after the wait. Later tiles' loads are issued as soon as the previous
+  // tile's registers are consumed.
   uint4 kraw[4], vraw[4];
   if (p0 < p1) {
     load_k(p0, min(p1, fresh), kraw);
     load_v(p0, min(p1, fresh), vraw);
   }
-  ptx::griddep_wait();  // q and the newest cache position come from the previous kernel
+  const bool has_new = p0 <= fresh && fresh < p1;
+  [[maybe_unused]] FusedPrologue<kRep> pro;
+  if constexpr (kFused) pro.load_constants(p, g, q0, rep, warp, lane);
+  ptx::griddep_wait();  // q (or qkv) and the newest cache position come from the previous kernel
+  if constexpr (kFused) {
+    // One CTA of the kv head (head split 0) appends; the others use their own copy.
+    pro.run(p, b, g, q0, rep, has_new, has_new && hs == 0, warp, lane, q_s, kv_new[0], kv_new[1]);
+  } else {
+#pragma unroll
+    for (int r = 0; r < kRep; ++r)
+      if (r < rep) q_s[r][t] = __bfloat162float(p.q[(head0 + r) * kHeadDim + t]);
+  }
+  if (t < rep) {
+    m_s[t] = -INFINITY;
+    l_s[t] = 0.f;
+  }
+  if constexpr (kFused) __syncthreads();  // kv_new is read below
   if (p0 <= fresh && fresh < min(p1, p0 + kTile)) {
     const int j = static_cast<int>(fresh - p0);
     if (sp == j) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        kraw[i] = reinterpret_cast<const uint4*>(kbase + fresh * kHeadDim)[4 * i + quarter];
+      for (int i = 0; i < 4; ++i) kraw[i] = k_vec(fresh, 4 * i + quarter);
     }
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-      if (4 * pg + i == j) vraw[i] = reinterpret_cast<const uint4*>(vbase + fresh * kHeadDim)[dg];
-  }
-#pragma unroll
-  for (int r = 0; r < kRep; ++r)
-    if (r < n_rep) q_s[r][t] = __bfloat162float(p.q[(head0 + r) * kHeadDim + t]);
-  if (t < n_rep) {
-    m_s[t] = -INFINITY;
-    l_s[t] = 0.f;
+      if (4 * pg + i == j) vraw[i] = v_vec(fresh, dg);
   }
   float acc[kRep][8];
 #pragma unroll
@@ -274,7 +379,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
       const int c = 4 * i + quarter;
 #pragma unroll
       for (int r = 0; r < kRep; ++r) {
-        if (r < n_rep) {
+        if (r < rep) {
           const float4 qa = *reinterpret_cast<const float4*>(&q_s[r][c * 8]);
           const float4 qb = *reinterpret_cast<const float4*>(&q_s[r][c * 8 + 4]);
           float a = s[r];
@@ -292,7 +397,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
     }
 #pragma unroll
     for (int r = 0; r < kRep; ++r) {
-      if (r < n_rep) {
+      if (r < rep) {
         s[r] += __shfl_xor_sync(0xffffffffu, s[r], 1);
         s[r] += __shfl_xor_sync(0xffffffffu, s[r], 2);
         if (quarter == 0 && sp < n) p_s[r][sp] = s[r];
@@ -301,7 +406,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
     if (more) load_k(tile0 + kTile, p1, kraw);
     __syncthreads();
     // 2. Online softmax, one warp per query head, lane = position.
-    for (int r = warp; r < n_rep; r += kThreads / 32) {
+    for (int r = warp; r < rep; r += kThreads / 32) {
       const float x = lane < n ? p_s[r][lane] : -INFINITY;
       float mx = x;
 #pragma unroll
@@ -325,7 +430,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
     // 3. acc[r][d] = alpha_r * acc[r][d] + Σ_j p[r][j] · v[j][8dg + d] over this thread's 4 positions.
 #pragma unroll
     for (int r = 0; r < kRep; ++r) {
-      if (r < n_rep) {
+      if (r < rep) {
         const float alpha = a_s[r];
 #pragma unroll
         for (int d = 0; d < 8; ++d) acc[r][d] *= alpha;
@@ -339,7 +444,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
         unpack_bf16x8(vraw[i], vf);
 #pragma unroll
         for (int r = 0; r < kRep; ++r) {
-          if (r < n_rep) {
+          if (r < rep) {
             const float pr = p_s[r][j];
 #pragma unroll
             for (int d = 0; d < 8; ++d) acc[r][d] = fmaf(pr, vf[d], acc[r][d]);
@@ -354,7 +459,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
   // 4. Per head: sum the 8 position groups (thread t ends with output dim t), then write.
 #pragma unroll
   for (int r = 0; r < kRep; ++r) {
-    if (r < n_rep) {
+    if (r < rep) {
       float4* dst = reinterpret_cast<float4*>(&sum_s[pg][8 * dg]);
       dst[0] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
       dst[1] = make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
@@ -364,7 +469,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
       for (int q = 0; q < kThreads / 16; ++q) o += sum_s[q][t];
       __syncthreads();  // sum_s is rewritten for the next head
       if (p.splits == 1) {
-        write_head(p, b, g * n_rep + r, o / l_s[r], red);
+        write_head(p, b, q0 + r, o / l_s[r], red);
       } else {
         const int64_t slot = (head0 + r) * p.splits + split;
         p.ws_o[slot * kHeadDim + t] = o;
@@ -446,37 +551,23 @@ extern "C" size_t fp8gemm_decode_attention_workspace_bytes(int64_t batch, int64_
   return static_cast<size_t>(batch * hq * splits) * (kHeadDim + 2) * sizeof(float);
 }
 
-extern "C" int32_t fp8gemm_decode_attention(const void* q, const void* k_cache,
-                                            const void* v_cache, int64_t batch, int64_t hq,
-                                            int64_t hkv, int64_t head_dim, int64_t cap,
-                                            int64_t len, int64_t splits, void* workspace,
-                                            size_t workspace_bytes, uint8_t* qa, float* sa,
-                                            void* out, void* stream) {
-  if (head_dim != kHeadDim || batch < 1 || batch > 65535 || hq < 1 || hkv < 1 || hkv > 65535 ||
-      hq % hkv != 0 || hq / hkv > kMaxRep || hq > 0x7fffffff || len < 1 || len > cap)
+// Validates the shape and output arguments common to both attention entry points, plans the
+// position splits and launches the attention (fused or not) and, with several position
+// splits, the combine kernel.
+static int32_t launch_attention(DecodeParams p, bool fused, int64_t requested_splits,
+                                int64_t head_splits, void* workspace, size_t workspace_bytes,
+                                cudaStream_t s) {
+  const int64_t batch = p.batch, hq = p.hq, hkv = p.hkv;
+  if (head_splits < 1 || p.n_rep % head_splits != 0 || hkv * head_splits > 65535)
     return FP8GEMM_ERR_SHAPE;
-  if (!q || !k_cache || !v_cache || (qa == nullptr && out == nullptr) ||
-      (qa != nullptr && sa == nullptr))
+  if ((p.qa == nullptr && p.out == nullptr) || (p.qa != nullptr && p.sa == nullptr))
     return FP8GEMM_ERR_ALIGN;
-  if (misaligned(q) || misaligned(k_cache) || misaligned(v_cache) || misaligned(qa) ||
-      misaligned(sa) || misaligned(out))
-    return FP8GEMM_ERR_ALIGN;
-  DecodeParams p = {};
-  p.q = static_cast<const __nv_bfloat16*>(q);
-  p.k = static_cast<const __nv_bfloat16*>(k_cache);
-  p.v = static_cast<const __nv_bfloat16*>(v_cache);
-  p.qa = qa;
-  p.sa = sa;
-  p.out = static_cast<__nv_bfloat16*>(out);
-  p.batch = batch;
-  p.cap = cap;
-  p.len = len;
+  if (misaligned(p.qa) || misaligned(p.sa) || misaligned(p.out)) return FP8GEMM_ERR_ALIGN;
   p.m_pad = (batch + 3) / 4 * 4;
-  p.hq = static_cast<int>(hq);
-  p.hkv = static_cast<int>(hkv);
-  p.n_rep = static_cast<int>(hq / hkv);
+  p.head_splits = static_cast<int>(head_splits);
+  p.rep = static_cast<int>(p.n_rep / head_splits);
   int64_t n_splits, chunk;
-  split_plan(len, splits, &n_splits, &chunk);
+  split_plan(p.len, requested_splits, &n_splits, &chunk);
   if (n_splits > 0x7fffffff) return FP8GEMM_ERR_SHAPE;
   p.splits = static_cast<int>(n_splits);
   p.chunk = chunk;
@@ -487,22 +578,100 @@ extern "C" int32_t fp8gemm_decode_attention(const void* q, const void* k_cache,
     p.ws_o = static_cast<float*>(workspace);
     p.ws_ml = p.ws_o + batch * hq * n_splits * kHeadDim;
   }
-  cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(hkv),
+  const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(hkv * head_splits),
                   static_cast<unsigned>(batch));
+  const dim3 block(kThreads);
   int st;
-  if (p.n_rep <= 1)
-    st = fp8gemm::launch_pdl(decode_attention_kernel<1>, grid, dim3(kThreads), 0, s, p);
-  else if (p.n_rep <= 2)
-    st = fp8gemm::launch_pdl(decode_attention_kernel<2>, grid, dim3(kThreads), 0, s, p);
-  else if (p.n_rep <= 4)
-    st = fp8gemm::launch_pdl(decode_attention_kernel<4>, grid, dim3(kThreads), 0, s, p);
-  else if (p.n_rep <= 8)
-    st = fp8gemm::launch_pdl(decode_attention_kernel<8>, grid, dim3(kThreads), 0, s, p);
-  else
-    st = fp8gemm::launch_pdl(decode_attention_kernel<16>, grid, dim3(kThreads), 0, s, p);
+  if (fused) {
+    if (p.rep <= 1)
+      st = fp8gemm::launch_pdl(decode_attention_kernel<1, true>, grid, block, 0, s, p);
+    else if (p.rep <= 2)
+      st = fp8gemm::launch_pdl(decode_attention_kernel<2, true>, grid, block, 0, s, p);
+    else if (p.rep <= 4)
+      st = fp8gemm::launch_pdl(decode_attention_kernel<4, true>, grid, block, 0, s, p);
+    else if (p.rep <= 8)
+      st = fp8gemm::launch_pdl(decode_attention_kernel<8, true>, grid, block, 0, s, p);
+    else
+      st = fp8gemm::launch_pdl(decode_attention_kernel<16, true>, grid, block, 0, s, p);
+  } else {
+    if (p.rep <= 1)
+      st = fp8gemm::launch_pdl(decode_attention_kernel<1, false>, grid, block, 0, s, p);
+    else if (p.rep <= 2)
+      st = fp8gemm::launch_pdl(decode_attention_kernel<2, false>, grid, block, 0, s, p);
+    else if (p.rep <= 4)
+      st = fp8gemm::launch_pdl(decode_attention_kernel<4, false>, grid, block, 0, s, p);
+    else if (p.rep <= 8)
+      st = fp8gemm::launch_pdl(decode_attention_kernel<8, false>, grid, block, 0, s, p);
+    else
+      st = fp8gemm::launch_pdl(decode_attention_kernel<16, false>, grid, block, 0, s, p);
+  }
   if (st != FP8GEMM_OK || n_splits == 1) return st;
   return fp8gemm::launch_pdl(decode_combine_kernel,
-                             dim3(static_cast<unsigned>(hq), static_cast<unsigned>(batch)),
-                             dim3(kThreads), 0, s, p);
+                             dim3(static_cast<unsigned>(hq), static_cast<unsigned>(batch)), block,
+                             0, s, p);
+}
+
+static bool bad_heads(int64_t batch, int64_t hq, int64_t hkv, int64_t head_dim) {
+  return head_dim != kHeadDim || batch < 1 || batch > 65535 || hq < 1 || hkv < 1 ||
+         hkv > 65535 || hq % hkv != 0 || hq / hkv > kMaxRep || hq > 0x7fffffff;
+}
+
+extern "C" int32_t fp8gemm_decode_attention(const void* q, const void* k_cache,
+                                            const void* v_cache, int64_t batch, int64_t hq,
+                                            int64_t hkv, int64_t head_dim, int64_t cap,
+                                            int64_t len, int64_t splits, void* workspace,
+                                            size_t workspace_bytes, uint8_t* qa, float* sa,
+                                            void* out, void* stream) {
+  if (bad_heads(batch, hq, hkv, head_dim) || len < 1 || len > cap) return FP8GEMM_ERR_SHAPE;
+  if (!q || !k_cache || !v_cache) return FP8GEMM_ERR_ALIGN;
+  if (misaligned(q) || misaligned(k_cache) || misaligned(v_cache)) return FP8GEMM_ERR_ALIGN;
+  DecodeParams p = {};
+  p.q = static_cast<const __nv_bfloat16*>(q);
+  p.k = static_cast<const __nv_bfloat16*>(k_cache);
+  p.v = static_cast<const __nv_bfloat16*>(v_cache);
+  p.qa = qa;
+  p.sa = sa;
+  p.out = static_cast<__nv_bfloat16*>(out);
+  p.batch = batch;
+  p.cap = cap;
+  p.len = len;
+  p.hq = static_cast<int>(hq);
+  p.hkv = static_cast<int>(hkv);
+  p.n_rep = static_cast<int>(hq / hkv);
+  return launch_attention(p, false, splits, 1, workspace, workspace_bytes,
+                          static_cast<cudaStream_t>(stream));
+}
+
+extern "C" int32_t fp8gemm_decode_step_attention(
+    const void* qkv, const void* qk_norm, const void* cos_row, const void* sin_row,
+    void* k_cache, void* v_cache, int64_t batch, int64_t hq, int64_t hkv, int64_t head_dim,
+    int64_t cap, int64_t offset, float eps, int64_t splits, int64_t head_splits, void* workspace,
+    size_t workspace_bytes, uint8_t* qa, float* sa, void* out, void* stream) {
+  if (bad_heads(batch, hq, hkv, head_dim) || cap < 1 || offset < 0 || offset >= cap)
+    return FP8GEMM_ERR_SHAPE;
+  if (!qkv || !qk_norm || !cos_row || !sin_row || !k_cache || !v_cache) return FP8GEMM_ERR_ALIGN;
+  if (misaligned(qkv) || misaligned(qk_norm) || misaligned(cos_row) || misaligned(sin_row) ||
+      misaligned(k_cache) || misaligned(v_cache))
+    return FP8GEMM_ERR_ALIGN;
+  DecodeParams p = {};
+  p.k = static_cast<const __nv_bfloat16*>(k_cache);
+  p.v = static_cast<const __nv_bfloat16*>(v_cache);
+  p.k_out = static_cast<__nv_bfloat16*>(k_cache);
+  p.v_out = static_cast<__nv_bfloat16*>(v_cache);
+  p.qkv = static_cast<const __nv_bfloat16*>(qkv);
+  p.norm_w = static_cast<const __nv_bfloat16*>(qk_norm);
+  p.cos_row = static_cast<const __nv_bfloat16*>(cos_row);
+  p.sin_row = static_cast<const __nv_bfloat16*>(sin_row);
+  p.eps = eps;
+  p.qa = qa;
+  p.sa = sa;
+  p.out = static_cast<__nv_bfloat16*>(out);
+  p.batch = batch;
+  p.cap = cap;
+  p.len = offset + 1;
+  p.hq = static_cast<int>(hq);
+  p.hkv = static_cast<int>(hkv);
+  p.n_rep = static_cast<int>(hq / hkv);
+  return launch_attention(p, true, splits, head_splits, workspace, workspace_bytes,
+                          static_cast<cudaStream_t>(stream));
 }

@@ -59,6 +59,27 @@ int32_t fp8gemm_decode_attention(const void* q, const void* k_cache, const void*
                                  size_t workspace_bytes, uint8_t* qa, float* sa, void* out,
                                  void* stream);
 
+// A whole decode step's attention in one launch: fp8gemm_qk_norm_rope_append (q, k of the new
+// token normalized, weighted and roped; k and v appended at position `offset` of the caches)
+// fused into fp8gemm_decode_attention over positions [0, offset + 1). q never goes to global
+// memory; each CTA normalizes its own query heads from qkv, and the CTAs that attend to the new
+// position compute its k and v themselves (one of them appends them). The kv head's hq/hkv
+// query heads are spread over `head_splits` CTAs (a divisor of hq/hkv): more CTAs per kv head
+// without a combine pass, since each CTA attends over all positions of its split for its own
+// heads. Outputs and `splits`/workspace as fp8gemm_decode_attention; the result is bit-identical
+// to fp8gemm_qk_norm_rope_append followed by fp8gemm_decode_attention with the same `splits`,
+// whatever head_splits. qk_norm, cos_row, sin_row and cache positions before `offset` are read
+// before the kernel waits for the previous one (PDL): only qkv may come from the kernel just
+// before. Requires head_dim == 128, hq % hkv == 0, hq / hkv <= 16, 0 <= offset < cap,
+// 16-byte aligned pointers.
+int32_t fp8gemm_decode_step_attention(const void* qkv, const void* qk_norm, const void* cos_row,
+                                      const void* sin_row, void* k_cache, void* v_cache,
+                                      int64_t batch, int64_t hq, int64_t hkv, int64_t head_dim,
+                                      int64_t cap, int64_t offset, float eps, int64_t splits,
+                                      int64_t head_splits, void* workspace,
+                                      size_t workspace_bytes, uint8_t* qa, float* sa, void* out,
+                                      void* stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -578,3 +578,122 @@ fn cuda_qwen3_fused_attention_decodes_like_the_candle_path() -> Result<()> {
     );
     Ok(())
 }
+
+/// Bit patterns of any tensor (via f32 for the float dtypes, u8 for e4m3).
+fn bits(t: &Tensor) -> Result<Vec<u32>> {
+    let t = t.flatten_all()?.to_device(&Device::Cpu)?;
+    Ok(match t.dtype() {
+        DType::BF16 => t.to_vec1::<bf16>()?.iter().map(|x| x.to_bits() as u32).collect(),
+        DType::F32 => t.to_vec1::<f32>()?.iter().map(|x| x.to_bits()).collect(),
+        _ => t.to_dtype(DType::U8)?.to_vec1::<u8>()?.iter().map(|&x| x as u32).collect(),
+    })
+}
+
+#[test]
+fn cuda_decode_step_attention_equals_the_two_launches() -> Result<()> {
+    let dev = attention_device_or_skip!("cuda_decode_step_attention_equals_the_two_launches");
+    let eps = 1e-6f32;
+    let mut cases = 0;
+    // n_rep 8 (Qwen3-32B), 4 and 1; offsets: first position, tile edges, a decode length, long.
+    for (hq, hkv) in [(64, 8), (16, 4), (8, 8)] {
+        let n_rep = hq / hkv;
+        for b in [1, 3] {
+            for offset in [0, 31, 32, 147, 700] {
+                let cap = offset + 9;
+                let (cos, sin) = rope_tables(cap, &dev)?;
+                let (cos, sin) = (cos.narrow(0, offset, 1)?, sin.narrow(0, offset, 1)?);
+                let w = qk_norm_weights(hq, hkv, &dev)?;
+                let qkv = randn_bf16(&[b, (hq + 2 * hkv) * HD], 1.0, &dev)?;
+                let len = offset + 1;
+                let tiles = len.div_ceil(attn::POSITION_TILE);
+                for splits in [1, 2, tiles] {
+                    for hs in (1..=n_rep).filter(|h| n_rep % h == 0) {
+                        // Both paths start from identical caches: `offset` valid positions,
+                        // NaN from there on (only position `offset` may be written).
+                        let (kc_a, vc_a, _, _) = poisoned_caches(b, hkv, offset.max(1), cap, &dev)?;
+                        if offset == 0 {
+                            kc_a.slice_set(&nan_bf16(&[b, hkv, 1, HD], &dev)?, 2, 0)?;
+                            vc_a.slice_set(&nan_bf16(&[b, hkv, 1, HD], &dev)?, 2, 0)?;
+                        }
+                        let (kc_b, vc_b) = (kc_a.copy()?, vc_a.copy()?);
+                        let q = attn::qk_norm_rope_append(&qkv, &w, &cos, &sin, &kc_a, &vc_a, offset, hq, hkv, eps)?;
+                        let both = DecodeAttentionOptions { quantized: true, bf16: true, splits: Some(splits) };
+                        let want = attn::decode_attention(&q, &kc_a, &vc_a, len, both)?;
+                        poison_pool(b * hq * HD * 4 * (splits + 2), &dev)?;
+                        let opts = attn::DecodeStepOptions { attention: both, head_splits: Some(hs) };
+                        let got = attn::decode_step_attention(&qkv, &w, &cos, &sin, &kc_b, &vc_b, offset, hq, hkv, eps, opts)?;
+                        let what = format!("hq {hq}/{hkv} B={b} offset {offset} splits {splits} head splits {hs}");
+                        let (wq, ws) = want.quantized.unwrap();
+                        let (gq, gs) = got.quantized.unwrap();
+                        assert!(bits(&gq)? == bits(&wq)?, "{what}: quantized output differs");
+                        assert!(scale_buffer(&gs)? == scale_buffer(&ws)?, "{what}: scales differ (padding rows included)");
+                        assert!(bits(&got.bf16.unwrap())? == bits(&want.bf16.unwrap())?, "{what}: bf16 output differs");
+                        assert!(bits(&kc_b)? == bits(&kc_a)?, "{what}: k cache differs");
+                        assert!(bits(&vc_b)? == bits(&vc_a)?, "{what}: v cache differs");
+                        cases += 1;
+                    }
+                }
+            }
+        }
+    }
+    println!("decode_step_attention: {cases} cases bit-identical to qk_norm_rope_append + decode_attention");
+    Ok(())
+}
+
+#[test]
+fn cuda_decode_step_attention_rejects_bad_inputs() -> Result<()> {
+    let dev = attention_device_or_skip!("cuda_decode_step_attention_rejects_bad_inputs");
+    let (b, hq, hkv, cap) = (2, 8, 2, 64);
+    let qkv = randn_bf16(&[b, (hq + 2 * hkv) * HD], 1.0, &dev)?;
+    let w = qk_norm_weights(hq, hkv, &dev)?;
+    let (cos, sin) = rope_tables(4, &dev)?;
+    let kc = randn_bf16(&[b, hkv, cap, HD], 1.0, &dev)?;
+    let vc = randn_bf16(&[b, hkv, cap, HD], 1.0, &dev)?;
+    let run = |offset: usize, hs: Option<usize>, qkv: &Tensor| {
+        let opts = attn::DecodeStepOptions { head_splits: hs, ..Default::default() };
+        attn::decode_step_attention(qkv, &w, &cos, &sin, &kc, &vc, offset, hq, hkv, 1e-6, opts)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    assert!(run(cap, None, &qkv).contains("offset 64 is beyond the cache capacity 64"));
+    assert!(run(3, Some(3), &qkv).contains("head_splits 3 must divide the 4"));
+    assert!(run(3, Some(0), &qkv).contains("head_splits 0"));
+    let narrow = randn_bf16(&[b, hq * HD], 1.0, &dev)?;
+    assert!(run(3, None, &narrow).contains("qkv must be [batch, 1536]"));
+    let opts = attn::DecodeStepOptions {
+        attention: DecodeAttentionOptions { quantized: false, bf16: false, splits: None },
+        head_splits: None,
+    };
+    let e = attn::decode_step_attention(&qkv, &w, &cos, &sin, &kc, &vc, 3, hq, hkv, 1e-6, opts).err().unwrap();
+    assert!(e.to_string().contains("quantized and/or the bf16"), "{e}");
+    assert!(run(3, Some(2), &qkv).is_empty(), "a valid call fails: {}", run(3, Some(2), &qkv));
+    Ok(())
+}
+
+#[test]
+fn cuda_qwen3_one_launch_step_attention_is_bit_identical_to_two_launches() -> Result<()> {
+    use candle_fp8::models::qwen3::StepAttention;
+    let dev = attention_device_or_skip!("cuda_qwen3_one_launch_step_attention_is_bit_identical_to_two_launches");
+    let (_dir, mut one) = toy_model(&dev)?;
+    assert_eq!(one.step_attention(), StepAttention::default(), "one launch by default");
+    // The two-launch path splits every 32-position tile off (the toy has 2 kv heads: fewer
+    // CTAs than SMs); the one-launch kernel with as many splits does the same arithmetic, here
+    // with the kv head's 4 query heads over 2 CTAs.
+    one.set_step_attention(StepAttention::OneLaunch { splits: Some(1 << 20), head_splits: Some(2) });
+    let mut two = one.clone();
+    two.set_step_attention(StepAttention::Separate);
+    let prompt: Vec<u32> = "a journey of".bytes().map(u32::from).collect();
+    let r = compare_greedy(&mut one, &mut two, &prompt, 80)?;
+    assert_eq!(r.top1_agree, r.steps);
+    assert_eq!(r.max_abs_dlogit, 0.0, "logits differ between one and two launches");
+    // The default plan (no position split below 256 positions; other head splits) stays close.
+    one.set_step_attention(StepAttention::default());
+    let r = compare_greedy(&mut one, &mut two, &prompt, 80)?;
+    println!(
+        "default one-launch plan vs two launches: top-1 {}/{}, max |Δlogit| {}",
+        r.top1_agree, r.steps, r.max_abs_dlogit
+    );
+    assert!(r.top1_agree + 1 >= r.steps && (r.max_abs_dlogit as f64) < 0.1 * r.ref_logit_rms);
+    Ok(())
+}

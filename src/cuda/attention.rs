@@ -53,6 +53,29 @@ mod sys {
             stream: *mut c_void,
         ) -> i32;
         pub fn fp8gemm_decode_attention_workspace_bytes(batch: i64, hq: i64, splits: i64) -> usize;
+        pub fn fp8gemm_decode_step_attention(
+            qkv: *const c_void,
+            qk_norm: *const c_void,
+            cos_row: *const c_void,
+            sin_row: *const c_void,
+            k_cache: *mut c_void,
+            v_cache: *mut c_void,
+            batch: i64,
+            hq: i64,
+            hkv: i64,
+            head_dim: i64,
+            cap: i64,
+            offset: i64,
+            eps: f32,
+            splits: i64,
+            head_splits: i64,
+            workspace: *mut c_void,
+            workspace_bytes: usize,
+            qa: *mut u8,
+            sa: *mut f32,
+            out: *mut c_void,
+            stream: *mut c_void,
+        ) -> i32;
         pub fn fp8gemm_decode_attention(
             q: *const c_void,
             k_cache: *const c_void,
@@ -101,6 +124,31 @@ mod sys {
     }
     pub unsafe fn fp8gemm_decode_attention_workspace_bytes(_: i64, _: i64, _: i64) -> usize {
         0
+    }
+    pub unsafe fn fp8gemm_decode_step_attention(
+        _: *const c_void,
+        _: *const c_void,
+        _: *const c_void,
+        _: *const c_void,
+        _: *mut c_void,
+        _: *mut c_void,
+        _: i64,
+        _: i64,
+        _: i64,
+        _: i64,
+        _: i64,
+        _: i64,
+        _: f32,
+        _: i64,
+        _: i64,
+        _: *mut c_void,
+        _: usize,
+        _: *mut u8,
+        _: *mut f32,
+        _: *mut c_void,
+        _: *mut c_void,
+    ) -> i32 {
+        FP8GEMM_ERR_CONFIG
     }
     pub unsafe fn fp8gemm_decode_attention(
         _: *const c_void,
@@ -248,106 +296,14 @@ pub fn qk_norm_rope_append(
     num_kv_heads: usize,
     eps: f32,
 ) -> Result<Tensor> {
+    let op = "qk_norm_rope_append";
     let (hq, hkv) = (num_heads, num_kv_heads);
-    if hq == 0 || hkv == 0 || hq % hkv != 0 {
-        bail!("candle-fp8 qk_norm_rope_append: num_heads {hq} must be a non-zero multiple of num_kv_heads {hkv}")
-    }
-    let dev = cuda_device(qkv, "qkv")?;
-    for (t, what) in [
-        (qk_norm, "qk_norm"),
-        (cos, "cos"),
-        (sin, "sin"),
-        (k_cache, "k_cache"),
-        (v_cache, "v_cache"),
-    ] {
-        same_device(&dev, t, what)?;
-    }
-    check_bf16_contiguous(qkv, "qkv")?;
-    let width = (hq + 2 * hkv) * HEAD_DIM;
-    let b = match qkv.dims() {
-        &[b, w] if w == width && b > 0 => b,
-        d => bail!(
-            "candle-fp8 qk_norm_rope_append: qkv must be [batch, {width}] ((num_heads {hq} + 2 × \
-             num_kv_heads {hkv}) × {HEAD_DIM}), got {d:?}"
-        ),
-    };
-    check_bf16_contiguous(qk_norm, "qk_norm")?;
-    if qk_norm.dims() != [hq + hkv, HEAD_DIM] {
-        bail!(
-            "candle-fp8 qk_norm_rope_append: qk_norm must be [{}, {HEAD_DIM}], got {:?}",
-            hq + hkv,
-            qk_norm.dims()
-        )
-    }
-    for (t, what) in [(cos, "cos"), (sin, "sin")] {
-        check_bf16_contiguous(t, what)?;
-        match t.dims() {
-            &[r, h] if r >= 1 && h == HEAD_DIM / 2 => {}
-            d => bail!(
-                "candle-fp8 qk_norm_rope_append: {what} must be [T >= 1, {}], got {d:?}",
-                HEAD_DIM / 2
-            ),
-        }
-    }
-    let kd = cache_dims(k_cache, "k_cache")?;
-    let vd = cache_dims(v_cache, "v_cache")?;
-    if kd != vd || kd.0 != b || kd.1 != hkv {
-        bail!(
-            "candle-fp8 qk_norm_rope_append: caches must both be [{b}, {hkv}, capacity, {HEAD_DIM}], got \
-             k_cache {:?} and v_cache {:?}",
-            k_cache.dims(),
-            v_cache.dims()
-        )
-    }
-    let cap = kd.2;
-    if offset >= cap {
-        bail!("candle-fp8 qk_norm_rope_append: offset {offset} is beyond the cache capacity {cap}")
-    }
-    // The caches are locked for writing while the inputs are locked for reading: one storage
-    // in both roles would deadlock (and alias).
-    let (ka, va) = (storage_addr(k_cache, &dev)?, storage_addr(v_cache, &dev)?);
-    for (t, what) in [
-        (qkv, "qkv"),
-        (qk_norm, "qk_norm"),
-        (cos, "cos"),
-        (sin, "sin"),
-    ] {
-        let a = storage_addr(t, &dev)?;
-        if a == ka || a == va {
-            bail!("candle-fp8 qk_norm_rope_append: {what} shares its storage with a KV cache")
-        }
-    }
-    if ka == va {
-        bail!("candle-fp8 qk_norm_rope_append: k_cache and v_cache share one storage; they must be distinct buffers")
-    }
-
+    let (dev, b, cap) = check_step_inputs(op, qkv, qk_norm, cos, sin, k_cache, v_cache, offset, hq, hkv)?;
     let stream = dev.cuda_stream();
     let mut q_out = unsafe { dev.alloc::<bf16>(b * hq * HEAD_DIM)? };
     {
         let (q_ptr, _gq) = q_out.device_ptr_mut(&stream);
-        let guards = [qkv, qk_norm, cos, sin].map(|t| t.storage_and_layout());
-        let mut ptrs = [0u64; 4];
-        let mut views = Vec::with_capacity(4);
-        for (i, ((st, l), what)) in guards
-            .iter()
-            .zip(["qkv", "qk_norm", "cos", "sin"])
-            .enumerate()
-        {
-            let Storage::Cuda(cs) = &**st else {
-                bail!("candle-fp8 qk_norm_rope_append: {what} is not on a CUDA device")
-            };
-            let n = if i < 2 {
-                l.shape().elem_count()
-            } else {
-                HEAD_DIM / 2
-            };
-            views.push(view::<bf16>(what, cs, l, n)?);
-        }
-        let read: Vec<_> = views.iter().map(|v| v.device_ptr(&stream)).collect();
-        for (p, (ptr, _)) in ptrs.iter_mut().zip(&read) {
-            *p = *ptr;
-        }
-        let launch = |k_ptr: u64, v_ptr: u64| -> Result<()> {
+        with_step_ptrs(op, &dev, [qkv, qk_norm, cos, sin], k_cache, v_cache, &|ptrs, k_ptr, v_ptr| {
             let st = unsafe {
                 fp8gemm_qk_norm_rope_append(
                     ptrs[0] as *const c_void,
@@ -367,18 +323,7 @@ pub fn qk_norm_rope_append(
                     raw_stream(&dev),
                 )
             };
-            status(&format!("qk_norm_rope_append (batch {b}, heads {hq}/{hkv}, offset {offset}, capacity {cap})"), st)
-        };
-        let write_v = |k_ptr: u64| -> Result<()> {
-            let write = |v_ptr: u64| launch(k_ptr, v_ptr);
-            v_cache.inplace_op1(&WithMutPtr {
-                name: "qk-norm-rope-append-v",
-                inner: &write,
-            })
-        };
-        k_cache.inplace_op1(&WithMutPtr {
-            name: "qk-norm-rope-append-k",
-            inner: &write_v,
+            status(&format!("{op} (batch {b}, heads {hq}/{hkv}, offset {offset}, capacity {cap})"), st)
         })?;
     }
     let st = CudaStorage::wrap_cuda_slice(q_out, dev);
@@ -388,6 +333,126 @@ pub fn qk_norm_rope_append(
         BackpropOp::none(),
         false,
     ))
+}
+
+/// Checks the inputs of a decode step's qk-norm + RoPE + append (shared by
+/// [`qk_norm_rope_append`] and [`decode_step_attention`]); returns `(device, batch, capacity)`.
+#[allow(clippy::too_many_arguments)]
+fn check_step_inputs(
+    op: &str,
+    qkv: &Tensor,
+    qk_norm: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    offset: usize,
+    hq: usize,
+    hkv: usize,
+) -> Result<(CudaDevice, usize, usize)> {
+    if hq == 0 || hkv == 0 || hq % hkv != 0 {
+        bail!("candle-fp8 {op}: num_heads {hq} must be a non-zero multiple of num_kv_heads {hkv}")
+    }
+    let dev = cuda_device(qkv, "qkv")?;
+    for (t, what) in [
+        (qk_norm, "qk_norm"),
+        (cos, "cos"),
+        (sin, "sin"),
+        (k_cache, "k_cache"),
+        (v_cache, "v_cache"),
+    ] {
+        same_device(&dev, t, what)?;
+    }
+    check_bf16_contiguous(qkv, "qkv")?;
+    let width = (hq + 2 * hkv) * HEAD_DIM;
+    let b = match qkv.dims() {
+        &[b, w] if w == width && b > 0 => b,
+        d => bail!(
+            "candle-fp8 {op}: qkv must be [batch, {width}] ((num_heads {hq} + 2 × \
+             num_kv_heads {hkv}) × {HEAD_DIM}), got {d:?}"
+        ),
+    };
+    check_bf16_contiguous(qk_norm, "qk_norm")?;
+    if qk_norm.dims() != [hq + hkv, HEAD_DIM] {
+        bail!(
+            "candle-fp8 {op}: qk_norm must be [{}, {HEAD_DIM}], got {:?}",
+            hq + hkv,
+            qk_norm.dims()
+        )
+    }
+    for (t, what) in [(cos, "cos"), (sin, "sin")] {
+        check_bf16_contiguous(t, what)?;
+        match t.dims() {
+            &[r, h] if r >= 1 && h == HEAD_DIM / 2 => {}
+            d => bail!("candle-fp8 {op}: {what} must be [T >= 1, {}], got {d:?}", HEAD_DIM / 2),
+        }
+    }
+    let kd = cache_dims(k_cache, "k_cache")?;
+    let vd = cache_dims(v_cache, "v_cache")?;
+    if kd != vd || kd.0 != b || kd.1 != hkv {
+        bail!(
+            "candle-fp8 {op}: caches must both be [{b}, {hkv}, capacity, {HEAD_DIM}], got \
+             k_cache {:?} and v_cache {:?}",
+            k_cache.dims(),
+            v_cache.dims()
+        )
+    }
+    let cap = kd.2;
+    if offset >= cap {
+        bail!("candle-fp8 {op}: offset {offset} is beyond the cache capacity {cap}")
+    }
+    // The caches are locked for writing while the inputs are locked for reading: one storage
+    // in both roles would deadlock (and alias).
+    let (ka, va) = (storage_addr(k_cache, &dev)?, storage_addr(v_cache, &dev)?);
+    for (t, what) in [(qkv, "qkv"), (qk_norm, "qk_norm"), (cos, "cos"), (sin, "sin")] {
+        let a = storage_addr(t, &dev)?;
+        if a == ka || a == va {
+            bail!("candle-fp8 {op}: {what} shares its storage with a KV cache")
+        }
+    }
+    if ka == va {
+        bail!("candle-fp8 {op}: k_cache and v_cache share one storage; they must be distinct buffers")
+    }
+    Ok((dev, b, cap))
+}
+
+/// Runs `launch(read pointers of [qkv, qk_norm, cos, sin], k_cache pointer, v_cache pointer)`
+/// with the four inputs locked for reading and both caches locked for writing (the inputs of
+/// [`check_step_inputs`]; cos/sin are viewed as their first row).
+fn with_step_ptrs(
+    op: &str,
+    dev: &CudaDevice,
+    inputs: [&Tensor; 4],
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    launch: &dyn Fn([u64; 4], u64, u64) -> Result<()>,
+) -> Result<()> {
+    let stream = dev.cuda_stream();
+    let guards = inputs.map(|t| t.storage_and_layout());
+    let mut views = Vec::with_capacity(4);
+    for (i, ((st, l), what)) in guards.iter().zip(["qkv", "qk_norm", "cos", "sin"]).enumerate() {
+        let Storage::Cuda(cs) = &**st else {
+            bail!("candle-fp8 {op}: {what} is not on a CUDA device")
+        };
+        let n = if i < 2 { l.shape().elem_count() } else { HEAD_DIM / 2 };
+        views.push(view::<bf16>(what, cs, l, n)?);
+    }
+    let read: Vec<_> = views.iter().map(|v| v.device_ptr(&stream)).collect();
+    let mut ptrs = [0u64; 4];
+    for (p, (ptr, _)) in ptrs.iter_mut().zip(&read) {
+        *p = *ptr;
+    }
+    let write_v = |k_ptr: u64| -> Result<()> {
+        let write = |v_ptr: u64| launch(ptrs, k_ptr, v_ptr);
+        v_cache.inplace_op1(&WithMutPtr {
+            name: "decode-step-append-v",
+            inner: &write,
+        })
+    };
+    k_cache.inplace_op1(&WithMutPtr {
+        name: "decode-step-append-k",
+        inner: &write_v,
+    })
 }
 
 /// An in-place op that hands the write pointer of a bf16 CUDA tensor's first element to
@@ -506,33 +571,17 @@ pub fn decode_attention(
         .splits
         .unwrap_or_else(|| default_splits(b, hkv, len, num_sms))
         .clamp(1, tiles);
+    let guards = [q, k_cache, v_cache].map(|t| t.storage_and_layout());
     let stream = dev.cuda_stream();
-    let n = b * hq * HEAD_DIM;
-    let m_pad = act_scale_m_stride(b);
-    let ws_bytes =
-        unsafe { fp8gemm_decode_attention_workspace_bytes(b as i64, hq as i64, splits as i64) };
-    // Every buffer the kernels write completely (sa's padding rows included: no memset between
-    // the attention and the o GEMM that would break the PDL overlap), so none is zeroed.
-    let mut ws = (ws_bytes > 0).then(|| unsafe { dev.alloc::<f32>(ws_bytes.div_ceil(4)) }).transpose()?;
-    let mut qa = opts.quantized.then(|| unsafe { dev.alloc::<F8E4M3>(n) }).transpose()?;
-    let mut sa = opts.quantized.then(|| unsafe { dev.alloc::<f32>(hq * m_pad) }).transpose()?;
-    let mut out = opts.bf16.then(|| unsafe { dev.alloc::<bf16>(n) }).transpose()?;
-    {
-        let guards = [q, k_cache, v_cache].map(|t| t.storage_and_layout());
-        let mut views = Vec::with_capacity(3);
-        for ((st, l), what) in guards.iter().zip(["q", "k_cache", "v_cache"]) {
-            let Storage::Cuda(cs) = &**st else {
-                bail!("candle-fp8 decode_attention: {what} is not on a CUDA device")
-            };
-            views.push(view::<bf16>(what, cs, l, l.shape().elem_count())?);
-        }
-        let read: Vec<_> = views.iter().map(|v| v.device_ptr(&stream)).collect();
-        let (ws_ptr, _gw) = opt_ptr_mut(&mut ws, &stream);
-        let (qa_ptr, _ga) = opt_ptr_mut(&mut qa, &stream);
-        let qa_ptr = qa_ptr as *mut u8;
-        let (sa_ptr, _gs) = opt_ptr_mut(&mut sa, &stream);
-        let sa_ptr = sa_ptr as *mut f32;
-        let (out_ptr, _go) = opt_ptr_mut(&mut out, &stream);
+    let mut views = Vec::with_capacity(3);
+    for ((st, l), what) in guards.iter().zip(["q", "k_cache", "v_cache"]) {
+        let Storage::Cuda(cs) = &**st else {
+            bail!("candle-fp8 decode_attention: {what} is not on a CUDA device")
+        };
+        views.push(view::<bf16>(what, cs, l, l.shape().elem_count())?);
+    }
+    let read: Vec<_> = views.iter().map(|v| v.device_ptr(&stream)).collect();
+    with_outputs(&dev, b, hq, splits, opts, &|o| {
         let st = unsafe {
             fp8gemm_decode_attention(
                 read[0].0 as *const c_void,
@@ -545,15 +594,60 @@ pub fn decode_attention(
                 cap as i64,
                 len as i64,
                 splits as i64,
-                ws_ptr,
-                ws_bytes,
-                qa_ptr,
-                sa_ptr,
-                out_ptr,
+                o.ws,
+                o.ws_bytes,
+                o.qa,
+                o.sa,
+                o.out,
                 raw_stream(&dev),
             )
         };
-        status(&format!("decode_attention (batch {b}, heads {hq}/{hkv}, len {len}, capacity {cap}, splits {splits})"), st)?;
+        status(&format!("decode_attention (batch {b}, heads {hq}/{hkv}, len {len}, capacity {cap}, splits {splits})"), st)
+    })
+}
+
+/// Raw pointers of the attention outputs a launch writes (null when not requested).
+struct OutPtrs {
+    ws: *mut c_void,
+    ws_bytes: usize,
+    qa: *mut u8,
+    sa: *mut f32,
+    out: *mut c_void,
+}
+
+/// Allocates the workspace and the outputs `opts` asks for, runs `launch` with their pointers
+/// and wraps them as tensors.
+fn with_outputs(
+    dev: &CudaDevice,
+    b: usize,
+    hq: usize,
+    splits: usize,
+    opts: DecodeAttentionOptions,
+    launch: &dyn Fn(&OutPtrs) -> Result<()>,
+) -> Result<DecodeAttentionOutput> {
+    let stream = dev.cuda_stream();
+    let n = b * hq * HEAD_DIM;
+    let m_pad = act_scale_m_stride(b);
+    let ws_bytes =
+        unsafe { fp8gemm_decode_attention_workspace_bytes(b as i64, hq as i64, splits as i64) };
+    // Every buffer the kernels write completely (sa's padding rows included: no memset between
+    // the attention and the o GEMM that would break the PDL overlap), so none is zeroed.
+    let mut ws = (ws_bytes > 0).then(|| unsafe { dev.alloc::<f32>(ws_bytes.div_ceil(4)) }).transpose()?;
+    let mut qa = opts.quantized.then(|| unsafe { dev.alloc::<F8E4M3>(n) }).transpose()?;
+    let mut sa = opts.quantized.then(|| unsafe { dev.alloc::<f32>(hq * m_pad) }).transpose()?;
+    let mut out = opts.bf16.then(|| unsafe { dev.alloc::<bf16>(n) }).transpose()?;
+    {
+        let (ws_ptr, _gw) = opt_ptr_mut(&mut ws, &stream);
+        let (qa_ptr, _ga) = opt_ptr_mut(&mut qa, &stream);
+        let (sa_ptr, _gs) = opt_ptr_mut(&mut sa, &stream);
+        let (out_ptr, _go) = opt_ptr_mut(&mut out, &stream);
+        launch(&OutPtrs {
+            ws: ws_ptr,
+            ws_bytes,
+            qa: qa_ptr as *mut u8,
+            sa: sa_ptr as *mut f32,
+            out: out_ptr,
+        })?;
     }
     let wrap = |s: CudaStorage, shape: (usize, usize)| {
         Tensor::from_storage(Storage::Cuda(s), shape, BackpropOp::none(), false)
@@ -582,6 +676,123 @@ pub fn decode_attention(
     });
     drop(ws); // stream-ordered free, after the launches above
     Ok(DecodeAttentionOutput { quantized, bf16 })
+}
+
+/// How [`decode_step_attention`] spreads the work by default: `(position splits, head splits)`.
+/// Head splits first (they need no combine pass): the largest divisor of `queries_per_kv_head`
+/// that keeps `batch * kv_heads * head_splits` within two CTAs per SM; then position splits of
+/// at most [`STEP_TILES_PER_SPLIT`] tiles each, so that long contexts still spread over the
+/// machine (a second launch combines them).
+pub fn default_step_splits(batch: usize, kv_heads: usize, queries_per_kv_head: usize, len: usize, num_sms: usize) -> (usize, usize) {
+    let budget = 2 * num_sms.max(1);
+    let ctas = (batch * kv_heads).max(1);
+    let n_rep = queries_per_kv_head.max(1);
+    let head_splits = (1..=n_rep).rev().find(|h| n_rep % h == 0 && ctas * h <= budget).unwrap_or(1);
+    let tiles = len.div_ceil(POSITION_TILE).max(1);
+    (tiles.div_ceil(STEP_TILES_PER_SPLIT), head_splits)
+}
+
+/// Most position tiles one CTA of [`decode_step_attention`] covers by default.
+pub const STEP_TILES_PER_SPLIT: usize = 8;
+
+/// How [`decode_step_attention`] splits its work, and which outputs it writes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DecodeStepOptions {
+    /// Outputs and position splits, as for [`decode_attention`] (`splits: None` takes
+    /// [`default_step_splits`]).
+    pub attention: DecodeAttentionOptions,
+    /// CTAs per kv head, each taking `queries_per_kv_head / head_splits` query heads (`None`:
+    /// [`default_step_splits`]); must divide `num_heads / num_kv_heads`.
+    pub head_splits: Option<usize>,
+}
+
+/// A decode step's attention in one launch (two with several position splits):
+/// [`qk_norm_rope_append`] fused into [`decode_attention`]. Inputs as [`qk_norm_rope_append`]
+/// takes them (`qkv` the fused projection output, k and v appended in place at `offset`),
+/// attention over positions `[0, offset + 1)`, outputs as [`decode_attention`]'s. q never goes
+/// to memory: every CTA normalizes its own query heads, and those that attend to the new
+/// position compute its k and v themselves. The result is bit-identical to
+/// [`qk_norm_rope_append`] then [`decode_attention`] with the same position splits (the head
+/// splits change who computes a head, not how).
+///
+/// Read before the kernel waits for the kernel launched just before it (programmatic dependent
+/// launch): `qk_norm`, `cos`, `sin` and cache positions before `offset` — model constants and
+/// earlier steps' entries; only `qkv` may be written by that kernel.
+#[allow(clippy::too_many_arguments)]
+pub fn decode_step_attention(
+    qkv: &Tensor,
+    qk_norm: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    offset: usize,
+    num_heads: usize,
+    num_kv_heads: usize,
+    eps: f32,
+    opts: DecodeStepOptions,
+) -> Result<DecodeAttentionOutput> {
+    let op = "decode_step_attention";
+    let (hq, hkv) = (num_heads, num_kv_heads);
+    let a = opts.attention;
+    if !a.quantized && !a.bf16 {
+        bail!("candle-fp8 {op}: ask for the quantized and/or the bf16 output")
+    }
+    let (dev, b, cap) = check_step_inputs(op, qkv, qk_norm, cos, sin, k_cache, v_cache, offset, hq, hkv)?;
+    let n_rep = hq / hkv;
+    if n_rep > MAX_QUERIES_PER_KV_HEAD {
+        bail!("candle-fp8 {op}: {n_rep} query heads per kv head; at most {MAX_QUERIES_PER_KV_HEAD} are supported")
+    }
+    if b > 65535 {
+        bail!("candle-fp8 {op}: batch {b} must be at most 65535")
+    }
+    let len = offset + 1;
+    let (auto_splits, auto_heads) = default_step_splits(b, hkv, n_rep, len, device_info(&dev)?.num_sms);
+    let splits = a.splits.unwrap_or(auto_splits).clamp(1, len.div_ceil(POSITION_TILE));
+    let head_splits = opts.head_splits.unwrap_or(auto_heads);
+    if head_splits == 0 || n_rep % head_splits != 0 || hkv * head_splits > 65535 {
+        bail!(
+            "candle-fp8 {op}: head_splits {head_splits} must divide the {n_rep} query heads per kv head \
+             (and num_kv_heads {hkv} × head_splits must be at most 65535)"
+        )
+    }
+    let out = std::cell::RefCell::new(None);
+    with_step_ptrs(op, &dev, [qkv, qk_norm, cos, sin], k_cache, v_cache, &|ptrs, k_ptr, v_ptr| {
+        let r = with_outputs(&dev, b, hq, splits, a, &|o| {
+            let st = unsafe {
+                fp8gemm_decode_step_attention(
+                    ptrs[0] as *const c_void,
+                    ptrs[1] as *const c_void,
+                    ptrs[2] as *const c_void,
+                    ptrs[3] as *const c_void,
+                    k_ptr as *mut c_void,
+                    v_ptr as *mut c_void,
+                    b as i64,
+                    hq as i64,
+                    hkv as i64,
+                    HEAD_DIM as i64,
+                    cap as i64,
+                    offset as i64,
+                    eps,
+                    splits as i64,
+                    head_splits as i64,
+                    o.ws,
+                    o.ws_bytes,
+                    o.qa,
+                    o.sa,
+                    o.out,
+                    raw_stream(&dev),
+                )
+            };
+            status(
+                &format!("{op} (batch {b}, heads {hq}/{hkv}, offset {offset}, capacity {cap}, splits {splits}, head splits {head_splits})"),
+                st,
+            )
+        })?;
+        *out.borrow_mut() = Some(r);
+        Ok(())
+    })?;
+    Ok(out.into_inner().expect("with_step_ptrs ran the launch"))
 }
 
 /// [`decode_attention`] written straight into the o-projection's activation operand:

@@ -439,6 +439,58 @@ struct Dims {
     eps: f32,
     /// Decode steps may take the fused attention kernels ([`Qwen3Model::set_fused_attention`]).
     fused_attention: bool,
+    /// How those kernels launch ([`Qwen3Model::set_step_attention`]).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    step: StepAttention,
+}
+
+/// How a decode step's attention launches on the fused CUDA path
+/// ([`Qwen3Model::set_step_attention`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepAttention {
+    /// One launch: qk-norm, RoPE, KV append and attention together
+    /// (`candle_fp8::cuda::attention::decode_step_attention`), with these position and head
+    /// splits (`None`: the kernel's defaults). The default.
+    OneLaunch {
+        /// Position splits (more than one adds a combine launch).
+        splits: Option<usize>,
+        /// CTAs per kv head (must divide `num_attention_heads / num_key_value_heads`).
+        head_splits: Option<usize>,
+    },
+    /// Two launches, qk-norm + RoPE + append then the attention (the composition the one-launch
+    /// kernel is bit-identical to, with the same position splits).
+    Separate,
+}
+
+impl Default for StepAttention {
+    fn default() -> Self {
+        Self::OneLaunch { splits: None, head_splits: None }
+    }
+}
+
+impl std::str::FromStr for StepAttention {
+    type Err = String;
+
+    /// `one`, `one:S,H` (S position splits, H head splits; `-` keeps a default) or `separate`.
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let num = |v: &str, what: &str| -> std::result::Result<Option<usize>, String> {
+            match v.trim() {
+                "-" | "" => Ok(None),
+                v => match v.parse::<usize>() {
+                    Ok(n) if n > 0 => Ok(Some(n)),
+                    _ => Err(format!("step attention: {what} {v:?} is not a positive integer")),
+                },
+            }
+        };
+        match s.trim() {
+            "one" => Ok(Self::default()),
+            "separate" => Ok(Self::Separate),
+            other => match other.strip_prefix("one:").and_then(|r| r.split_once(',')) {
+                Some((sp, hs)) => Ok(Self::OneLaunch { splits: num(sp, "splits")?, head_splits: num(hs, "head splits")? }),
+                None => Err(format!("step attention {other:?}: expected `one`, `one:S,H` or `separate`")),
+            },
+        }
+    }
 }
 
 impl DecoderLayer {
@@ -640,9 +692,22 @@ impl DecoderLayer {
         };
         cache.reserve((b, hkv, 1, d), DType::BF16, xn.device(), offset, capacity_hint)?;
         let (kc, vc) = (cache.k.as_ref().unwrap(), cache.v.as_ref().unwrap());
-        let q = attn::qk_norm_rope_append(&qkv.contiguous()?, &self.qk_norm, rope.0, rope.1, kc, vc, offset, hq, hkv, eps)?;
+        let qkv = qkv.contiguous()?;
+        let (qa, sa) = match dims.step {
+            StepAttention::OneLaunch { splits, head_splits } => {
+                let opts = attn::DecodeStepOptions {
+                    attention: attn::DecodeAttentionOptions { splits, ..Default::default() },
+                    head_splits,
+                };
+                let o = attn::decode_step_attention(&qkv, &self.qk_norm, rope.0, rope.1, kc, vc, offset, hq, hkv, eps, opts)?;
+                o.quantized.expect("requested")
+            }
+            StepAttention::Separate => {
+                let q = attn::qk_norm_rope_append(&qkv, &self.qk_norm, rope.0, rope.1, kc, vc, offset, hq, hkv, eps)?;
+                attn::decode_attention_quant(&q, kc, vc, offset + 1)?
+            }
+        };
         cache.len = offset + 1;
-        let (qa, sa) = attn::decode_attention_quant(&q, kc, vc, offset + 1)?;
         Ok(Some(o.forward_quantized_unreduced(&qa, &sa)?))
     }
 
@@ -720,6 +785,8 @@ pub struct Qwen3Model {
     mode: LinearMode,
     /// Decode steps use the fused attention kernels where they apply (default on).
     fused_attention: bool,
+    /// How the fused decode attention launches.
+    step_attention: StepAttention,
     /// Fuse the elementwise work around the FP8 GEMMs with the activation quantization
     /// (see [`Qwen3Model::set_fused_elementwise`]).
     fused_elementwise: bool,
@@ -832,7 +899,7 @@ impl Qwen3Model {
         let dtype = opts.dtype_for(device);
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
         let (hq, hkv, d) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim());
-        let dims = Dims { hq, hkv, d, eps: cfg.rms_norm_eps as f32, fused_attention: true };
+        let dims = Dims { hq, hkv, d, eps: cfg.rms_norm_eps as f32, fused_attention: true, step: StepAttention::default() };
         let nl = cfg.num_hidden_layers;
         let embed = match &mut src {
             Source::Checkpoint { vb, .. } => vb.get_with_hints_dtype((cfg.vocab_size, h), "model.embed_tokens.weight", Default::default(), dtype)?,
@@ -896,6 +963,7 @@ impl Qwen3Model {
             device: device.clone(),
             mode: opts.mode,
             fused_attention: true,
+            step_attention: StepAttention::default(),
             fused_elementwise: true,
         })
     }
@@ -1052,12 +1120,23 @@ impl Qwen3Model {
 
     /// Switches the fused decode attention on or off (default on). When on, a decode step
     /// (one token per sequence) on a CUDA sm_90 device, in bf16, with `head_dim == 128` and an
-    /// FP8 o projection runs two kernels of ours — qk-norm + RoPE + KV append, then f32
-    /// attention quantized straight into the o projection's operand — instead of about ten
-    /// candle ops and the activation quantizer; anything else takes the candle path. Both paths
+    /// FP8 o projection runs one kernel of ours — qk-norm + RoPE + KV append + f32 attention
+    /// quantized straight into the o projection's operand (see [`StepAttention`]) — instead of
+    /// about ten candle ops and the activation quantizer; anything else takes the candle path. Both paths
     /// share the KV cache, so the switch may flip between steps.
     pub fn set_fused_attention(&mut self, on: bool) {
         self.fused_attention = on;
+    }
+
+    /// How the fused decode attention launches (default [`StepAttention::OneLaunch`] with the
+    /// kernel's own split choice). Both choices give the same bits for the same position splits.
+    pub fn set_step_attention(&mut self, step: StepAttention) {
+        self.step_attention = step;
+    }
+
+    /// The fused decode attention's launch plan ([`Qwen3Model::set_step_attention`]).
+    pub fn step_attention(&self) -> StepAttention {
+        self.step_attention
     }
 
     /// Whether the fused decode attention is switched on ([`Qwen3Model::set_fused_attention`]).
@@ -1098,6 +1177,7 @@ impl Qwen3Model {
             d: cfg.head_dim(),
             eps: cfg.rms_norm_eps as f32,
             fused_attention: self.fused_attention,
+            step: self.step_attention,
         };
         let ids = input_ids.to_device(&self.device)?.to_dtype(DType::U32)?.flatten_all()?;
         let mut x = self.embed.index_select(&ids, 0)?; // [B*T, H]
