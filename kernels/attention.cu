@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "api.h"
@@ -21,6 +22,7 @@ constexpr int kHeadDim = 128;
 constexpr int kThreads = 128;    // one thread per head dimension / per position of a tile
 constexpr int kTile = 32;        // cache positions per tile (= the split granularity)
 constexpr int kMaxRep = 16;      // query heads per kv head
+constexpr int kMaxStaged = 256;  // fused kernel: cache positions per CTA staged in shared memory
 constexpr float kE4M3Max = 448.f;
 constexpr float kScaleEps = 1e-4f;
 static_assert(kThreads == kHeadDim, "thread t owns output dim t");
@@ -265,9 +267,11 @@ struct FusedPrologue {
 //   softmax  one warp per query head, lane = position (online max/sum across tiles);
 //   P·V      16 threads per position group of 4, 8 dims each, accumulated in registers across
 //            tiles; the 8 position groups are summed once at the end through shared memory.
-// kFused: q, the new k and v come from qkv (FusedPrologue) instead of q and the caches. Every
-// query head's arithmetic is independent of which CTA (head split) computes it, so the result
-// depends on the position splits only.
+// kFused: q, the new k and v come from qkv (FusedPrologue) instead of q and the caches, and the
+// older positions of the CTA's range are staged in shared memory by two bulk copies issued
+// before the wait (one HBM round trip for all tiles instead of one per tile). Every query
+// head's arithmetic is independent of which CTA (head split) computes it and of where K/V are
+// read from, so the result depends on the position splits only.
 template <int kRep, bool kFused>
 __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const DecodeParams p) {
   __shared__ __align__(16) float q_s[kRep][kHeadDim];
@@ -276,6 +280,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
   __shared__ __align__(16) float sum_s[kThreads / 16][kHeadDim];
   __shared__ __align__(16) __nv_bfloat16 kv_new[2][kFused ? kHeadDim : 8];  // fused: new k, v
   __shared__ float red[4];
+  __shared__ __align__(8) uint64_t staged_bar;
+  extern __shared__ __align__(16) uint4 staged[];  // fused: K [chunk][16], then V [chunk][16]
   const int t = threadIdx.x, lane = t % 32, warp = t / 32;
   const int split = blockIdx.x;
   const int g = blockIdx.y / p.head_splits, hs = blockIdx.y % p.head_splits;
@@ -299,12 +305,19 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
   // The newest position (len - 1) is written in this step (fused: by this kernel, which keeps
   // its own copy in kv_new); all older ones by earlier decode steps, long complete.
   const int64_t fresh = p.len - 1;
+  const int64_t n_old = max(int64_t(0), min(p1, fresh) - p0);  // positions staged (fused)
   auto k_vec = [&](int64_t pos, int c) {
-    if (kFused && pos == fresh) return reinterpret_cast<const uint4*>(kv_new[0])[c];
+    if constexpr (kFused) {
+      if (pos == fresh) return reinterpret_cast<const uint4*>(kv_new[0])[c];
+      return staged[(pos - p0) * 16 + c];
+    }
     return reinterpret_cast<const uint4*>(kbase + pos * kHeadDim)[c];
   };
   auto v_vec = [&](int64_t pos, int c) {
-    if (kFused && pos == fresh) return reinterpret_cast<const uint4*>(kv_new[1])[c];
+    if constexpr (kFused) {
+      if (pos == fresh) return reinterpret_cast<const uint4*>(kv_new[1])[c];
+      return staged[(n_old + pos - p0) * 16 + c];
+    }
     return reinterpret_cast<const uint4*>(vbase + pos * kHeadDim)[c];
   };
   // Positions [tile0, end) of a tile; the others read as zeros.
@@ -326,13 +339,24 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
   // tiles are read after the wait. Later tiles' loads are issued as soon as the previous
   // tile's registers are consumed.
   uint4 kraw[4], vraw[4];
-  if (p0 < p1) {
+  const bool has_new = p0 <= fresh && fresh < p1;
+  [[maybe_unused]] FusedPrologue<kRep> pro;
+  if constexpr (kFused) {
+    if (t == 0) {
+      ptx::mbarrier_init(&staged_bar, 1);
+      ptx::fence_barrier_init();
+      if (n_old > 0) {
+        const uint32_t bytes = static_cast<uint32_t>(n_old) * kHeadDim * sizeof(__nv_bfloat16);
+        ptx::mbarrier_arrive_expect_tx(&staged_bar, 2 * bytes);
+        ptx::bulk_load_1d(staged, kbase + p0 * kHeadDim, bytes, &staged_bar);
+        ptx::bulk_load_1d(staged + n_old * 16, vbase + p0 * kHeadDim, bytes, &staged_bar);
+      }
+    }
+    pro.load_constants(p, g, q0, rep, warp, lane);
+  } else if (p0 < p1) {
     load_k(p0, min(p1, fresh), kraw);
     load_v(p0, min(p1, fresh), vraw);
   }
-  const bool has_new = p0 <= fresh && fresh < p1;
-  [[maybe_unused]] FusedPrologue<kRep> pro;
-  if constexpr (kFused) pro.load_constants(p, g, q0, rep, warp, lane);
   ptx::griddep_wait();  // q (or qkv) and the newest cache position come from the previous kernel
   if constexpr (kFused) {
     // One CTA of the kv head (head split 0) appends; the others use their own copy.
@@ -346,8 +370,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
     m_s[t] = -INFINITY;
     l_s[t] = 0.f;
   }
-  if constexpr (kFused) __syncthreads();  // kv_new is read below
-  if (p0 <= fresh && fresh < min(p1, p0 + kTile)) {
+  if constexpr (kFused) {
+    __syncthreads();  // kv_new is read below (and staged_bar is initialized)
+    if (n_old > 0) ptx::mbarrier_wait(&staged_bar, 0);
+    if (p0 < p1) {
+      load_k(p0, p1, kraw);
+      load_v(p0, p1, vraw);
+    }
+  } else if (p0 <= fresh && fresh < min(p1, p0 + kTile)) {
     const int j = static_cast<int>(fresh - p0);
     if (sp == j) {
 #pragma unroll
@@ -551,6 +581,28 @@ extern "C" size_t fp8gemm_decode_attention_workspace_bytes(int64_t batch, int64_
   return static_cast<size_t>(batch * hq * splits) * (kHeadDim + 2) * sizeof(float);
 }
 
+namespace fp8gemm {
+// Defined in gemm.cu.
+bool raise_smem_limit_once(const void* func, std::atomic<uint64_t>& done_mask, int device,
+                           size_t bytes);
+}  // namespace fp8gemm
+
+// Launches one attention kernel instance with `smem` bytes of dynamic shared memory (opting in
+// beyond the default 48 KB once per device).
+template <int kRep, bool kFused>
+static int32_t launch_one(const DecodeParams& p, dim3 grid, size_t smem, cudaStream_t s) {
+  auto kern = decode_attention_kernel<kRep, kFused>;
+  if (smem > 48 * 1024) {
+    static std::atomic<uint64_t> done{0};
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        !fp8gemm::raise_smem_limit_once(reinterpret_cast<const void*>(kern), done, dev,
+                                        kMaxStaged * 2 * kHeadDim * sizeof(__nv_bfloat16)))
+      return FP8GEMM_ERR_LAUNCH;
+  }
+  return fp8gemm::launch_pdl(kern, grid, dim3(kThreads), smem, s, p);
+}
+
 // Validates the shape and output arguments common to both attention entry points, plans the
 // position splits and launches the attention (fused or not) and, with several position
 // splits, the combine kernel.
@@ -566,6 +618,9 @@ static int32_t launch_attention(DecodeParams p, bool fused, int64_t requested_sp
   p.m_pad = (batch + 3) / 4 * 4;
   p.head_splits = static_cast<int>(head_splits);
   p.rep = static_cast<int>(p.n_rep / head_splits);
+  // The fused kernel stages at most kMaxStaged positions per CTA.
+  const int64_t tiles = (p.len + kTile - 1) / kTile, per = kMaxStaged / kTile;
+  if (fused && requested_splits < (tiles + per - 1) / per) requested_splits = (tiles + per - 1) / per;
   int64_t n_splits, chunk;
   split_plan(p.len, requested_splits, &n_splits, &chunk);
   if (n_splits > 0x7fffffff) return FP8GEMM_ERR_SHAPE;
@@ -581,29 +636,32 @@ static int32_t launch_attention(DecodeParams p, bool fused, int64_t requested_sp
   const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(hkv * head_splits),
                   static_cast<unsigned>(batch));
   const dim3 block(kThreads);
+  // K and V of the older positions of the longest split (fused).
+  const size_t smem =
+      fused ? size_t(2) * (chunk < p.len ? chunk : p.len) * kHeadDim * sizeof(__nv_bfloat16) : 0;
   int st;
   if (fused) {
     if (p.rep <= 1)
-      st = fp8gemm::launch_pdl(decode_attention_kernel<1, true>, grid, block, 0, s, p);
+      st = launch_one<1, true>(p, grid, smem, s);
     else if (p.rep <= 2)
-      st = fp8gemm::launch_pdl(decode_attention_kernel<2, true>, grid, block, 0, s, p);
+      st = launch_one<2, true>(p, grid, smem, s);
     else if (p.rep <= 4)
-      st = fp8gemm::launch_pdl(decode_attention_kernel<4, true>, grid, block, 0, s, p);
+      st = launch_one<4, true>(p, grid, smem, s);
     else if (p.rep <= 8)
-      st = fp8gemm::launch_pdl(decode_attention_kernel<8, true>, grid, block, 0, s, p);
+      st = launch_one<8, true>(p, grid, smem, s);
     else
-      st = fp8gemm::launch_pdl(decode_attention_kernel<16, true>, grid, block, 0, s, p);
+      st = launch_one<16, true>(p, grid, smem, s);
   } else {
     if (p.rep <= 1)
-      st = fp8gemm::launch_pdl(decode_attention_kernel<1, false>, grid, block, 0, s, p);
+      st = launch_one<1, false>(p, grid, 0, s);
     else if (p.rep <= 2)
-      st = fp8gemm::launch_pdl(decode_attention_kernel<2, false>, grid, block, 0, s, p);
+      st = launch_one<2, false>(p, grid, 0, s);
     else if (p.rep <= 4)
-      st = fp8gemm::launch_pdl(decode_attention_kernel<4, false>, grid, block, 0, s, p);
+      st = launch_one<4, false>(p, grid, 0, s);
     else if (p.rep <= 8)
-      st = fp8gemm::launch_pdl(decode_attention_kernel<8, false>, grid, block, 0, s, p);
+      st = launch_one<8, false>(p, grid, 0, s);
     else
-      st = fp8gemm::launch_pdl(decode_attention_kernel<16, false>, grid, block, 0, s, p);
+      st = launch_one<16, false>(p, grid, 0, s);
   }
   if (st != FP8GEMM_OK || n_splits == 1) return st;
   return fp8gemm::launch_pdl(decode_combine_kernel,

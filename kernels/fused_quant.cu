@@ -11,7 +11,6 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <cstdint>
 
 #include "api.h"
@@ -335,18 +334,11 @@ extern "C" int32_t fp8gemm_swiglu_quant(const void* gu, int64_t m, int64_t inter
   if (m < 1 || inter < 128 || inter % 128 != 0) return FP8GEMM_ERR_SHAPE;
   if (!gu || !q || !sa) return FP8GEMM_ERR_ALIGN;
   if (misaligned(gu) || misaligned(q) || misaligned(sa)) return FP8GEMM_ERR_ALIGN;
-  // 2 groups per warp, capped like quant.cu (the kernel grid-strides). Block size: a developer
-  // knob for this session's sweep (FP8GEMM_SWIGLU_THREADS, 32..256), 256 by default.
-  static const int threads = [] {
-    const char* e = getenv("FP8GEMM_SWIGLU_THREADS");
-    const int t = e ? atoi(e) : 256;
-    return (t >= 32 && t <= 256 && t % 32 == 0) ? t : 256;
-  }();
+  // 16 groups per 256-thread CTA, capped like quant.cu (the kernel grid-strides).
   const int64_t groups = m * (inter / 128);
-  const int per_cta = threads / 16;
-  int64_t blocks = (groups + per_cta - 1) / per_cta;
+  int64_t blocks = (groups + 15) / 16;
   if (blocks > 132 * 32) blocks = 132 * 32;
-  return launch_pdl(fused::swiglu_quant_kernel, dim3(static_cast<unsigned>(blocks)), dim3(threads), 0,
+  return launch_pdl(fused::swiglu_quant_kernel, dim3(static_cast<unsigned>(blocks)), dim3(256), 0,
                     static_cast<cudaStream_t>(stream), static_cast<const __nv_bfloat16*>(gu), q, sa,
                     m, inter);
 }

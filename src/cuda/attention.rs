@@ -680,20 +680,26 @@ fn with_outputs(
 
 /// How [`decode_step_attention`] spreads the work by default: `(position splits, head splits)`.
 /// Head splits first (they need no combine pass): the largest divisor of `queries_per_kv_head`
-/// that keeps `batch * kv_heads * head_splits` within two CTAs per SM; then position splits of
-/// at most [`STEP_TILES_PER_SPLIT`] tiles each, so that long contexts still spread over the
-/// machine (a second launch combines them).
+/// that keeps `batch * kv_heads * head_splits` within two CTAs per SM; position splits only as
+/// many as the staging limit needs ([`STEP_MAX_POSITIONS_PER_CTA`]; a second launch combines
+/// them).
 pub fn default_step_splits(batch: usize, kv_heads: usize, queries_per_kv_head: usize, len: usize, num_sms: usize) -> (usize, usize) {
     let budget = 2 * num_sms.max(1);
     let ctas = (batch * kv_heads).max(1);
     let n_rep = queries_per_kv_head.max(1);
     let head_splits = (1..=n_rep).rev().find(|h| n_rep % h == 0 && ctas * h <= budget).unwrap_or(1);
-    let tiles = len.div_ceil(POSITION_TILE).max(1);
-    (tiles.div_ceil(STEP_TILES_PER_SPLIT), head_splits)
+    (min_step_splits(len), head_splits)
 }
 
-/// Most position tiles one CTA of [`decode_step_attention`] covers by default.
-pub const STEP_TILES_PER_SPLIT: usize = 8;
+/// Most cache positions one CTA of [`decode_step_attention`] covers: it stages their K and V in
+/// shared memory (2 × 256 × 256 bytes at most), so `len` needs at least `ceil(len / 256)`
+/// position splits.
+pub const STEP_MAX_POSITIONS_PER_CTA: usize = 256;
+
+/// The fewest position splits [`decode_step_attention`] takes for `len` positions.
+pub fn min_step_splits(len: usize) -> usize {
+    len.div_ceil(STEP_MAX_POSITIONS_PER_CTA).max(1)
+}
 
 /// How [`decode_step_attention`] splits its work, and which outputs it writes.
 #[derive(Debug, Clone, Copy, Default)]
@@ -711,7 +717,9 @@ pub struct DecodeStepOptions {
 /// takes them (`qkv` the fused projection output, k and v appended in place at `offset`),
 /// attention over positions `[0, offset + 1)`, outputs as [`decode_attention`]'s. q never goes
 /// to memory: every CTA normalizes its own query heads, and those that attend to the new
-/// position compute its k and v themselves. The result is bit-identical to
+/// position compute its k and v themselves; each CTA stages the K/V of its older positions in
+/// shared memory with two bulk copies before it waits for the previous kernel, so position
+/// splits are raised to at least [`min_step_splits`]. The result is bit-identical to
 /// [`qk_norm_rope_append`] then [`decode_attention`] with the same position splits (the head
 /// splits change who computes a head, not how).
 ///
@@ -748,7 +756,7 @@ pub fn decode_step_attention(
     }
     let len = offset + 1;
     let (auto_splits, auto_heads) = default_step_splits(b, hkv, n_rep, len, device_info(&dev)?.num_sms);
-    let splits = a.splits.unwrap_or(auto_splits).clamp(1, len.div_ceil(POSITION_TILE));
+    let splits = a.splits.unwrap_or(auto_splits).clamp(min_step_splits(len), len.div_ceil(POSITION_TILE));
     let head_splits = opts.head_splits.unwrap_or(auto_heads);
     if head_splits == 0 || n_rep % head_splits != 0 || hkv * head_splits > 65535 {
         bail!(
