@@ -7,7 +7,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
 
 #include "api.h"
@@ -22,7 +21,7 @@ constexpr int kHeadDim = 128;
 constexpr int kThreads = 128;    // one thread per head dimension / per position of a tile
 constexpr int kTile = 32;        // cache positions per tile (= the split granularity)
 constexpr int kMaxRep = 16;      // query heads per kv head
-constexpr int kMaxStaged = 256;  // fused kernel: cache positions per CTA staged in shared memory
+constexpr int kMaxClusterSplits = 8;  // fused: position splits merged inside a cluster
 constexpr float kE4M3Max = 448.f;
 constexpr float kScaleEps = 1e-4f;
 static_assert(kThreads == kHeadDim, "thread t owns output dim t");
@@ -155,6 +154,7 @@ struct DecodeParams {
   int64_t batch, cap, len, chunk, m_pad;
   int hq, hkv, n_rep, splits;
   int head_splits, rep;  // the kv head's n_rep query heads in head_splits CTAs of rep heads
+  int cluster_merge;     // the position splits form a cluster and rank 0 merges them (fused)
 };
 
 // Eight bf16 values (one 16-byte load) as floats, in order.
@@ -267,11 +267,9 @@ struct FusedPrologue {
 //   softmax  one warp per query head, lane = position (online max/sum across tiles);
 //   P·V      16 threads per position group of 4, 8 dims each, accumulated in registers across
 //            tiles; the 8 position groups are summed once at the end through shared memory.
-// kFused: q, the new k and v come from qkv (FusedPrologue) instead of q and the caches, and the
-// older positions of the CTA's range are staged in shared memory by two bulk copies issued
-// before the wait (one HBM round trip for all tiles instead of one per tile). Every query
-// head's arithmetic is independent of which CTA (head split) computes it and of where K/V are
-// read from, so the result depends on the position splits only.
+// kFused: q, the new k and v come from qkv (FusedPrologue) instead of q and the caches. Every
+// query head's arithmetic is independent of which CTA (head split) computes it, so the result
+// depends on the position splits only.
 template <int kRep, bool kFused>
 __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const DecodeParams p) {
   __shared__ __align__(16) float q_s[kRep][kHeadDim];
@@ -279,9 +277,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
   __shared__ float m_s[kRep], l_s[kRep], a_s[kRep];
   __shared__ __align__(16) float sum_s[kThreads / 16][kHeadDim];
   __shared__ __align__(16) __nv_bfloat16 kv_new[2][kFused ? kHeadDim : 8];  // fused: new k, v
+  // Fused with cluster_merge: this split's unnormalized outputs and softmax states, read by
+  // cluster rank 0 through distributed shared memory.
+  __shared__ __align__(16) float part_o[kFused ? kRep : 1][kHeadDim];
+  __shared__ float part_ml[kFused ? kRep : 1][2];
   __shared__ float red[4];
-  __shared__ __align__(8) uint64_t staged_bar;
-  extern __shared__ __align__(16) uint4 staged[];  // fused: K [chunk][16], then V [chunk][16]
   const int t = threadIdx.x, lane = t % 32, warp = t / 32;
   const int split = blockIdx.x;
   const int g = blockIdx.y / p.head_splits, hs = blockIdx.y % p.head_splits;
@@ -305,19 +305,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
   // The newest position (len - 1) is written in this step (fused: by this kernel, which keeps
   // its own copy in kv_new); all older ones by earlier decode steps, long complete.
   const int64_t fresh = p.len - 1;
-  const int64_t n_old = max(int64_t(0), min(p1, fresh) - p0);  // positions staged (fused)
   auto k_vec = [&](int64_t pos, int c) {
-    if constexpr (kFused) {
-      if (pos == fresh) return reinterpret_cast<const uint4*>(kv_new[0])[c];
-      return staged[(pos - p0) * 16 + c];
-    }
+    if (kFused && pos == fresh) return reinterpret_cast<const uint4*>(kv_new[0])[c];
     return reinterpret_cast<const uint4*>(kbase + pos * kHeadDim)[c];
   };
   auto v_vec = [&](int64_t pos, int c) {
-    if constexpr (kFused) {
-      if (pos == fresh) return reinterpret_cast<const uint4*>(kv_new[1])[c];
-      return staged[(n_old + pos - p0) * 16 + c];
-    }
+    if (kFused && pos == fresh) return reinterpret_cast<const uint4*>(kv_new[1])[c];
     return reinterpret_cast<const uint4*>(vbase + pos * kHeadDim)[c];
   };
   // Positions [tile0, end) of a tile; the others read as zeros.
@@ -339,24 +332,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
   // tiles are read after the wait. Later tiles' loads are issued as soon as the previous
   // tile's registers are consumed.
   uint4 kraw[4], vraw[4];
-  const bool has_new = p0 <= fresh && fresh < p1;
-  [[maybe_unused]] FusedPrologue<kRep> pro;
-  if constexpr (kFused) {
-    if (t == 0) {
-      ptx::mbarrier_init(&staged_bar, 1);
-      ptx::fence_barrier_init();
-      if (n_old > 0) {
-        const uint32_t bytes = static_cast<uint32_t>(n_old) * kHeadDim * sizeof(__nv_bfloat16);
-        ptx::mbarrier_arrive_expect_tx(&staged_bar, 2 * bytes);
-        ptx::bulk_load_1d(staged, kbase + p0 * kHeadDim, bytes, &staged_bar);
-        ptx::bulk_load_1d(staged + n_old * 16, vbase + p0 * kHeadDim, bytes, &staged_bar);
-      }
-    }
-    pro.load_constants(p, g, q0, rep, warp, lane);
-  } else if (p0 < p1) {
+  if (p0 < p1) {
     load_k(p0, min(p1, fresh), kraw);
     load_v(p0, min(p1, fresh), vraw);
   }
+  const bool has_new = p0 <= fresh && fresh < p1;
+  [[maybe_unused]] FusedPrologue<kRep> pro;
+  if constexpr (kFused) pro.load_constants(p, g, q0, rep, warp, lane);
   ptx::griddep_wait();  // q (or qkv) and the newest cache position come from the previous kernel
   if constexpr (kFused) {
     // One CTA of the kv head (head split 0) appends; the others use their own copy.
@@ -370,14 +352,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
     m_s[t] = -INFINITY;
     l_s[t] = 0.f;
   }
-  if constexpr (kFused) {
-    __syncthreads();  // kv_new is read below (and staged_bar is initialized)
-    if (n_old > 0) ptx::mbarrier_wait(&staged_bar, 0);
-    if (p0 < p1) {
-      load_k(p0, p1, kraw);
-      load_v(p0, p1, vraw);
-    }
-  } else if (p0 <= fresh && fresh < min(p1, p0 + kTile)) {
+  if constexpr (kFused) __syncthreads();  // kv_new is read below
+  if (p0 <= fresh && fresh < min(p1, p0 + kTile)) {
     const int j = static_cast<int>(fresh - p0);
     if (sp == j) {
 #pragma unroll
@@ -500,6 +476,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
       __syncthreads();  // sum_s is rewritten for the next head
       if (p.splits == 1) {
         write_head(p, b, q0 + r, o / l_s[r], red);
+      } else if (kFused && p.cluster_merge) {
+        if constexpr (kFused) {
+          part_o[r][t] = o;
+          if (t == 0) {
+            part_ml[r][0] = m_s[r];
+            part_ml[r][1] = l_s[r];
+          }
+        }
       } else {
         const int64_t slot = (head0 + r) * p.splits + split;
         p.ws_o[slot * kHeadDim + t] = o;
@@ -508,6 +492,29 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
           p.ws_ml[slot * 2 + 1] = l_s[r];
         }
       }
+    }
+  }
+  if constexpr (kFused) {
+    if (p.splits > 1 && p.cluster_merge) {
+      // decode_combine_kernel's merge, same operations in the same order, over the cluster's
+      // splits (rank = split): the result is bit-identical to the two-launch path.
+      ptx::cluster_sync();  // every split's partials are published
+      if (ptx::cluster_ctarank() == 0) {
+        for (int r = 0; r < rep; ++r) {
+          float m = -INFINITY;
+          for (int s = 0; s < p.splits; ++s)
+            m = fmaxf(m, ptx::ld_shared_cluster_f32(ptx::map_shared_to_rank(&part_ml[r][0], s)));
+          float l = 0.f, o = 0.f;
+          for (int s = 0; s < p.splits; ++s) {
+            const float ms = ptx::ld_shared_cluster_f32(ptx::map_shared_to_rank(&part_ml[r][0], s));
+            const float w = expf(ms - m);
+            l = fmaf(ptx::ld_shared_cluster_f32(ptx::map_shared_to_rank(&part_ml[r][1], s)), w, l);
+            o = fmaf(ptx::ld_shared_cluster_f32(ptx::map_shared_to_rank(&part_o[r][t], s)), w, o);
+          }
+          write_head(p, b, q0 + r, o / l, red);
+        }
+      }
+      ptx::cluster_sync();  // the peers' shared memory stays alive until rank 0 has read it
     }
   }
 }
@@ -581,28 +588,6 @@ extern "C" size_t fp8gemm_decode_attention_workspace_bytes(int64_t batch, int64_
   return static_cast<size_t>(batch * hq * splits) * (kHeadDim + 2) * sizeof(float);
 }
 
-namespace fp8gemm {
-// Defined in gemm.cu.
-bool raise_smem_limit_once(const void* func, std::atomic<uint64_t>& done_mask, int device,
-                           size_t bytes);
-}  // namespace fp8gemm
-
-// Launches one attention kernel instance with `smem` bytes of dynamic shared memory (opting in
-// beyond the default 48 KB once per device).
-template <int kRep, bool kFused>
-static int32_t launch_one(const DecodeParams& p, dim3 grid, size_t smem, cudaStream_t s) {
-  auto kern = decode_attention_kernel<kRep, kFused>;
-  if (smem > 48 * 1024) {
-    static std::atomic<uint64_t> done{0};
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        !fp8gemm::raise_smem_limit_once(reinterpret_cast<const void*>(kern), done, dev,
-                                        kMaxStaged * 2 * kHeadDim * sizeof(__nv_bfloat16)))
-      return FP8GEMM_ERR_LAUNCH;
-  }
-  return fp8gemm::launch_pdl(kern, grid, dim3(kThreads), smem, s, p);
-}
-
 // Validates the shape and output arguments common to both attention entry points, plans the
 // position splits and launches the attention (fused or not) and, with several position
 // splits, the combine kernel.
@@ -618,15 +603,15 @@ static int32_t launch_attention(DecodeParams p, bool fused, int64_t requested_sp
   p.m_pad = (batch + 3) / 4 * 4;
   p.head_splits = static_cast<int>(head_splits);
   p.rep = static_cast<int>(p.n_rep / head_splits);
-  // The fused kernel stages at most kMaxStaged positions per CTA.
-  const int64_t tiles = (p.len + kTile - 1) / kTile, per = kMaxStaged / kTile;
-  if (fused && requested_splits < (tiles + per - 1) / per) requested_splits = (tiles + per - 1) / per;
   int64_t n_splits, chunk;
   split_plan(p.len, requested_splits, &n_splits, &chunk);
   if (n_splits > 0x7fffffff) return FP8GEMM_ERR_SHAPE;
   p.splits = static_cast<int>(n_splits);
   p.chunk = chunk;
-  if (n_splits > 1) {
+  // The fused kernel merges up to kMaxClusterSplits splits inside a cluster: no workspace, no
+  // combine launch.
+  p.cluster_merge = fused && n_splits > 1 && n_splits <= kMaxClusterSplits;
+  if (n_splits > 1 && !p.cluster_merge) {
     const size_t need = fp8gemm_decode_attention_workspace_bytes(batch, hq, n_splits);
     if (workspace == nullptr || workspace_bytes < need || misaligned(workspace))
       return FP8GEMM_ERR_WORKSPACE;
@@ -636,34 +621,32 @@ static int32_t launch_attention(DecodeParams p, bool fused, int64_t requested_sp
   const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(hkv * head_splits),
                   static_cast<unsigned>(batch));
   const dim3 block(kThreads);
-  // K and V of the older positions of the longest split (fused).
-  const size_t smem =
-      fused ? size_t(2) * (chunk < p.len ? chunk : p.len) * kHeadDim * sizeof(__nv_bfloat16) : 0;
+  const unsigned cx = p.cluster_merge ? static_cast<unsigned>(n_splits) : 1u;
   int st;
   if (fused) {
     if (p.rep <= 1)
-      st = launch_one<1, true>(p, grid, smem, s);
+      st = fp8gemm::launch_pdl_cluster(decode_attention_kernel<1, true>, grid, block, 0, s, cx, p);
     else if (p.rep <= 2)
-      st = launch_one<2, true>(p, grid, smem, s);
+      st = fp8gemm::launch_pdl_cluster(decode_attention_kernel<2, true>, grid, block, 0, s, cx, p);
     else if (p.rep <= 4)
-      st = launch_one<4, true>(p, grid, smem, s);
+      st = fp8gemm::launch_pdl_cluster(decode_attention_kernel<4, true>, grid, block, 0, s, cx, p);
     else if (p.rep <= 8)
-      st = launch_one<8, true>(p, grid, smem, s);
+      st = fp8gemm::launch_pdl_cluster(decode_attention_kernel<8, true>, grid, block, 0, s, cx, p);
     else
-      st = launch_one<16, true>(p, grid, smem, s);
+      st = fp8gemm::launch_pdl_cluster(decode_attention_kernel<16, true>, grid, block, 0, s, cx, p);
   } else {
     if (p.rep <= 1)
-      st = launch_one<1, false>(p, grid, 0, s);
+      st = fp8gemm::launch_pdl(decode_attention_kernel<1, false>, grid, block, 0, s, p);
     else if (p.rep <= 2)
-      st = launch_one<2, false>(p, grid, 0, s);
+      st = fp8gemm::launch_pdl(decode_attention_kernel<2, false>, grid, block, 0, s, p);
     else if (p.rep <= 4)
-      st = launch_one<4, false>(p, grid, 0, s);
+      st = fp8gemm::launch_pdl(decode_attention_kernel<4, false>, grid, block, 0, s, p);
     else if (p.rep <= 8)
-      st = launch_one<8, false>(p, grid, 0, s);
+      st = fp8gemm::launch_pdl(decode_attention_kernel<8, false>, grid, block, 0, s, p);
     else
-      st = launch_one<16, false>(p, grid, 0, s);
+      st = fp8gemm::launch_pdl(decode_attention_kernel<16, false>, grid, block, 0, s, p);
   }
-  if (st != FP8GEMM_OK || n_splits == 1) return st;
+  if (st != FP8GEMM_OK || n_splits == 1 || p.cluster_merge) return st;
   return fp8gemm::launch_pdl(decode_combine_kernel,
                              dim3(static_cast<unsigned>(hq), static_cast<unsigned>(batch)), block,
                              0, s, p);

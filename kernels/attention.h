@@ -66,9 +66,11 @@ int32_t fp8gemm_decode_attention(const void* q, const void* k_cache, const void*
 // position compute its k and v themselves (one of them appends them). The kv head's hq/hkv
 // query heads are spread over `head_splits` CTAs (a divisor of hq/hkv): more CTAs per kv head
 // without a combine pass, since each CTA attends over all positions of its split for its own
-// heads. Each CTA stages the K and V of its older positions in shared memory (bulk copies issued
-// before the wait), at most 256 positions: `splits` is raised to at least ceil(len / 256).
-// Outputs and `splits`/workspace as fp8gemm_decode_attention; the result is bit-identical
+// heads. Up to 8 position splits are merged inside a cluster of the splits' CTAs (through
+// distributed shared memory: no workspace, no combine launch); more take the workspace and the
+// combine kernel as fp8gemm_decode_attention does (size it with
+// fp8gemm_decode_attention_workspace_bytes; 0 bytes suffice for splits <= 8). Outputs and
+// `splits` as fp8gemm_decode_attention; the result is bit-identical
 // to fp8gemm_qk_norm_rope_append followed by fp8gemm_decode_attention with the same `splits`,
 // whatever head_splits. qk_norm, cos_row, sin_row and cache positions before `offset` are read
 // before the kernel waits for the previous one (PDL): only qkv may come from the kernel just

@@ -606,8 +606,9 @@ fn cuda_decode_step_attention_equals_the_two_launches() -> Result<()> {
                 let qkv = randn_bf16(&[b, (hq + 2 * hkv) * HD], 1.0, &dev)?;
                 let len = offset + 1;
                 let tiles = len.div_ceil(attn::POSITION_TILE);
-                // The one-launch kernel stages at most 256 positions per CTA.
-                for splits in [1, 2, tiles].map(|s| s.max(attn::min_step_splits(len))) {
+                // 2 and up to 8: merged in a cluster; more (offset 700: 22 tiles): the combine
+                // kernel, as in the two-launch path.
+                for splits in [1, 2, tiles] {
                     for hs in (1..=n_rep).filter(|h| n_rep % h == 0) {
                         // Both paths start from identical caches: `offset` valid positions,
                         // NaN from there on (only position `offset` may be written).
