@@ -6,6 +6,8 @@
 // concurrent-kernel activity records (start/end of every kernel as the GPU ran it, so PDL
 // overlap between kernels is visible) and write one CSV line per kernel:
 //   start_ns,end_ns,stream,grid_x,grid_y,grid_z,block_x,dyn_smem,name(mangled)
+// With KTRACE_LMEM_OUT=file, kernels using local memory also go there:
+//   local_bytes_per_thread,context_local_total,name
 // Build (here): gcc -shared -fPIC -O2 -I<cupti include> -I<cuda include> ktrace.c -o ktrace.so
 //               -L<cupti lib> -l:libcupti.so.13
 #include <cupti.h>
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 
 static FILE* g_out = NULL;
+static FILE* g_lmem = NULL;
 
 static void CUPTIAPI buffer_requested(uint8_t** buf, size_t* size, size_t* max_records) {
   *size = 16u << 20;
@@ -34,6 +37,11 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* b
       fprintf(g_out, "%llu,%llu,%u,%d,%d,%d,%d,%d,%s\n", (unsigned long long)k->start,
               (unsigned long long)k->end, k->streamId, k->gridX, k->gridY, k->gridZ, k->blockX,
               k->dynamicSharedMemory, k->name ? k->name : "?");
+    // KTRACE_LMEM_OUT: kernels that use local memory (per-thread bytes, the context's total
+    // local-memory reservation when they ran) — what can grow the device footprint for good.
+    if (g_lmem && k->localMemoryPerThread > 0)
+      fprintf(g_lmem, "%u,%llu,%s\n", k->localMemoryPerThread,
+              (unsigned long long)k->localMemoryTotal_v2, k->name ? k->name : "?");
   }
   free(buf);
 }
@@ -50,12 +58,15 @@ static void CUPTIAPI on_resource(void* ud, CUpti_CallbackDomain dom, CUpti_Callb
 static void at_exit(void) {
   cuptiActivityFlushAll(1);
   if (g_out) fclose(g_out);
-  g_out = NULL;
+  if (g_lmem) fclose(g_lmem);
+  g_out = g_lmem = NULL;
 }
 
 int InitializeInjection(void) {
   const char* path = getenv("KTRACE_OUT");
   g_out = fopen(path ? path : "ktrace.csv", "w");
+  const char* lpath = getenv("KTRACE_LMEM_OUT");
+  if (lpath) g_lmem = fopen(lpath, "w");
   if (!g_out) return 0;
   CUpti_SubscriberHandle sub;
   cuptiSubscribe(&sub, (CUpti_CallbackFunc)on_resource, NULL);

@@ -682,16 +682,17 @@ fn with_outputs(
 /// The kernel is latency-bound (one warp per scheduler; its time grows with the tiles and heads
 /// each CTA walks), so both splits aim at many small CTAs. Head splits first (no merge at
 /// all): the largest divisor of `queries_per_kv_head` that keeps `batch * kv_heads *
-/// head_splits` within four CTAs per SM; then position splits up to two CTAs per SM in all
+/// head_splits` within four CTAs per SM; then position splits up to four CTAs per SM in all
 /// (never more than there are tiles; up to [`MAX_CLUSTER_SPLITS`] they merge inside a cluster).
-/// Measured on the H200 (Qwen3-32B, ~150 positions): batch 1 → (3, 8), batch 16 → (1, 4).
+/// Measured on the H200 (Qwen3-32B, ~150 positions, `docs/PERF.md` session 5): batch 1 → one
+/// tile per CTA (5 × 8), batch 16 → (1, 4).
 pub fn default_step_splits(batch: usize, kv_heads: usize, queries_per_kv_head: usize, len: usize, num_sms: usize) -> (usize, usize) {
     let sms = num_sms.max(1);
     let ctas = (batch * kv_heads).max(1);
     let n_rep = queries_per_kv_head.max(1);
     let head_splits = (1..=n_rep).rev().find(|h| n_rep % h == 0 && ctas * h <= 4 * sms).unwrap_or(1);
     let tiles = len.div_ceil(POSITION_TILE).max(1);
-    ((2 * sms / (ctas * head_splits)).clamp(1, tiles), head_splits)
+    ((4 * sms / (ctas * head_splits)).clamp(1, tiles), head_splits)
 }
 
 /// Most position splits [`decode_step_attention`] merges inside a cluster of the splits' CTAs

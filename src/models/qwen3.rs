@@ -1179,6 +1179,14 @@ impl Qwen3Model {
             fused_attention: self.fused_attention,
             step: self.step_attention,
         };
+        if seqlen_offset == 0 {
+            // A new sequence: every layer's KV cache first, so that the caches do not share
+            // memory-pool chunks with the prefill's transient activations (a chunk with one live
+            // cache in it cannot go back to the device after the prefill).
+            for c in &mut self.kv {
+                c.reserve((b, dims.hkv, t, dims.d), self.dtype, &self.device, 0, self.capacity_hint)?;
+            }
+        }
         let ids = input_ids.to_device(&self.device)?.to_dtype(DType::U32)?.flatten_all()?;
         let mut x = self.embed.index_select(&ids, 0)?; // [B*T, H]
         let cos = self.cos.narrow(0, seqlen_offset, t)?;
