@@ -157,6 +157,40 @@ fn make_device(name: &str) -> Result<Device> {
     }
 }
 
+/// The device's default memory pool (where candle's stream-ordered allocations live), bytes:
+/// `[reserved now, reserved high-water mark, used now, used high-water mark]`; with `reset`,
+/// the high-water marks restart from the current values first.
+#[cfg(feature = "cuda")]
+fn pool_stats(device: &Device, reset: bool) -> Option<[u64; 4]> {
+    use candle_core::cuda_backend::cudarc::driver::{result, sys};
+    use sys::CUmemPool_attribute::*;
+    let Device::Cuda(d) = device else { return None };
+    let ctx = d.cuda_stream().context().clone();
+    ctx.bind_to_thread().ok()?;
+    let pool = unsafe { result::device::get_default_mem_pool(ctx.cu_device()) }.ok()?;
+    if reset {
+        for attr in [CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, CU_MEMPOOL_ATTR_USED_MEM_HIGH] {
+            let mut zero = 0u64;
+            unsafe { result::mem_pool::set_attribute(pool, attr, &mut zero as *mut u64 as *mut std::ffi::c_void) }.ok()?;
+        }
+    }
+    let get = |attr| {
+        let mut v = 0u64;
+        unsafe { result::mem_pool::get_attribute(pool, attr, &mut v as *mut u64 as *mut std::ffi::c_void) }.ok().map(|_| v)
+    };
+    Some([
+        get(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?,
+        get(CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)?,
+        get(CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?,
+        get(CU_MEMPOOL_ATTR_USED_MEM_HIGH)?,
+    ])
+}
+
+#[cfg(not(feature = "cuda"))]
+fn pool_stats(_: &Device, _: bool) -> Option<[u64; 4]> {
+    None
+}
+
 /// Device memory in use (bytes), for CUDA; peak resident set size on the CPU.
 fn memory_in_use(device: &Device) -> Option<u64> {
     match device {
@@ -287,6 +321,9 @@ fn main() -> Result<()> {
     device.synchronize()?;
     let load_time = t_load.elapsed();
     let mem_after_load = memory_in_use(&device);
+    // The pool's high-water marks from here on: the prefill's transient activations, which the
+    // step-boundary samples below cannot see.
+    let _ = pool_stats(&device, true);
     let cfg = model.config().clone();
 
     // ---- Prompt --------------------------------------------------------------------------
@@ -348,7 +385,15 @@ fn main() -> Result<()> {
             }
         }
     })?;
-    mem_peak = mem_peak.max(memory_in_use(&device));
+    let mem_end = memory_in_use(&device);
+    mem_peak = mem_peak.max(mem_end);
+    // Everything outside the pool (context, modules, library workspaces) only grows, so
+    // (in use now − pool reserved now) + the pool's reserved high-water mark bounds the true
+    // peak from above, transients included.
+    let pool = pool_stats(&device, false);
+    if let (Some(end), Some([res, res_high, _, _])) = (mem_end, pool) {
+        mem_peak = mem_peak.max(Some(end.saturating_sub(res) + res_high));
+    }
 
     // ---- Output --------------------------------------------------------------------------
     println!();
@@ -428,7 +473,7 @@ fn main() -> Result<()> {
     match (mem_peak, &device) {
         (Some(m), Device::Cpu) => println!("peak memory      {} (process peak RSS)", human(m)),
         (Some(m), _) => println!(
-            "peak memory      {} in use on the device (sampled; whole device) vs budget 1.1×weights + KV = {}",
+            "peak memory      {} in use on the device (whole device: the larger of the step-boundary samples and memory outside the pool + the pool's high-water mark) vs budget 1.1×weights + KV = {}",
             human(m),
             human(budget as u64)
         ),
@@ -441,6 +486,15 @@ fn main() -> Result<()> {
             human(w),
             human(p),
             human(d)
+        );
+    }
+    if let Some([res, res_high, used, used_high]) = pool {
+        println!(
+            "memory pool      reserved {} (high-water {}), in use by tensors {} (high-water {}) since load",
+            human(res),
+            human(res_high),
+            human(used),
+            human(used_high)
         );
     }
 
@@ -488,7 +542,7 @@ fn main() -> Result<()> {
             "tpot_ms": {"mean": tpot_mean, "p50": percentile(&steps, 50.0), "p99": percentile(&steps, 99.0), "steps": steps.len()},
             "host_enqueue_ms_mean": enqueue_mean,
             "tokens_per_s": tps, "peak_memory_bytes": mem_peak,
-            "memory_bytes": {"after_load": mem_after_load, "after_warmup": mem_after_warmup, "after_prefill": mem_steps[0], "after_step1": mem_steps[1]}, "weights_bytes": {"fp8": fp8_b, "dense": dense_b, "embeddings_norms": other_b},
+            "memory_bytes": {"after_load": mem_after_load, "after_warmup": mem_after_warmup, "after_prefill": mem_steps[0], "after_step1": mem_steps[1], "pool": pool}, "weights_bytes": {"fp8": fp8_b, "dense": dense_b, "embeddings_norms": other_b},
             "kv_cache_bytes": kv_b, "memory_budget_bytes": budget, "accuracy": acc_json,
         });
         std::fs::write(path, serde_json::to_string_pretty(&j)?).with_context(|| format!("writing {}", path.display()))?;
