@@ -126,29 +126,3 @@ fn cuda_fp8_kernels_match_the_f32_reference() -> Result<()> {
     assert!(r.mean_abs_dlogit < 0.03 * r.ref_logit_rms, "mean |Δlogit| {} vs rms {}", r.mean_abs_dlogit, r.ref_logit_rms);
     Ok(())
 }
-
-#[test]
-fn trim_memory_pool_gives_freed_memory_back() -> Result<()> {
-    let dev = gpu_or_skip!("trim_memory_pool_gives_freed_memory_back");
-    let Device::Cuda(d) = &dev else { unreachable!("gpu_or_skip returns a CUDA device") };
-    let ctx = d.cuda_stream().context().clone();
-    let used = || -> Result<u64> {
-        let (free, total) = ctx.mem_get_info().map_err(|e| candle_core::Error::Msg(format!("{e:?}")))?;
-        Ok((total - free) as u64)
-    };
-    candle_fp8::cuda::trim_memory_pool(&dev)?;
-    let before = used()?;
-    {
-        let t = Tensor::zeros(512usize << 20, DType::U8, &dev)?;
-        dev.synchronize()?;
-        drop(t);
-    }
-    dev.synchronize()?;
-    let held = used()?;
-    candle_fp8::cuda::trim_memory_pool(&dev)?;
-    let after = used()?;
-    println!("device memory in use: before {before}, after freeing 512 MiB {held}, after the trim {after}");
-    // Whatever the pool's release policy, after the trim the freed 512 MiB are not held.
-    assert!(after < before + (64 << 20), "the trim left {} bytes held", after - before);
-    Ok(())
-}

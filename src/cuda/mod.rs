@@ -652,22 +652,6 @@ pub struct DeviceReport {
     pub nvcc_flags: &'static str,
 }
 
-/// Gives the memory that the device's default memory pool holds but no tensor uses back to the
-/// driver (`cuMemPoolTrimTo(pool, 0)` after synchronizing `device`). candle allocates from that
-/// stream-ordered pool, which keeps freed memory for reuse; loading a model leaves gigabytes of
-/// it behind (each fused q/k/v and gate/up weight is built by concatenation, and the parts
-/// are freed), and a prefill leaves its activations. Does nothing on the CPU.
-pub fn trim_memory_pool(device: &Device) -> Result<()> {
-    use candle_core::cuda_backend::cudarc::driver::result;
-    let Device::Cuda(d) = device else { return Ok(()) };
-    device.synchronize()?;
-    let ctx = d.cuda_stream().context().clone();
-    ctx.bind_to_thread().w()?;
-    let pool = unsafe { result::device::get_default_mem_pool(ctx.cu_device()) }.w()?;
-    unsafe { result::mem_pool::trim_to(pool, 0) }.w()?;
-    Ok(())
-}
-
 /// Queries `dev` for [`DeviceReport`].
 pub fn device_report(dev: &CudaDevice) -> Result<DeviceReport> {
     let info = device_info(dev)?;
