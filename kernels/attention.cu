@@ -1,8 +1,11 @@
 // Decode-step attention (one new token per sequence, head_dim 128):
 //   qk_norm_rope_append_kernel   per-head RMSNorm + weight + RoPE of q and k, KV-cache append
-//   decode_attention_kernel      f32 online-softmax attention over a range of cache positions
-//   decode_combine_kernel        merges the position splits (only when there are several)
-// Both attention kernels end by quantizing each head's 128 outputs into the o-projection's
+//   decode_attention_kernel      f32 online-softmax attention over a range of cache positions;
+//                                <kRep, true>: the whole step in one launch (the qk-norm, RoPE
+//                                and append of its own heads first; position splits merged in
+//                                a cluster)
+//   decode_combine_kernel        merges the position splits (two-launch path, or > 8 splits)
+// The attention kernels end by quantizing each head's 128 outputs into the o-projection's
 // activation operand (the group of the activation contract is exactly one head).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

@@ -1,13 +1,15 @@
 //! Decode-step attention kernels (`kernels/attention.h`): the attention of one new token per
-//! sequence of a grouped-query model with `head_dim == 128`, in two launches (three when the
-//! cache positions are split over CTAs):
+//! sequence of a grouped-query model with `head_dim == 128`.
 //!
-//! - [`qk_norm_rope_append`]: per-head RMSNorm of q and k, their per-head weights, RoPE, and the
-//!   KV-cache append (in place), from the fused q|k|v GEMM output — bit-compatible with
-//!   candle's `rms_norm` → `broadcast_mul` → `rope_thd` → `slice_set` path.
-//! - [`decode_attention`]: f32 scores, softmax and P·V over the cached positions, written as
-//!   the o-projection's quantized activation `(qa, sa)` (the exact activation-quantization
-//!   contract, one 128-wide group per head) and/or bf16.
+//! - [`decode_step_attention`]: the whole step in one launch — per-head RMSNorm of q and k,
+//!   their per-head weights, RoPE, the KV-cache append and the attention, written as the
+//!   o-projection's quantized activation and/or bf16. What the Qwen3 model runs.
+//! - The same as two launches (three when the cache positions are split over CTAs), kept as
+//!   building blocks and as the reference the one-launch kernel equals bit for bit:
+//!   [`qk_norm_rope_append`] (bit-compatible with candle's `rms_norm` → `broadcast_mul` →
+//!   `rope_thd` → `slice_set` path) and [`decode_attention`] (f32 scores, softmax and P·V over
+//!   the cached positions, written as the o-projection's quantized activation `(qa, sa)` — the
+//!   exact activation-quantization contract, one 128-wide group per head — and/or bf16).
 //!
 //! Everything launches on candle's stream for the device and never synchronizes.
 
