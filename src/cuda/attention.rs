@@ -846,3 +846,25 @@ fn opt_ptr_mut<'a, T>(buf: &'a mut Option<CudaSlice<T>>, stream: &'a CudaStream)
         None => (std::ptr::null_mut(), None),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_plan_spreads_over_small_ctas() {
+        // Qwen3-32B (8 kv heads, 8 queries each) on 132 SMs, ~150 positions (5 tiles).
+        assert_eq!(default_step_splits(1, 8, 8, 148, 132), (5, 8), "batch 1: one tile per CTA");
+        assert_eq!(default_step_splits(16, 8, 8, 148, 132), (1, 4), "batch 16: 512 CTAs");
+        // Position splits never exceed the tiles, head splits always divide n_rep.
+        assert_eq!(default_step_splits(1, 8, 8, 1, 132), (1, 8));
+        assert_eq!(default_step_splits(1, 8, 8, 4096, 132), (8, 8));
+        assert_eq!(default_step_splits(1, 4, 6, 300, 132), (10, 6));
+        assert_eq!(default_step_splits(64, 8, 6, 300, 132), (1, 1), "512 CTAs already: no split");
+        assert_eq!(default_step_splits(1, 1, 1, 100, 0), (4, 1), "0 SMs counts as 1");
+        for (b, hkv, n_rep, len) in [(1, 8, 8, 148), (3, 2, 12, 77), (16, 8, 8, 5000), (5, 4, 7, 33)] {
+            let (s, h) = default_step_splits(b, hkv, n_rep, len, 132);
+            assert!(n_rep % h == 0 && s >= 1 && s <= len.div_ceil(POSITION_TILE), "{b} {hkv} {n_rep} {len}: ({s}, {h})");
+        }
+    }
+}
