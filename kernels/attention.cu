@@ -591,6 +591,20 @@ extern "C" size_t fp8gemm_decode_attention_workspace_bytes(int64_t batch, int64_
   return static_cast<size_t>(batch * hq * splits) * (kHeadDim + 2) * sizeof(float);
 }
 
+// The attention kernel instance for p.rep query heads per CTA (the next power of two).
+template <bool kFused>
+static int32_t launch_for_rep(const DecodeParams& p, dim3 grid, unsigned cluster_x,
+                              cudaStream_t s) {
+  auto go = [&](auto kern) {
+    return fp8gemm::launch_pdl_cluster(kern, grid, dim3(kThreads), 0, s, cluster_x, p);
+  };
+  if (p.rep <= 1) return go(decode_attention_kernel<1, kFused>);
+  if (p.rep <= 2) return go(decode_attention_kernel<2, kFused>);
+  if (p.rep <= 4) return go(decode_attention_kernel<4, kFused>);
+  if (p.rep <= 8) return go(decode_attention_kernel<8, kFused>);
+  return go(decode_attention_kernel<16, kFused>);
+}
+
 // Validates the shape and output arguments common to both attention entry points, plans the
 // position splits and launches the attention (fused or not) and, with several position
 // splits, the combine kernel.
@@ -625,30 +639,7 @@ static int32_t launch_attention(DecodeParams p, bool fused, int64_t requested_sp
                   static_cast<unsigned>(batch));
   const dim3 block(kThreads);
   const unsigned cx = p.cluster_merge ? static_cast<unsigned>(n_splits) : 1u;
-  int st;
-  if (fused) {
-    if (p.rep <= 1)
-      st = fp8gemm::launch_pdl_cluster(decode_attention_kernel<1, true>, grid, block, 0, s, cx, p);
-    else if (p.rep <= 2)
-      st = fp8gemm::launch_pdl_cluster(decode_attention_kernel<2, true>, grid, block, 0, s, cx, p);
-    else if (p.rep <= 4)
-      st = fp8gemm::launch_pdl_cluster(decode_attention_kernel<4, true>, grid, block, 0, s, cx, p);
-    else if (p.rep <= 8)
-      st = fp8gemm::launch_pdl_cluster(decode_attention_kernel<8, true>, grid, block, 0, s, cx, p);
-    else
-      st = fp8gemm::launch_pdl_cluster(decode_attention_kernel<16, true>, grid, block, 0, s, cx, p);
-  } else {
-    if (p.rep <= 1)
-      st = fp8gemm::launch_pdl(decode_attention_kernel<1, false>, grid, block, 0, s, p);
-    else if (p.rep <= 2)
-      st = fp8gemm::launch_pdl(decode_attention_kernel<2, false>, grid, block, 0, s, p);
-    else if (p.rep <= 4)
-      st = fp8gemm::launch_pdl(decode_attention_kernel<4, false>, grid, block, 0, s, p);
-    else if (p.rep <= 8)
-      st = fp8gemm::launch_pdl(decode_attention_kernel<8, false>, grid, block, 0, s, p);
-    else
-      st = fp8gemm::launch_pdl(decode_attention_kernel<16, false>, grid, block, 0, s, p);
-  }
+  const int st = fused ? launch_for_rep<true>(p, grid, cx, s) : launch_for_rep<false>(p, grid, cx, s);
   if (st != FP8GEMM_OK || n_splits == 1 || p.cluster_merge) return st;
   return fp8gemm::launch_pdl(decode_combine_kernel,
                              dim3(static_cast<unsigned>(hq), static_cast<unsigned>(batch)), block,
