@@ -15,7 +15,7 @@
 #include "api.h"
 #include "attention.h"
 #include "fp8gemm/launch_pdl.cuh"
-#include "fp8gemm/ptx/cvt.cuh"
+#include "fp8gemm/act_quant.cuh"
 #include "fp8gemm/ptx/tma.cuh"
 
 namespace fp8gemm::attn {
@@ -25,16 +25,8 @@ constexpr int kThreads = 128;    // one thread per head dimension / per position
 constexpr int kTile = 32;        // cache positions per tile (= the split granularity)
 constexpr int kMaxRep = 16;      // query heads per kv head
 constexpr int kMaxClusterSplits = 8;  // fused: position splits merged inside a cluster
-constexpr float kE4M3Max = 448.f;
-constexpr float kScaleEps = 1e-4f;
 static_assert(kThreads == kHeadDim, "thread t owns output dim t");
 static_assert(kTile == 32 && kThreads == 4 * kTile, "4 threads per position; one lane per position");
-
-__device__ __forceinline__ float max_nan(float a, float b) {
-  float d;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
-  return d;
-}
 
 // ---------------------------------------------------------------------------------------------
 // qk norm + RoPE + append: one warp per (sequence, head) over the q, k and v heads.
@@ -190,7 +182,7 @@ __device__ __forceinline__ void write_head(const DecodeParams& p, int64_t b, int
   if (p.out != nullptr) p.out[col] = __float2bfloat16_rn(x);
   if (p.qa != nullptr) {
     const float amax = block_amax(fabsf(x), red);
-    const float s = ptx::div_rn(max_nan(amax, kScaleEps), kE4M3Max);
+    const float s = act_scale(amax);
     p.qa[col] = static_cast<uint8_t>(ptx::cvt_e4m3x2(ptx::div_rn(x, s), 0.f) & 0xff);
     if (t == 0) p.sa[int64_t(h) * p.m_pad + b] = s;
     // The last sequence also zeroes the (at most 3) padding rows of its column: no memset.

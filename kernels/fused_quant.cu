@@ -15,7 +15,7 @@
 
 #include "api.h"
 #include "fp8gemm/launch_pdl.cuh"
-#include "fp8gemm/ptx/cvt.cuh"
+#include "fp8gemm/act_quant.cuh"
 #include "fused_quant.h"
 
 namespace fp8gemm {
@@ -26,19 +26,9 @@ bool raise_smem_limit_once(const void* func, std::atomic<uint64_t>& done_mask, i
 
 namespace fused {
 
-constexpr float kE4M3Max = 448.f;
-constexpr float kScaleEps = 1e-4f;
-
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void griddep_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-
-// max.NaN.f32 (as in quant.cu): a NaN anywhere in a group makes its scale NaN.
-__device__ __forceinline__ float max_nan(float a, float b) {
-  float d;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
-  return d;
 }
 
 // Quantizes one 128-wide group spread over 16 lanes (8 consecutive values each, lane `sub`
@@ -53,7 +43,7 @@ __device__ __forceinline__ void quantize_group(const float (&v)[8], bool valid, 
   for (int i = 0; i < 8; ++i) amax = max_nan(amax, fabsf(v[i]));
 #pragma unroll
   for (int o = 8; o > 0; o /= 2) amax = max_nan(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float s = ptx::div_rn(max_nan(amax, kScaleEps), kE4M3Max);
+  const float s = act_scale(amax);
   if (valid) {
     uint16_t packed[4];
 #pragma unroll
@@ -221,21 +211,11 @@ __global__ void __launch_bounds__(256) swiglu_quant_kernel(const __nv_bfloat16* 
       const __nv_bfloat16* gate_row = gu + row * 2 * inter;
       const uint4 gv = *reinterpret_cast<const uint4*>(gate_row + col);
       const uint4 uv = *reinterpret_cast<const uint4*>(gate_row + inter + col);
-      const __nv_bfloat16* gp = reinterpret_cast<const __nv_bfloat16*>(&gv);
+      const __nv_bfloat162* g2 = reinterpret_cast<const __nv_bfloat162*>(&gv);
       const __nv_bfloat162* u2 = reinterpret_cast<const __nv_bfloat162*>(&uv);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        // candle's usilu_bf16 (f32 math, one rounding to bf16), then bmul_bf16 (__hmul2).
-        __nv_bfloat162 s;
-        {
-          const float xf = __bfloat162float(gp[2 * j]);
-          s.x = __float2bfloat16(xf / (1.0f + expf(-xf)));
-        }
-        {
-          const float xf = __bfloat162float(gp[2 * j + 1]);
-          s.y = __float2bfloat16(xf / (1.0f + expf(-xf)));
-        }
-        const float2 a = __bfloat1622float2(__hmul2(s, u2[j]));
+        const float2 a = silu_mul_bf16x2(g2[j], u2[j]);
         v[2 * j] = a.x;
         v[2 * j + 1] = a.y;
       }

@@ -6,19 +6,9 @@
 #include <cstdint>
 
 #include "api.h"
-#include "fp8gemm/ptx/cvt.cuh"
+#include "fp8gemm/act_quant.cuh"
 
 namespace fp8gemm {
-
-constexpr float kE4M3Max = 448.f;
-constexpr float kScaleEps = 1e-4f;
-
-// max.NaN.f32: the larger operand, or NaN if either is NaN (sm_80+).
-__device__ __forceinline__ float max_nan(float a, float b) {
-  float d;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
-  return d;
-}
 
 // One group = one row x 128 columns. kLanes lanes per group, each loading 16 bytes:
 // bf16 -> 8 values (16 lanes/group, 2 groups per warp); f32 -> 4 values (32 lanes/group).
@@ -73,7 +63,7 @@ __global__ void __launch_bounds__(256) quantize_act_kernel(const T* __restrict__
     for (int i = 0; i < kVals; ++i) amax = max_nan(amax, fabsf(v[i]));
 #pragma unroll
     for (int o = kLanes / 2; o > 0; o /= 2) amax = max_nan(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float s = ptx::div_rn(max_nan(amax, kScaleEps), kE4M3Max);
+    const float s = act_scale(amax);
     if (valid) {
       uint16_t packed[kVals / 2];
 #pragma unroll
