@@ -91,6 +91,18 @@ int32_t fp8gemm_gemm_unreduced(const uint8_t* qa, const float* sa, const uint8_t
                                const fp8gemm_config* cfg, void* workspace, size_t workspace_bytes,
                                void* stream);
 
+// The MLP's gate/up GEMM with SiLU * up and the down projection's activation quantization
+// in its epilogue (decode sizes; one launch instead of a GEMM and fp8gemm_swiglu_quant):
+//   gu      = blocked-FP8 GEMM of (qa, sa) with w = [gate; up] ([2 * inter, k], sw as usual)
+//   h       = bf16(bf16(silu(bf16 gu[:, :inter])) * bf16 gu[:, inter:])   (candle's roundings)
+//   q, sa_q = quantize(h): q [m, inter] e4m3, sa_q [inter/128][m_pad] f32 (padding rows zeroed)
+// Bit-identical to fp8gemm_gemm without K split followed by fp8gemm_swiglu_quant. Requires
+// 1 <= m <= 16, inter % 128 == 0, k % 128 == 0; `stages` = 0 picks the default ring depth,
+// otherwise one of the compiled depths (3, 4, 6; FP8GEMM_ERR_CONFIG otherwise).
+int32_t fp8gemm_gemm_swiglu_quant(const uint8_t* qa, const float* sa, const uint8_t* w,
+                                  const float* sw, int64_t m, int64_t inter, int64_t k,
+                                  int32_t stages, uint8_t* q, float* sa_q, void* stream);
+
 // y[m, n] (bf16) = bf16(sum over s of partials[s][m][n]), added in split order: the reduction
 // fp8gemm_gemm runs after a workspace split. n % 16 == 0, 16-byte aligned pointers.
 int32_t fp8gemm_reduce_partials(const float* partials, void* y, int64_t m, int64_t n,

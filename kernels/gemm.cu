@@ -19,6 +19,7 @@ const ConfigEntry* small_m_configs(int* count);
 const ConfigEntry* swap_ab_configs(int* count);
 const ConfigEntry* warp_specialized_configs(int* count);
 const ConfigEntry* persistent_configs(int* count);
+const ConfigEntry* swiglu_configs(int* count);
 
 namespace {
 
@@ -255,7 +256,7 @@ static int32_t gemm_impl(const uint8_t* qa, const float* sa, const uint8_t* w, c
   // y is written unless the partials are left for the caller.
   if (y == nullptr && (reduce || need == 0)) return FP8GEMM_ERR_ALIGN;
 
-  GemmArgs a;
+  GemmArgs a{};
   a.qa = qa;
   a.sa = sa;
   a.w = w;
@@ -288,6 +289,50 @@ extern "C" int32_t fp8gemm_gemm_unreduced(const uint8_t* qa, const float* sa, co
                                           int64_t k, const fp8gemm_config* cfg, void* workspace,
                                           size_t workspace_bytes, void* stream) {
   return gemm_impl(qa, sa, w, sw, y, m, n, k, cfg, workspace, workspace_bytes, stream, false);
+}
+
+// Default ring depth of the gated (SwiGLU) schedule: see swiglu_configs (gemm_swap_ab.cu).
+constexpr int32_t kSwiGluDefaultStages = 3;
+
+extern "C" int32_t fp8gemm_gemm_swiglu_quant(const uint8_t* qa, const float* sa, const uint8_t* w,
+                                             const float* sw, int64_t m, int64_t inter, int64_t k,
+                                             int32_t stages, uint8_t* q, float* sa_q,
+                                             void* stream) {
+  if (m < 1 || m > 16 || inter < 128 || inter % 128 != 0 || k < 128 || k % 128 != 0)
+    return FP8GEMM_ERR_SHAPE;
+  if (inter > 0x3fffffff || k > 0x7fffffff) return FP8GEMM_ERR_SHAPE;
+  if (!qa || !sa || !w || !sw || !q || !sa_q) return FP8GEMM_ERR_ALIGN;
+  if (!aligned16(qa) || !aligned16(sa) || !aligned16(w) || !aligned16(q) || !aligned16(sa_q) ||
+      (reinterpret_cast<uintptr_t>(sw) & 3))
+    return FP8GEMM_ERR_ALIGN;
+  DeviceInfo info;
+  int dev = 0;
+  if (int st = device_info(&info, &dev)) return st;
+  const int32_t tokens = m <= 8 ? 8 : 16;
+  const int32_t depth = stages == 0 ? kSwiGluDefaultStages : stages;
+  int count = 0;
+  const ConfigEntry* list = swiglu_configs(&count);
+  const ConfigEntry* e = nullptr;
+  for (int i = 0; i < count; ++i)
+    if (list[i].block_m == tokens && list[i].stages == depth) e = &list[i];
+  if (!e) return FP8GEMM_ERR_CONFIG;
+
+  GemmArgs a{};
+  a.qa = qa;
+  a.sa = sa;
+  a.w = w;
+  a.sw = sw;
+  a.q_out = q;
+  a.sa_out = sa_q;
+  a.m = static_cast<int>(m);
+  a.n = static_cast<int>(2 * inter);
+  a.k = static_cast<int>(k);
+  a.split = 1;
+  a.grid_limit = info.sms;
+  a.device = dev;
+  a.smem_optin = info.smem_optin;
+  a.stream = static_cast<cudaStream_t>(stream);
+  return e->run(a);
 }
 
 extern "C" int32_t fp8gemm_reduce_partials(const float* partials, void* y, int64_t m, int64_t n,

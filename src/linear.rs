@@ -299,6 +299,36 @@ impl Fp8BlockLinear {
         Ok(Unreduced::Done(self.forward_quantized(qa, sa)?))
     }
 
+    /// A fused gate/up layer (output `[gate | up]`, `2·I` features) on a quantized activation,
+    /// followed by SiLU·up and the activation quantization of the down projection: returns the
+    /// `(qa, sa)` of `silu(gate) * up` (`[M, I]`), i.e.
+    /// `fused::swiglu_quantize(&self.forward_quantized(qa, sa)?)`.
+    ///
+    /// On our Hopper kernels with `1 <= M <= 16`, no bias and `I % 128 == 0` this is one launch:
+    /// the SwiGLU and the quantization run in the GEMM's epilogue, bit-identical to the composed
+    /// path whenever that path's GEMM does not split K (Qwen3-32B: `I` = 25600, never split).
+    /// Everywhere else it is the composed path.
+    pub fn forward_swiglu_quantized(&self, qa: &Tensor, sa: &Tensor) -> Result<(Tensor, Tensor)> {
+        if self.out_dim() % 2 != 0 {
+            bail!("Fp8BlockLinear::forward_swiglu_quantized: {} output features are not [gate | up] halves", self.out_dim())
+        }
+        #[cfg(feature = "cuda")]
+        if self.bias.is_none() && qa.device().is_cuda() && self.provider()? == Provider::Hopper {
+            if let &[m, k] = qa.dims() {
+                let inter = self.out_dim() / 2;
+                if (1..=crate::cuda::SWIGLU_GEMM_MAX_M).contains(&m)
+                    && k == self.in_dim()
+                    && inter % crate::format::BLOCK == 0
+                    && crate::format::fast_path_refusal(m, self.out_dim(), k).is_none()
+                {
+                    return ops::fp8_swiglu_matmul_quantize(qa, sa, &self.weight, &self.scale_inv);
+                }
+            }
+        }
+        let gu = self.forward_quantized(qa, sa)?;
+        crate::fused::swiglu_quantize(&gu)
+    }
+
     /// The layer on an activation that is already quantized: `qa` e4m3 `[M, K]` and `sa` f32
     /// `[M, ceil(K/128)]` with strides `(1, round_up(M, 4))`, as returned by
     /// [`quant::quantize_activation`] or the fused producers in [`crate::fused`]. Returns bf16

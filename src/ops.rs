@@ -358,6 +358,41 @@ pub(crate) fn fp8_block_matmul_unreduced(qa: &Tensor, sa: &Tensor, w: &Tensor, s
     })
 }
 
+/// Environment variable that picks the ring depth of the gated (SwiGLU-epilogue) gate/up GEMM:
+/// a tuning knob (3, 4 or 6; unset or 0 = the kernels' default). Read once per process.
+pub const SWIGLU_STAGES_ENV: &str = "CANDLE_FP8_SWIGLU_STAGES";
+
+/// The gate/up GEMM with SiLU·up and the down projection's activation quantization in its
+/// epilogue (`cuda::hopper_gemm_swiglu_quant`): `w` = `[gate; up]` `[2·I, K]`; returns the
+/// `(qa, sa)` of `silu(gate) * up` `[M, I]`. Operands validated as for [`fp8_block_matmul`];
+/// all on one CUDA device; `M <= 16`, `I % 128 == 0`.
+#[cfg(feature = "cuda")]
+pub(crate) fn fp8_swiglu_matmul_quantize(qa: &Tensor, sa: &Tensor, w: &Tensor, sw: &Tensor) -> Result<(Tensor, Tensor)> {
+    use candle_core::{op::BackpropOp, Storage};
+    static STAGES: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let stages = *STAGES.get_or_init(|| std::env::var(SWIGLU_STAGES_ENV).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0));
+    let GemmShape { m, n, k } = validate_operands(qa, sa, w, sw)?;
+    if n % 2 != 0 {
+        bail!("fp8 gate/up with SwiGLU: the weight has {n} rows, expected [gate; up] of equal halves")
+    }
+    let inter = n / 2;
+    let (q, s) = {
+        let (qs, ql) = qa.storage_and_layout();
+        let (ss, sl) = sa.storage_and_layout();
+        let (ws, wl) = w.storage_and_layout();
+        let (vs, vl) = sw.storage_and_layout();
+        let (Storage::Cuda(qs), Storage::Cuda(ss), Storage::Cuda(ws), Storage::Cuda(vs)) = (&*qs, &*ss, &*ws, &*vs) else {
+            bail!("fp8 gate/up with SwiGLU: qa, sa, w and sw must all be on the CUDA device")
+        };
+        crate::cuda::hopper_gemm_swiglu_quant((qs, ql), (ss, sl), (ws, wl), (vs, vl), m, inter, k, stages)?
+    };
+    log_provider_once(Provider::Hopper);
+    let kb = crate::format::num_blocks(inter);
+    let q = Tensor::from_storage(Storage::Cuda(q), (m, inter), BackpropOp::none(), false);
+    let s = Tensor::from_storage(Storage::Cuda(s), kb * crate::format::act_scale_m_stride(m), BackpropOp::none(), false);
+    Ok((q, crate::quant::act_scales_view(s, m, kb)?))
+}
+
 /// bf16 `[M, N]` from f32 split-K partials `[splits, M, N]` (contiguous, CUDA), added in split
 /// order: the reduction our GEMM runs itself.
 #[cfg(feature = "cuda")]

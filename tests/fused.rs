@@ -180,6 +180,27 @@ fn forward_quantized_equals_forward() -> Result<()> {
     Ok(())
 }
 
+/// `forward_swiglu_quantized` of a [gate | up] layer is `swiglu_quantize` of its output (on the
+/// CPU always the composed path); a layer with an odd width is an error naming it.
+#[test]
+fn forward_swiglu_quantized_equals_gemm_then_swiglu() -> Result<()> {
+    let w = rows(512, 384, 9, DType::F32)?;
+    let layer = Fp8BlockLinear::from_weight(&w, None)?;
+    for m in [1, 5, 17] {
+        let (qa, sa) = quantize_activation(&rows(m, 384, m as u64, DType::BF16)?)?;
+        let (q_ref, s_ref) = swiglu_quantize(&layer.forward_quantized(&qa, &sa)?)?;
+        let (q, s) = layer.forward_swiglu_quantized(&qa, &sa)?;
+        assert_eq!(q.dims(), &[m, 256]);
+        assert_same(&format!("m={m} q"), &q, &q_ref)?;
+        assert_same(&format!("m={m} scales"), &s, &s_ref)?;
+    }
+    let odd = Fp8BlockLinear::from_weight(&rows(129, 384, 3, DType::F32)?, None)?;
+    let (qa, sa) = quantize_activation(&rows(2, 384, 4, DType::BF16)?)?;
+    let e = err_of(odd.forward_swiglu_quantized(&qa, &sa));
+    assert!(e.contains("129") && e.contains("halves"), "{e}");
+    Ok(())
+}
+
 /// Logits over a prompt and a few greedy decode steps.
 fn decode_logits(model: &mut Qwen3Model, steps: usize) -> Result<Vec<Tensor>> {
     model.clear_kv_cache();

@@ -8,7 +8,8 @@
 //! magnitude (plus an all-zero row and a row whose sum of squares overflows), the allocator
 //! poisoned with NaN before each fused call so that an unwritten output cannot pass. Split-K
 //! partials left unreduced and added by the norm, bit for bit against the reduced output. Then
-//! the Qwen3 decode path with the fused elementwise ops against the composed one.
+//! the Qwen3 decode path with the fused elementwise ops against the composed one. The gate/up
+//! GEMM with SiLU·up + quantization in its epilogue against the GEMM and `swiglu_quantize`.
 #![cfg(feature = "cuda")]
 
 #[path = "common/gpu.rs"]
@@ -193,6 +194,46 @@ fn split_k_partials_added_by_the_norm_are_bit_exact() -> Result<()> {
     Ok(())
 }
 
+/// The gate/up GEMM with SiLU·up and the down projection's quantization in its epilogue
+/// (`forward_swiglu_quantized`: one launch at M <= 16 on our kernels) equals the GEMM followed by
+/// `swiglu_quantize`, bit for bit — q, scales and the scales' zero padding rows — with poisoned
+/// allocations. Token counts 1..16 over both tile widths (8 and 16 tokens), ragged; activations
+/// whose rows span 1e-3..1e3; weights with log-spaced block scales; shapes on which the composed
+/// GEMM does not split K (the decode shapes: Qwen3-32B's gate/up never splits). M = 17 takes the
+/// composed path.
+#[test]
+fn gate_up_gemm_with_swiglu_epilogue_is_bit_exact() -> Result<()> {
+    use candle_fp8::dispatch::choose_config;
+    use candle_fp8::testing::random_operands;
+    use candle_fp8::Fp8BlockLinear;
+    let dev = gpu_or_skip!("gate_up_gemm_with_swiglu_epilogue_is_bit_exact");
+    if !kernels_or_skip(&dev, "gate_up_gemm_with_swiglu_epilogue_is_bit_exact")? {
+        return Ok(());
+    }
+    for (inter, k) in [(128, 128), (384, 896), (4352, 5120), (25600, 640)] {
+        let n = 2 * inter;
+        let ops = random_operands(1, n, k, (inter + k) as u64, &dev)?;
+        let lin = Fp8BlockLinear::new(ops.w.clone(), ops.sw.clone(), None)?;
+        for m in [1, 2, 5, 8, 9, 13, 16, 17] {
+            let what = format!("m={m} inter={inter} k={k}");
+            assert_eq!(choose_config(m, n, k, 132).split_k, 1, "{what}: the composed GEMM must not split K here");
+            let (qa, sa) = quantize_activation(&rows(m, k, (m * 5 + k) as u64, false, &dev)?)?;
+            let gu = lin.forward_quantized(&qa, &sa)?;
+            let (q_ref, s_ref) = swiglu_quantize(&gu)?;
+            poison(&dev, 2 * m * inter + 4096)?;
+            let (q, s) = lin.forward_swiglu_quantized(&qa, &sa)?;
+            assert_bits(&format!("{what} q"), &q, &q_ref, inter)?;
+            assert_bits(&format!("{what} scales (incl. padding rows)"), &s, &s_ref, m.next_multiple_of(4))?;
+        }
+    }
+    // Not a [gate | up] layer: a clear error.
+    let ops = random_operands(1, 144, 128, 1, &dev)?;
+    let odd = Fp8BlockLinear::new(ops.w.narrow(0, 0, 135)?, ops.sw.clone(), None)?;
+    let e = odd.forward_swiglu_quantized(&ops.qa, &ops.sa).unwrap_err().to_string();
+    assert!(e.contains("135") && e.contains("halves"), "{e}");
+    Ok(())
+}
+
 /// Inputs the kernels cannot take (an unaligned start, K not a multiple of 128, f32) run the
 /// composed ops on the GPU, with the same results.
 #[test]
@@ -256,8 +297,16 @@ fn compare_fused_and_composed(name: &str, mut fused: Qwen3Model, dev: &Device, e
     let mut composed = fused.clone();
     composed.set_fused_elementwise(false);
     assert_eq!(composed.fused_elementwise_layers()?, 0);
+    let mut separate_swiglu = fused.clone();
+    separate_swiglu.set_swiglu_epilogue(false);
+    assert!(fused.swiglu_epilogue(), "{name}: SiLU·up in the gate/up epilogue is the default");
     let (ta, la) = decode(&mut fused, dev, 8)?;
     let (tb, lb) = decode(&mut composed, dev, 8)?;
+    let (tc, lc) = decode(&mut separate_swiglu, dev, 8)?;
+    // The epilogue is bit-exact against its own launch when the gate/up GEMM does not split K
+    // (true for both models below).
+    assert_eq!(ta, tc, "{name}: greedy tokens with and without the SwiGLU epilogue");
+    assert!(la == lc, "{name}: logits with and without the SwiGLU epilogue differ");
     let mut max = 0f32;
     let mut sq = 0f64;
     let mut n = 0usize;

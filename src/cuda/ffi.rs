@@ -68,6 +68,20 @@ mod sys {
             stream: *mut c_void,
         ) -> i32;
         pub fn fp8gemm_reduce_partials(partials: *const f32, y: *mut c_void, m: i64, n: i64, splits: i32, stream: *mut c_void) -> i32;
+        #[allow(clippy::too_many_arguments)]
+        pub fn fp8gemm_gemm_swiglu_quant(
+            qa: *const u8,
+            sa: *const f32,
+            w: *const u8,
+            sw: *const f32,
+            m: i64,
+            inter: i64,
+            k: i64,
+            stages: i32,
+            q: *mut u8,
+            sa_q: *mut f32,
+            stream: *mut c_void,
+        ) -> i32;
         #[allow(dead_code)] // the dequant provider uses the portable helper (dequant.cu)
         pub fn fp8gemm_dequant_weight(
             w: *const u8,
@@ -122,6 +136,22 @@ mod sys {
     }
     pub use self::fp8gemm_gemm as fp8gemm_gemm_unreduced;
     pub unsafe fn fp8gemm_reduce_partials(_: *const f32, _: *mut c_void, _: i64, _: i64, _: i32, _: *mut c_void) -> i32 {
+        FP8GEMM_ERR_CONFIG
+    }
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn fp8gemm_gemm_swiglu_quant(
+        _: *const u8,
+        _: *const f32,
+        _: *const u8,
+        _: *const f32,
+        _: i64,
+        _: i64,
+        _: i64,
+        _: i32,
+        _: *mut u8,
+        _: *mut f32,
+        _: *mut c_void,
+    ) -> i32 {
         FP8GEMM_ERR_CONFIG
     }
     #[allow(dead_code)]

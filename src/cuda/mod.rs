@@ -537,6 +537,66 @@ pub(crate) fn hopper_gemm_unreduced(
     Ok(GemmOutput::Partials(CudaStorage::wrap_cuda_slice(partials, dev), splits))
 }
 
+/// Most tokens [`hopper_gemm_swiglu_quantize`] takes (the gated schedule holds all tokens of a
+/// tile in one wgmma N of 8 or 16).
+pub(crate) const SWIGLU_GEMM_MAX_M: usize = 16;
+
+/// The gate/up GEMM with SiLU·up and the down projection's quantization in its epilogue:
+/// `w` = `[gate; up]` e4m3 `[2·inter, k]`; returns `(q [m, inter], sa)` of
+/// `bf16(silu(gate)) * up` exactly as [`fp8_gemm`] (hopper, no K split) followed by
+/// `fused::swiglu_quantize` would. `m <= SWIGLU_GEMM_MAX_M`, `inter % 128 == 0`; `stages` 0 =
+/// the kernels' default ring depth.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn hopper_gemm_swiglu_quant(
+    qa: (&CudaStorage, &Layout),
+    sa: (&CudaStorage, &Layout),
+    w: (&CudaStorage, &Layout),
+    sw: (&CudaStorage, &Layout),
+    m: usize,
+    inter: usize,
+    k: usize,
+    stages: u32,
+) -> Result<(CudaStorage, CudaStorage)> {
+    if m == 0 || m > SWIGLU_GEMM_MAX_M || inter == 0 || inter % BLOCK != 0 {
+        bail!(
+            "candle-fp8 gemm_swiglu_quantize: need 1 <= M <= {SWIGLU_GEMM_MAX_M} and a multiple of              {BLOCK} features, got M={m} inter={inter}"
+        )
+    }
+    let dev = qa.0.device.clone();
+    let info = device_info(&dev)?;
+    if let Some(why) = info.caps.unusable_reason(Provider::Hopper) {
+        bail!("candle-fp8 gemm_swiglu_quantize: the hopper provider cannot run: {why}")
+    }
+    let ops = operands("gemm_swiglu_quantize", qa, sa, w, sw, m, 2 * inter, k)?;
+    let stream = dev.cuda_stream();
+    // SAFETY: the kernel writes every element of q and sa (the padding rows of sa included).
+    let mut q = unsafe { dev.alloc::<F8E4M3>(m * inter)? };
+    let mut sa_q = unsafe { dev.alloc::<f32>(act_scale_len(m, inter))? };
+    {
+        let (q_ptr, _gq) = q.device_ptr_mut(&stream);
+        let (s_ptr, _gs) = sa_q.device_ptr_mut(&stream);
+        with_gemm_ptrs(&ops, &dev, std::ptr::null_mut(), |p| {
+            let status = unsafe {
+                ffi::fp8gemm_gemm_swiglu_quant(
+                    p.qa,
+                    p.sa,
+                    p.w,
+                    p.sw,
+                    m as i64,
+                    inter as i64,
+                    k as i64,
+                    stages as i32,
+                    q_ptr as *mut u8,
+                    s_ptr as *mut f32,
+                    raw_stream(&dev),
+                )
+            };
+            ffi::check(&format!("gemm_swiglu_quantize (m={m} inter={inter} k={k} stages={stages})"), status)
+        })?;
+    }
+    Ok((CudaStorage::wrap_cuda_slice(q, dev.clone()), CudaStorage::wrap_cuda_slice(sa_q, dev)))
+}
+
 /// bf16 `[m, n]` = the f32 `partials` `[splits, m, n]` added in split order and rounded once:
 /// exactly what our GEMM's own split-K reduction writes.
 pub(crate) fn reduce_partials(partials: (&CudaStorage, &Layout), splits: usize, m: usize, n: usize) -> Result<CudaStorage> {

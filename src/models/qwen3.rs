@@ -442,6 +442,8 @@ struct Dims {
     /// How those kernels launch ([`Qwen3Model::set_step_attention`]).
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     step: StepAttention,
+    /// The fused MLP runs SiLU·up in the gate/up GEMM's epilogue ([`Qwen3Model::set_swiglu_epilogue`]).
+    swiglu_epilogue: bool,
 }
 
 /// How a decode step's attention launches on the fused CUDA path
@@ -533,7 +535,7 @@ impl DecoderLayer {
             None => Unreduced::Done(self.o.forward(&self.attention(&xn, b, t, offset, rope, mask, unit, cache, capacity_hint, dims)?)?),
         };
         if fe {
-            return self.mlp_fused(&x, &attn, eps);
+            return self.mlp_fused(&x, &attn, eps, dims.swiglu_epilogue);
         }
         let x = (x + attn.reduce()?)?;
 
@@ -581,15 +583,20 @@ impl DecoderLayer {
     /// The fused MLP: `x + o`, RMSNorm and quantization in one step, the gate/up GEMM, SiLU·up
     /// and quantization in one step, the down GEMM. Returns `(x + o, down output)`: the down
     /// output is added by the next layer's input norm (or the model's final norm).
-    fn mlp_fused(&self, x: &Tensor, o: &Unreduced, eps: f32) -> Result<(Tensor, Option<Unreduced>)> {
+    fn mlp_fused(&self, x: &Tensor, o: &Unreduced, eps: f32, swiglu_epilogue: bool) -> Result<(Tensor, Option<Unreduced>)> {
         let (Proj::Fused(AnyLinear::Fp8(gate_up), _), AnyLinear::Fp8(down)) = (&self.gate_up, &self.down) else {
             bail!("Qwen3: the fused MLP path needs FP8 gate/up (one GEMM) and down layers")
         };
         let dtype = x.dtype();
         let (sum, qa, sa) = crate::fused::add_rmsnorm_quantize_unreduced(x, Some(o), &self.post_norm, eps)?;
         let x = sum.ok_or_else(|| candle_core::Error::Msg("add_rmsnorm_quantize returned no sum".into()))?;
-        let gu = gate_up.forward_quantized(&qa, &sa)?.to_dtype(dtype)?;
-        let (qa, sa) = crate::fused::swiglu_quantize(&gu)?;
+        let (qa, sa) = if swiglu_epilogue && dtype == DType::BF16 {
+            // One launch at decode sizes on our kernels (same bits as the two steps below).
+            gate_up.forward_swiglu_quantized(&qa, &sa)?
+        } else {
+            let gu = gate_up.forward_quantized(&qa, &sa)?.to_dtype(dtype)?;
+            crate::fused::swiglu_quantize(&gu)?
+        };
         // The down projection's split-K partials (if any) are added by the next input norm.
         let d = down.forward_quantized_unreduced(&qa, &sa)?;
         let d = if dtype == DType::BF16 { d } else { Unreduced::Done(d.reduce()?.to_dtype(dtype)?) };
@@ -790,6 +797,8 @@ pub struct Qwen3Model {
     /// Fuse the elementwise work around the FP8 GEMMs with the activation quantization
     /// (see [`Qwen3Model::set_fused_elementwise`]).
     fused_elementwise: bool,
+    /// SiLU·up in the gate/up GEMM's epilogue ([`Qwen3Model::set_swiglu_epilogue`]).
+    swiglu_epilogue: bool,
 }
 
 /// Where the model's tensors come from while building it.
@@ -899,7 +908,7 @@ impl Qwen3Model {
         let dtype = opts.dtype_for(device);
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
         let (hq, hkv, d) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim());
-        let dims = Dims { hq, hkv, d, eps: cfg.rms_norm_eps as f32, fused_attention: true, step: StepAttention::default() };
+        let dims = Dims { hq, hkv, d, eps: cfg.rms_norm_eps as f32, fused_attention: true, step: StepAttention::default(), swiglu_epilogue: true };
         let nl = cfg.num_hidden_layers;
         let embed = match &mut src {
             Source::Checkpoint { vb, .. } => vb.get_with_hints_dtype((cfg.vocab_size, h), "model.embed_tokens.weight", Default::default(), dtype)?,
@@ -965,6 +974,7 @@ impl Qwen3Model {
             fused_attention: true,
             step_attention: StepAttention::default(),
             fused_elementwise: true,
+            swiglu_epilogue: true,
         })
     }
 
@@ -1035,6 +1045,22 @@ impl Qwen3Model {
     /// bit-identical activations; other layers always take the composed ops.
     pub fn set_fused_elementwise(&mut self, on: bool) {
         self.fused_elementwise = on;
+    }
+
+    /// On the fused elementwise path, whether SiLU·up and the down projection's quantization run
+    /// in the gate/up GEMM's epilogue (`true`, the default: one launch instead of two where our
+    /// Hopper kernels run the layer with at most 16 tokens, see
+    /// [`Fp8BlockLinear::forward_swiglu_quantized`]) or as their own step after it (`false`).
+    /// Same activations either way when the gate/up GEMM does not split K.
+    ///
+    /// [`Fp8BlockLinear::forward_swiglu_quantized`]: crate::Fp8BlockLinear::forward_swiglu_quantized
+    pub fn set_swiglu_epilogue(&mut self, on: bool) {
+        self.swiglu_epilogue = on;
+    }
+
+    /// Whether SiLU·up runs in the gate/up GEMM's epilogue ([`Qwen3Model::set_swiglu_epilogue`]).
+    pub fn swiglu_epilogue(&self) -> bool {
+        self.swiglu_epilogue
     }
 
     /// Whether the fused elementwise path is enabled ([`Qwen3Model::set_fused_elementwise`]).
@@ -1178,6 +1204,7 @@ impl Qwen3Model {
             eps: cfg.rms_norm_eps as f32,
             fused_attention: self.fused_attention,
             step: self.step_attention,
+            swiglu_epilogue: self.swiglu_epilogue,
         };
         if seqlen_offset == 0 {
             // A new sequence: every layer's KV cache first, so that the caches do not share

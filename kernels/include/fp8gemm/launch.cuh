@@ -20,6 +20,8 @@ struct GemmArgs {
   const float* sw;
   __nv_bfloat16* y;
   float* partial;   // split-K workspace (split * m * n floats) or null
+  uint8_t* q_out;   // gated schedules: the SwiGLU output's (q, sa) (GemmParams::q_out)
+  float* sa_out;
   int m, n, k;
   int split;        // effective K split (>= 1, <= k / 128)
   int grid_limit;   // persistent grid size (#SMs to use)
@@ -58,7 +60,8 @@ template <class T>
 int run_sm90_fp8_gemm(const GemmArgs& a) {
   using Ring = SmemRing<T::kStages, T::TM, T::TN, (T::kSwapAB ? T::TN : T::TM)>;
   constexpr int kTokBox = T::kSwapAB ? T::TN : T::TM;
-  constexpr int kWBox = T::kSwapAB ? T::TM : T::TN;
+  // Gated: the weight tile is two 64-row boxes (gate rows, up rows).
+  constexpr int kWBox = T::kSwapAB ? (T::kGated ? 64 : T::TM) : T::TN;
   constexpr int kSwRows = sw_rows_per_tile<T>();
   const int kb_total = a.k / kBlockK;
   const uint64_t m_pad = (static_cast<uint64_t>(a.m) + 3) / 4 * 4;
@@ -77,6 +80,8 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   p.k = a.k;
   p.kb_total = kb_total;
   p.nb_total = (a.n + 127) / 128;
+  p.q_out = a.q_out;
+  p.sa_out = a.sa_out;
   const int rows = T::kSwapAB ? a.n : a.m, cols = T::kSwapAB ? a.m : a.n;
   p.shape.tiles_rows = (rows + T::TM - 1) / T::TM;
   p.shape.tiles_cols = (cols + T::TN - 1) / T::TN;
@@ -90,13 +95,22 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   // One kernel per (schedule, output mode); smem limit raised once per device.
   constexpr bool kClusterSplitOk = !T::kPersistent && T::kCluster == 1;
   const bool use_ws = split_uses_workspace(a.split, kClusterSplitOk);
-  const int mode = a.split == 1 ? kOutBf16 : (use_ws ? kOutWorkspace : kOutClusterSum);
+  int mode = a.split == 1 ? kOutBf16 : (use_ws ? kOutWorkspace : kOutClusterSum);
   if (use_ws && a.partial == nullptr) return FP8GEMM_ERR_WORKSPACE;
-  auto kern = mode == kOutBf16 ? sm90_fp8_gemm_1d2d_kernel<T, kOutBf16>
-              : mode == kOutWorkspace ? sm90_fp8_gemm_1d2d_kernel<T, kOutWorkspace>
-                                      : sm90_fp8_gemm_1d2d_kernel<T, (kClusterSplitOk ? kOutClusterSum : kOutWorkspace)>;
+  decltype(&sm90_fp8_gemm_1d2d_kernel<T, T::kGated ? kOutSwiGluQuant : kOutBf16>) kern;
+  if constexpr (T::kGated) {
+    // One column tile (m <= TN), no split, whole 128-feature groups (pairs of 64-row tiles).
+    if (a.split != 1 || a.m > T::TN || a.n % 256 != 0 || !a.q_out || !a.sa_out)
+      return FP8GEMM_ERR_CONFIG;
+    mode = kOutSwiGluQuant;
+    kern = sm90_fp8_gemm_1d2d_kernel<T, kOutSwiGluQuant>;
+  } else {
+    kern = mode == kOutBf16 ? sm90_fp8_gemm_1d2d_kernel<T, kOutBf16>
+           : mode == kOutWorkspace ? sm90_fp8_gemm_1d2d_kernel<T, kOutWorkspace>
+                                   : sm90_fp8_gemm_1d2d_kernel<T, (kClusterSplitOk ? kOutClusterSum : kOutWorkspace)>;
+  }
   {
-    static std::atomic<uint64_t> done[3] = {{0}, {0}, {0}};
+    static std::atomic<uint64_t> done[4] = {{0}, {0}, {0}, {0}};
     if (!raise_smem_limit_once(reinterpret_cast<const void*>(kern), done[mode], a.device, a.smem_optin))
       return FP8GEMM_ERR_LAUNCH;
   }
@@ -107,7 +121,8 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   attr[1].id = cudaLaunchAttributeClusterDimension;
-  attr[1].val.clusterDim.x = T::kCluster;
+  // Gated: the two 64-feature tiles of a quantization group share their amax in a cluster.
+  attr[1].val.clusterDim.x = T::kGated ? 2 : T::kCluster;
   attr[1].val.clusterDim.y = mode == kOutClusterSum ? a.split : 1;
   attr[1].val.clusterDim.z = 1;
   cudaLaunchConfig_t lc = {};
@@ -115,7 +130,7 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   lc.dynamicSmemBytes = smem;
   lc.stream = a.stream;
   lc.attrs = attr;
-  lc.numAttrs = (T::kCluster > 1 || mode == kOutClusterSum) ? 2 : 1;
+  lc.numAttrs = (T::kCluster > 1 || T::kGated || mode == kOutClusterSum) ? 2 : 1;
 
   const int64_t col_units = (p.shape.tiles_cols + T::kCluster - 1) / T::kCluster;
   const int64_t units = static_cast<int64_t>(p.shape.tiles_rows) * col_units;

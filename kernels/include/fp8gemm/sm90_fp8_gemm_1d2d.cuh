@@ -21,6 +21,7 @@
 #include "ptx/tma.cuh"
 #include "ptx/wgmma.cuh"
 #include "scheduler.cuh"
+#include "swiglu_epilogue.cuh"
 
 namespace fp8gemm {
 
@@ -29,23 +30,32 @@ struct GemmParams {
   int kb_total;    // k / 128 = row stride of sw
   int nb_total;    // ceil(n / 128) = rows of sw
   TileShape shape; // tiles in MMA space, K split
+  // kOutSwiGluQuant only: the down projection's activation operand (q [m][n/2] e4m3,
+  // sa [n/256][m_pad] f32), see the mode's comment.
+  uint8_t* q_out;
+  float* sa_out;
 };
 
 // Traits every schedule provides:
 //   kMathWG, kWaves, TM (= kMathWG * kWaves * 64), TN, kStages, kSwapAB, kThreads,
-//   kMathRegs/kProducerRegs (0 = no setmaxnreg), Scheduler, kSplitN (issue each K block as
-//   two N halves so one is promoted while the other runs)
+//   kMathRegs/kProducerRegs (0 = no setmaxnreg), Scheduler, kSplitN (keep two units of MMA work
+//   in flight: the N halves of a wave, or for narrow tiles two waves), kGated (swap-AB with
+//   two waves: wave 0 = gate rows, wave 1 = the matching up rows, for kOutSwiGluQuant)
 // Output modes of one kernel instantiation.
 enum OutMode : int {
   kOutBf16 = 0,        // store y directly
   kOutWorkspace = 1,   // split-K: f32 partials to the workspace, a reduce kernel follows
   kOutClusterSum = 2,  // split-K: the splits of a tile form a cluster (1, S, 1); rank 0 sums
                        // the peers' accumulators from distributed shared memory in rank order
+  kOutSwiGluQuant = 3, // gated swap-AB: h = bf16(silu(bf16 gate) * bf16 up) quantized per
+                       // token per 128 features, the two 64-feature tiles of a group forming a
+                       // cluster (2, 1, 1) that exchanges its per-token amax through DSMEM
 };
 
 // Rows of sw (128-row blocks of W) one tile can touch.
 template <class T>
 __host__ __device__ constexpr int sw_rows_per_tile() {
+  if (T::kGated) return 2;  // the gate rows' block and the up rows' block
   if (T::kSwapAB || 128 % T::TN == 0) return 1;
   if (T::TN % 128 == 0) return T::TN / 128;
   return (T::TN + 127) / 128 + 1;  // straddling width: at most this many blocks
@@ -72,6 +82,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   static_assert(!T::kSwapAB || 128 % T::TM == 0,
                 "swap-AB: a weight tile must sit inside one 128-row block of weight scales");
   static_assert(T::TN % 8 == 0 && T::TN <= 256, "wgmma N");
+  static_assert(!T::kGated || (T::kSwapAB && T::kMathWG == 1 && T::kWaves == 2 && T::kCluster == 1),
+                "gated: one swap-AB warpgroup, wave 0 = gate rows, wave 1 = up rows");
+  static_assert((kMode == kOutSwiGluQuant) == T::kGated, "the gated schedule has its own output");
+  // Cluster barriers the epilogue runs (every thread of the CTA must take part in each).
+  constexpr int kEpilogueClusterSyncs = (kMode == kOutClusterSum || kMode == kOutSwiGluQuant) ? 2 : 0;
 
   extern __shared__ uint8_t smem_raw[];
   const Ring ring(smem_raw);
@@ -107,7 +122,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       while (sched.next(tile)) {
         auto load_a = [&](int stage, int kb) {
           uint64_t* full = ring.full(stage);
-          if constexpr (T::kCluster > 1) {
+          if constexpr (T::kGated) {
+            // 64 gate rows (features f0 ..) and the 64 up rows of the same features.
+            const int f0 = tile.row0 / 2;
+            ptx::tma_load_2d(ring.a(stage), &tmap_a, full, kb * kBlockK, f0);
+            ptx::tma_load_2d(ring.a(stage) + 64 * kBlockK, &tmap_a, full, kb * kBlockK, p.n / 2 + f0);
+          } else if constexpr (T::kCluster > 1) {
             // Row operand shared by the cluster: each CTA loads its slice for everyone.
             constexpr int kSlice = T::TM / T::kCluster;
             ptx::tma_load_2d_multicast(ring.a(stage) + cta_rank * kSlice * kBlockK, &tmap_a, full,
@@ -162,10 +182,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       ptx::griddep_launch_dependents();
     }
     if constexpr (T::kCluster > 1) ptx::cluster_sync();  // peers done arriving on our barriers
-    if constexpr (kMode == kOutClusterSum) {
-      ptx::cluster_sync();  // matches the math warpgroups' "partials published"
-      ptx::cluster_sync();  // matches "rank 0 done reading"
-    }
+    // Match the math warpgroups' epilogue barriers ("published", "done reading").
+#pragma unroll
+    for (int i = 0; i < kEpilogueClusterSyncs; ++i) ptx::cluster_sync();
     return;
   }
 
@@ -177,7 +196,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int c_in = (lane % 4) * 2;        // fragment column within each n8 group (and +1)
 
   float acc[T::kWaves][kAcc];
-  float blk[kAcc];  // block accumulator of one K block
   RingState<T::kStages> st;
 
   while (sched.next(tile)) {
@@ -188,7 +206,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     ptx::named_barrier_sync(1, kMathThreads);  // previous tile done reading the cache
     for (int i = threadIdx.x; i < kSwRows * nkb; i += kMathThreads) {
       const int r = i / nkb, j = i - r * nkb;
-      const int nb = sw_row0 + r;
+      // Gated: row 0 = the gate rows' block, row 1 = the up rows' block (n / 2 further on).
+      const int nb = T::kGated ? (r * (p.n / 2) + tile.row0 / 2) / 128 : sw_row0 + r;
       sw_cache[i] = nb < p.nb_total ? sw[static_cast<int64_t>(nb) * p.kb_total + tile.kb0 + j] : 0.f;
     }
     ptx::named_barrier_sync(1, kMathThreads);
@@ -206,12 +225,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     // waited for and promoted in turn (full-N wgmma is faster on the tensor cores for big
     // tiles; two math warpgroups overlap each other's promotion).
     constexpr bool kHalves = T::kSplitN && T::TN >= 16;
+    // Two units in flight: the N halves (above), or for a narrow tile with two waves the waves.
+    constexpr bool kPipe = kHalves || (T::kSplitN && T::kWaves > 1);
     constexpr int kUnitN = kHalves ? T::TN / 2 : T::TN;
     constexpr int kPerWave = kHalves ? 2 : 1;
     constexpr int U = kPerWave * T::kWaves;
     constexpr int kUnitAcc = kUnitN / 2;  // registers of one unit
     constexpr int kUnitJ = kUnitN / 8;    // n8 groups of one unit
     using UMMA = ptx::WgmmaE4M3<kUnitN>;
+    float blk[kPipe ? 2 * kUnitAcc : kAcc];  // block accumulator(s) of one K block
 
     for (int i = 0; i < nkb; ++i) {
       ptx::mbarrier_wait(ring.full(st.stage), st.phase);
@@ -222,7 +244,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #pragma unroll
       for (int r = 0; r < kSwRows; ++r) swv[r] = sw_cache[r * nkb + i];
       float row_s[T::kWaves][2];                   // normal: token scales of my two rows
-      float col_s[T::kSwapAB ? T::TN / 8 : 1][2];  // swap-AB: token scales of my columns
+      // swap-AB: token scales of my columns times the wave's weight scale
+      float col_s[T::kSwapAB ? T::kWaves : 1][T::kSwapAB ? T::TN / 8 : 1][2];
       if constexpr (!T::kSwapAB) {
 #pragma unroll
         for (int w = 0; w < T::kWaves; ++w) {
@@ -232,10 +255,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         }
       } else {
 #pragma unroll
-        for (int j = 0; j < T::TN / 8; ++j) {
-          col_s[j][0] = sa_s[8 * j + c_in] * swv[0];
-          col_s[j][1] = sa_s[8 * j + c_in + 1] * swv[0];
-        }
+        for (int w = 0; w < T::kWaves; ++w)
+#pragma unroll
+          for (int j = 0; j < T::TN / 8; ++j) {
+            const float sc = swv[T::kGated ? w : 0];
+            col_s[w][j][0] = sa_s[8 * j + c_in] * sc;
+            col_s[w][j][1] = sa_s[8 * j + c_in + 1] * sc;
+          }
       }
 
       const uint32_t a_base = ptx::smem_addr(ring.a(st.stage)) + wg * T::kWaves * 64 * kBlockK;
@@ -245,7 +271,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         constexpr int w = u / kPerWave, h = u % kPerWave;
         const uint64_t da = ptx::make_smem_desc_k128_sw128(a_base + w * 64 * kBlockK);
         const uint64_t db = ptx::make_smem_desc_k128_sw128(b_base + h * kUnitN * kBlockK);
-        float* d = blk + (kHalves ? (u % 2) * kUnitAcc : 0);
+        float* d = blk + (kPipe ? (u % 2) * kUnitAcc : 0);
 #pragma unroll
         for (int x = 0; x < kUnitAcc; ++x) ptx::fence_operand(d[x]);
         ptx::wgmma_fence();
@@ -256,7 +282,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       auto promote = [&](auto unit) {
         constexpr int u = decltype(unit)::value;
         constexpr int w = u / kPerWave, h = u % kPerWave;
-        float* d = blk + (kHalves ? (u % 2) * kUnitAcc : 0);
+        float* d = blk + (kPipe ? (u % 2) * kUnitAcc : 0);
 #pragma unroll
         for (int x = 0; x < kUnitAcc; ++x) ptx::fence_operand(d[x]);
 #pragma unroll
@@ -280,19 +306,19 @@ __global__ void __launch_bounds__(T::kThreads, 1)
             a[2] += b[2] * f1;
             a[3] += b[3] * f1;
           } else {
-            a[0] += b[0] * col_s[j][0];
-            a[1] += b[1] * col_s[j][1];
-            a[2] += b[2] * col_s[j][0];
-            a[3] += b[3] * col_s[j][1];
+            a[0] += b[0] * col_s[w][j][0];
+            a[1] += b[1] * col_s[w][j][1];
+            a[2] += b[2] * col_s[w][j][0];
+            a[3] += b[3] * col_s[w][j][1];
           }
         }
       };
 
-      // Unit u is promoted right after its wait; with halves, unit u+1 is already running.
+      // Unit u is promoted right after its wait; pipelined, unit u+1 is already running.
       auto step = [&](auto unit) {
         constexpr int u = decltype(unit)::value;
-        if constexpr (!kHalves) issue(unit);
-        if constexpr (kHalves && u + 1 < U) ptx::wgmma_wait<1>(); else ptx::wgmma_wait<0>();
+        if constexpr (!kPipe) issue(unit);
+        if constexpr (kPipe && u + 1 < U) ptx::wgmma_wait<1>(); else ptx::wgmma_wait<0>();
         if constexpr (u + 1 == U) {
           if (lane == 0) {  // all units done: the stage is free (in every CTA that shares it)
             ptx::mbarrier_arrive(ring.empty(st.stage));
@@ -302,9 +328,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           }
         }
         promote(unit);
-        if constexpr (kHalves && u + 2 < U) issue(std::integral_constant<int, u + 2>{});
+        if constexpr (kPipe && u + 2 < U) issue(std::integral_constant<int, u + 2>{});
       };
-      if constexpr (kHalves) {
+      if constexpr (kPipe) {
         issue(std::integral_constant<int, 0>{});
         if constexpr (U > 1) issue(std::integral_constant<int, 1>{});
       }
@@ -347,6 +373,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         }
       }
       ptx::cluster_sync();  // rank 0 done reading the peers
+    } else if constexpr (kMode == kOutSwiGluQuant) {
+      swiglu_quant_epilogue<T::TN>(acc[0], acc[1], tile.row0 / 2, p.m, p.n / 2,
+                                   reinterpret_cast<float*>(ring.a(0)), p.q_out, p.sa_out);
     } else {
 #pragma unroll
       for (int w = 0; w < T::kWaves; ++w) {

@@ -11,6 +11,7 @@ struct SmallM {
   static constexpr int kMathWG = 1, kWaves = 1, TM = 64, TN = TN_, kStages = kStages_;
   static constexpr bool kSplitN = true;  // promote one N half while the other runs
   static constexpr bool kSwapAB = false, kPersistent = false;
+  static constexpr bool kGated = false;
   static constexpr int kCluster = 1;
   static constexpr int kThreads = (kMathWG + 1) * 128;
   static constexpr int kMathRegs = 0, kProducerRegs = 0;  // 256 threads: no need to move registers
