@@ -97,11 +97,13 @@ int32_t fp8gemm_gemm_unreduced(const uint8_t* qa, const float* sa, const uint8_t
 //   h       = bf16(bf16(silu(bf16 gu[:, :inter])) * bf16 gu[:, inter:])   (candle's roundings)
 //   q, sa_q = quantize(h): q [m, inter] e4m3, sa_q [inter/128][m_pad] f32 (padding rows zeroed)
 // Bit-identical to fp8gemm_gemm without K split followed by fp8gemm_swiglu_quant. Requires
-// 1 <= m <= 16, inter % 128 == 0, k % 128 == 0; `stages` = 0 picks the default ring depth,
-// otherwise one of the compiled depths (3, 4, 6; FP8GEMM_ERR_CONFIG otherwise).
+// 1 <= m <= 16, inter % 128 == 0, k % 128 == 0. `tile_rows` (weight rows per CTA: 64 or 128)
+// and `stages` (ring depth) pick a compiled variant; 0 = the default (FP8GEMM_ERR_CONFIG when
+// the pair is not compiled).
 int32_t fp8gemm_gemm_swiglu_quant(const uint8_t* qa, const float* sa, const uint8_t* w,
                                   const float* sw, int64_t m, int64_t inter, int64_t k,
-                                  int32_t stages, uint8_t* q, float* sa_q, void* stream);
+                                  int32_t tile_rows, int32_t stages, uint8_t* q, float* sa_q,
+                                  void* stream);
 
 // y[m, n] (bf16) = bf16(sum over s of partials[s][m][n]), added in split order: the reduction
 // fp8gemm_gemm runs after a workspace split. n % 16 == 0, 16-byte aligned pointers.

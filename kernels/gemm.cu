@@ -291,13 +291,14 @@ extern "C" int32_t fp8gemm_gemm_unreduced(const uint8_t* qa, const float* sa, co
   return gemm_impl(qa, sa, w, sw, y, m, n, k, cfg, workspace, workspace_bytes, stream, false);
 }
 
-// Default ring depth of the gated (SwiGLU) schedule: see swiglu_configs (gemm_swap_ab.cu).
-constexpr int32_t kSwiGluDefaultStages = 3;
+// Default tile of the gated (SwiGLU) schedule: 64 weight rows (32 features), 8 stages; see
+// swiglu_configs (gemm_swap_ab.cu) for the others.
+constexpr int32_t kSwiGluDefaultRows = 64, kSwiGluDefaultStages = 8;
 
 extern "C" int32_t fp8gemm_gemm_swiglu_quant(const uint8_t* qa, const float* sa, const uint8_t* w,
                                              const float* sw, int64_t m, int64_t inter, int64_t k,
-                                             int32_t stages, uint8_t* q, float* sa_q,
-                                             void* stream) {
+                                             int32_t tile_rows, int32_t stages, uint8_t* q,
+                                             float* sa_q, void* stream) {
   if (m < 1 || m > 16 || inter < 128 || inter % 128 != 0 || k < 128 || k % 128 != 0)
     return FP8GEMM_ERR_SHAPE;
   if (inter > 0x3fffffff || k > 0x7fffffff) return FP8GEMM_ERR_SHAPE;
@@ -309,12 +310,15 @@ extern "C" int32_t fp8gemm_gemm_swiglu_quant(const uint8_t* qa, const float* sa,
   int dev = 0;
   if (int st = device_info(&info, &dev)) return st;
   const int32_t tokens = m <= 8 ? 8 : 16;
-  const int32_t depth = stages == 0 ? kSwiGluDefaultStages : stages;
+  const int32_t rows = tile_rows == 0 ? kSwiGluDefaultRows : tile_rows;
+  const int32_t depth = stages == 0 ? (tile_rows == 0 ? kSwiGluDefaultStages : 0) : stages;
   int count = 0;
   const ConfigEntry* list = swiglu_configs(&count);
   const ConfigEntry* e = nullptr;
   for (int i = 0; i < count; ++i)
-    if (list[i].block_m == tokens && list[i].stages == depth) e = &list[i];
+    if (list[i].block_m == tokens && list[i].block_n == rows &&
+        (list[i].stages == depth || (depth == 0 && e == nullptr)))
+      e = &list[i];
   if (!e) return FP8GEMM_ERR_CONFIG;
 
   GemmArgs a{};

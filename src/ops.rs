@@ -358,8 +358,11 @@ pub(crate) fn fp8_block_matmul_unreduced(qa: &Tensor, sa: &Tensor, w: &Tensor, s
     })
 }
 
-/// Environment variable that picks the ring depth of the gated (SwiGLU-epilogue) gate/up GEMM:
-/// a tuning knob (3, 4 or 6; unset or 0 = the kernels' default). Read once per process.
+/// Environment variables that pick the variant of the gated (SwiGLU-epilogue) gate/up GEMM, as
+/// tuning knobs: weight rows per CTA (64 or 128) and ring depth (64 rows: 6 or 8; 128 rows: 4).
+/// Unset or 0 = the kernels' default; an uncompiled pair is an error. Read once per process.
+pub const SWIGLU_TILE_ENV: &str = "CANDLE_FP8_SWIGLU_TILE";
+/// See [`SWIGLU_TILE_ENV`].
 pub const SWIGLU_STAGES_ENV: &str = "CANDLE_FP8_SWIGLU_STAGES";
 
 /// The gate/up GEMM with SiLU·up and the down projection's activation quantization in its
@@ -368,9 +371,30 @@ pub const SWIGLU_STAGES_ENV: &str = "CANDLE_FP8_SWIGLU_STAGES";
 /// all on one CUDA device; `M <= 16`, `I % 128 == 0`.
 #[cfg(feature = "cuda")]
 pub(crate) fn fp8_swiglu_matmul_quantize(qa: &Tensor, sa: &Tensor, w: &Tensor, sw: &Tensor) -> Result<(Tensor, Tensor)> {
+    static VARIANT: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+    let (tile_rows, stages) = *VARIANT.get_or_init(|| {
+        let num = |var: &str| std::env::var(var).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+        (num(SWIGLU_TILE_ENV), num(SWIGLU_STAGES_ENV))
+    });
+    fp8_swiglu_matmul_quantize_variant(qa, sa, w, sw, tile_rows, stages)
+}
+
+/// The gate/up GEMM with the SwiGLU + quantization epilogue on our Hopper kernels, with an
+/// explicit kernel variant: `tile_rows` weight rows per CTA (64 or 128) and `stages` ring
+/// depth, 0 = the default (an uncompiled pair is an error). For tests and tuning tools;
+/// [`Fp8BlockLinear::forward_swiglu_quantized`](crate::Fp8BlockLinear::forward_swiglu_quantized)
+/// is the API. `w` = `[gate; up]` e4m3 `[2·I, K]`, `1 <= M <= 16`, `I % 128 == 0`; returns the
+/// `(qa, sa)` of `silu(gate) * up`.
+#[cfg(feature = "cuda")]
+pub fn fp8_swiglu_matmul_quantize_variant(
+    qa: &Tensor,
+    sa: &Tensor,
+    w: &Tensor,
+    sw: &Tensor,
+    tile_rows: u32,
+    stages: u32,
+) -> Result<(Tensor, Tensor)> {
     use candle_core::{op::BackpropOp, Storage};
-    static STAGES: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    let stages = *STAGES.get_or_init(|| std::env::var(SWIGLU_STAGES_ENV).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0));
     let GemmShape { m, n, k } = validate_operands(qa, sa, w, sw)?;
     if n % 2 != 0 {
         bail!("fp8 gate/up with SwiGLU: the weight has {n} rows, expected [gate; up] of equal halves")
@@ -384,7 +408,7 @@ pub(crate) fn fp8_swiglu_matmul_quantize(qa: &Tensor, sa: &Tensor, w: &Tensor, s
         let (Storage::Cuda(qs), Storage::Cuda(ss), Storage::Cuda(ws), Storage::Cuda(vs)) = (&*qs, &*ss, &*ws, &*vs) else {
             bail!("fp8 gate/up with SwiGLU: qa, sa, w and sw must all be on the CUDA device")
         };
-        crate::cuda::hopper_gemm_swiglu_quant((qs, ql), (ss, sl), (ws, wl), (vs, vl), m, inter, k, stages)?
+        crate::cuda::hopper_gemm_swiglu_quant((qs, ql), (ss, sl), (ws, wl), (vs, vl), m, inter, k, tile_rows, stages)?
     };
     log_provider_once(Provider::Hopper);
     let kb = crate::format::num_blocks(inter);

@@ -204,6 +204,7 @@ fn split_k_partials_added_by_the_norm_are_bit_exact() -> Result<()> {
 #[test]
 fn gate_up_gemm_with_swiglu_epilogue_is_bit_exact() -> Result<()> {
     use candle_fp8::dispatch::choose_config;
+    use candle_fp8::ops::fp8_swiglu_matmul_quantize_variant;
     use candle_fp8::testing::random_operands;
     use candle_fp8::Fp8BlockLinear;
     let dev = gpu_or_skip!("gate_up_gemm_with_swiglu_epilogue_is_bit_exact");
@@ -224,8 +225,24 @@ fn gate_up_gemm_with_swiglu_epilogue_is_bit_exact() -> Result<()> {
             let (q, s) = lin.forward_swiglu_quantized(&qa, &sa)?;
             assert_bits(&format!("{what} q"), &q, &q_ref, inter)?;
             assert_bits(&format!("{what} scales (incl. padding rows)"), &s, &s_ref, m.next_multiple_of(4))?;
+            if m > 16 {
+                continue;
+            }
+            // Every compiled kernel variant (32 features x 8 or 6 stages, 64 features x 4).
+            for (rows, stages) in [(64, 8), (64, 6), (128, 4)] {
+                poison(&dev, 2 * m * inter + 4096)?;
+                let (q, s) = fp8_swiglu_matmul_quantize_variant(&qa, &sa, &ops.w, &ops.sw, rows, stages)?;
+                let v = format!("{what} tile {rows} rows, {stages} stages");
+                assert_bits(&format!("{v} q"), &q, &q_ref, inter)?;
+                assert_bits(&format!("{v} scales"), &s, &s_ref, m.next_multiple_of(4))?;
+            }
         }
     }
+    // An uncompiled variant is an error naming it, never a silent fallback.
+    let (qa, sa) = quantize_activation(&rows(1, 128, 1, false, &dev)?)?;
+    let ops = random_operands(1, 256, 128, 2, &dev)?;
+    let e = fp8_swiglu_matmul_quantize_variant(&qa, &sa, &ops.w, &ops.sw, 64, 5).unwrap_err().to_string();
+    assert!(e.contains("stages 5") && e.contains("not compiled"), "{e}");
     // Not a [gate | up] layer: a clear error.
     let ops = random_operands(1, 144, 128, 1, &dev)?;
     let odd = Fp8BlockLinear::new(ops.w.narrow(0, 0, 135)?, ops.sw.clone(), None)?;

@@ -544,8 +544,8 @@ pub(crate) const SWIGLU_GEMM_MAX_M: usize = 16;
 /// The gate/up GEMM with SiLU·up and the down projection's quantization in its epilogue:
 /// `w` = `[gate; up]` e4m3 `[2·inter, k]`; returns `(q [m, inter], sa)` of
 /// `bf16(silu(gate)) * up` exactly as [`fp8_gemm`] (hopper, no K split) followed by
-/// `fused::swiglu_quantize` would. `m <= SWIGLU_GEMM_MAX_M`, `inter % 128 == 0`; `stages` 0 =
-/// the kernels' default ring depth.
+/// `fused::swiglu_quantize` would. `m <= SWIGLU_GEMM_MAX_M`, `inter % 128 == 0`; `tile_rows`
+/// (weight rows per CTA, 64 or 128) and `stages` pick a compiled variant, 0 = the default.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn hopper_gemm_swiglu_quant(
     qa: (&CudaStorage, &Layout),
@@ -555,6 +555,7 @@ pub(crate) fn hopper_gemm_swiglu_quant(
     m: usize,
     inter: usize,
     k: usize,
+    tile_rows: u32,
     stages: u32,
 ) -> Result<(CudaStorage, CudaStorage)> {
     if m == 0 || m > SWIGLU_GEMM_MAX_M || inter == 0 || inter % BLOCK != 0 {
@@ -585,13 +586,14 @@ pub(crate) fn hopper_gemm_swiglu_quant(
                     m as i64,
                     inter as i64,
                     k as i64,
+                    tile_rows as i32,
                     stages as i32,
                     q_ptr as *mut u8,
                     s_ptr as *mut f32,
                     raw_stream(&dev),
                 )
             };
-            ffi::check(&format!("gemm_swiglu_quantize (m={m} inter={inter} k={k} stages={stages})"), status)
+            ffi::check(&format!("gemm_swiglu_quantize (m={m} inter={inter} k={k} tile rows {tile_rows} stages {stages})"), status)
         })?;
     }
     Ok((CudaStorage::wrap_cuda_slice(q, dev.clone()), CudaStorage::wrap_cuda_slice(sa_q, dev)))

@@ -61,7 +61,7 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   using Ring = SmemRing<T::kStages, T::TM, T::TN, (T::kSwapAB ? T::TN : T::TM)>;
   constexpr int kTokBox = T::kSwapAB ? T::TN : T::TM;
   // Gated: the weight tile is two 64-row boxes (gate rows, up rows).
-  constexpr int kWBox = T::kSwapAB ? (T::kGated ? 64 : T::TM) : T::TN;
+  constexpr int kWBox = T::kSwapAB ? (T::kGated ? T::TM / 2 : T::TM) : T::TN;
   constexpr int kSwRows = sw_rows_per_tile<T>();
   const int kb_total = a.k / kBlockK;
   const uint64_t m_pad = (static_cast<uint64_t>(a.m) + 3) / 4 * 4;
@@ -121,8 +121,8 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   attr[1].id = cudaLaunchAttributeClusterDimension;
-  // Gated: the two 64-feature tiles of a quantization group share their amax in a cluster.
-  attr[1].val.clusterDim.x = T::kGated ? 2 : T::kCluster;
+  // Gated: the tiles of a 128-feature quantization group share their amax in a cluster.
+  attr[1].val.clusterDim.x = T::kGated ? 128 / (T::TM / 2) : T::kCluster;
   attr[1].val.clusterDim.y = mode == kOutClusterSum ? a.split : 1;
   attr[1].val.clusterDim.z = 1;
   cudaLaunchConfig_t lc = {};

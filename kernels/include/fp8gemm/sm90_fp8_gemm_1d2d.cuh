@@ -39,8 +39,9 @@ struct GemmParams {
 // Traits every schedule provides:
 //   kMathWG, kWaves, TM (= kMathWG * kWaves * 64), TN, kStages, kSwapAB, kThreads,
 //   kMathRegs/kProducerRegs (0 = no setmaxnreg), Scheduler, kSplitN (keep two units of MMA work
-//   in flight: the N halves of a wave, or for narrow tiles two waves), kGated (swap-AB with
-//   two waves: wave 0 = gate rows, wave 1 = the matching up rows, for kOutSwiGluQuant)
+//   in flight: the N halves of a wave, or for narrow tiles two waves), kGated / kGateRows
+//   (swap-AB tile of kGateRows gate rows + the same features' up rows, for kOutSwiGluQuant;
+//   schedules/swap_ab.cuh)
 // Output modes of one kernel instantiation.
 enum OutMode : int {
   kOutBf16 = 0,        // store y directly
@@ -82,8 +83,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   static_assert(!T::kSwapAB || 128 % T::TM == 0,
                 "swap-AB: a weight tile must sit inside one 128-row block of weight scales");
   static_assert(T::TN % 8 == 0 && T::TN <= 256, "wgmma N");
-  static_assert(!T::kGated || (T::kSwapAB && T::kMathWG == 1 && T::kWaves == 2 && T::kCluster == 1),
-                "gated: one swap-AB warpgroup, wave 0 = gate rows, wave 1 = up rows");
+  static_assert(!T::kGated || (T::kSwapAB && T::kMathWG == 1 && T::kCluster == 1 &&
+                                T::TM == 2 * T::kGateRows),
+                "gated: one swap-AB warpgroup, kGateRows gate rows then as many up rows");
   static_assert((kMode == kOutSwiGluQuant) == T::kGated, "the gated schedule has its own output");
   // Cluster barriers the epilogue runs (every thread of the CTA must take part in each).
   constexpr int kEpilogueClusterSyncs = (kMode == kOutClusterSum || kMode == kOutSwiGluQuant) ? 2 : 0;
@@ -123,10 +125,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         auto load_a = [&](int stage, int kb) {
           uint64_t* full = ring.full(stage);
           if constexpr (T::kGated) {
-            // 64 gate rows (features f0 ..) and the 64 up rows of the same features.
+            // kGateRows gate rows (features f0 ..) and the up rows of the same features.
             const int f0 = tile.row0 / 2;
             ptx::tma_load_2d(ring.a(stage), &tmap_a, full, kb * kBlockK, f0);
-            ptx::tma_load_2d(ring.a(stage) + 64 * kBlockK, &tmap_a, full, kb * kBlockK, p.n / 2 + f0);
+            ptx::tma_load_2d(ring.a(stage) + T::kGateRows * kBlockK, &tmap_a, full, kb * kBlockK,
+                             p.n / 2 + f0);
           } else if constexpr (T::kCluster > 1) {
             // Row operand shared by the cluster: each CTA loads its slice for everyone.
             constexpr int kSlice = T::TM / T::kCluster;
@@ -258,7 +261,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         for (int w = 0; w < T::kWaves; ++w)
 #pragma unroll
           for (int j = 0; j < T::TN / 8; ++j) {
-            const float sc = swv[T::kGated ? w : 0];
+            // Gated: rows of the gate half (wave 0, or warps 0-1 of one wave) take the gate
+            // rows' block scale, the up half the up rows'.
+            float sc = swv[0];
+            if constexpr (T::kGated) sc = (T::kWaves == 2 ? w == 1 : warp >= 2) ? swv[1] : swv[0];
             col_s[w][j][0] = sa_s[8 * j + c_in] * sc;
             col_s[w][j][1] = sa_s[8 * j + c_in + 1] * sc;
           }
@@ -374,7 +380,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       }
       ptx::cluster_sync();  // rank 0 done reading the peers
     } else if constexpr (kMode == kOutSwiGluQuant) {
-      swiglu_quant_epilogue<T::TN>(acc[0], acc[1], tile.row0 / 2, p.m, p.n / 2,
+      swiglu_quant_epilogue<T::TN, T::kGateRows>(acc[0], acc[T::kWaves - 1], tile.row0 / 2, p.m, p.n / 2,
                                    reinterpret_cast<float*>(ring.a(0)), p.q_out, p.sa_out);
     } else {
 #pragma unroll

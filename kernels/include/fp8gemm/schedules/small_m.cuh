@@ -12,6 +12,7 @@ struct SmallM {
   static constexpr bool kSplitN = true;  // promote one N half while the other runs
   static constexpr bool kSwapAB = false, kPersistent = false;
   static constexpr bool kGated = false;
+  static constexpr int kGateRows = 0;
   static constexpr int kCluster = 1;
   static constexpr int kThreads = (kMathWG + 1) * 128;
   static constexpr int kMathRegs = 0, kProducerRegs = 0;  // 256 threads: no need to move registers

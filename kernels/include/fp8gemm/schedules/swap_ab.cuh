@@ -3,21 +3,26 @@
 // Both operands stay K-major. The weight scale is one value per tile and K block; token
 // scales are per MMA column. Split-K (blockIdx.y) spreads long K over the SMs.
 //
-// kGated (the MLP's gate/up GEMM with the SwiGLU epilogue, kOutSwiGluQuant): two waves per
-// tile, wave 0 = 64 gate rows, wave 1 = the 64 up rows of the same features (one weight scale
-// per wave), so one thread holds gate and up of each output element; no split-K.
+// Gated (kGateRows > 0: the MLP's gate/up GEMM with the SwiGLU epilogue, kOutSwiGluQuant): a
+// tile holds kGateRows gate rows and the up rows of the same features, no split-K.
+//   kGateRows = 64: two waves (wave 0 gate, wave 1 up): one thread holds gate and up of an
+//                   element; a 128-feature quantization group spans 2 CTAs.
+//   kGateRows = 32: one wave (warps 0-1 gate, warps 2-3 up, exchanged through shared memory):
+//                   the old gate/up tile's footprint (64 rows); a group spans 4 CTAs.
 #pragma once
 #include "../scheduler.cuh"
 
 namespace fp8gemm {
 
-template <int TOKENS, int kStages_, bool kGated_ = false>
+template <int TOKENS, int kStages_, int kGateRows_ = 0>
 struct SwapAB {
-  static constexpr int kMathWG = 1, kWaves = kGated_ ? 2 : 1, TM = 64 * kWaves, TN = TOKENS,
-                       kStages = kStages_;
+  static_assert(kGateRows_ == 0 || kGateRows_ == 32 || kGateRows_ == 64, "gate rows per tile");
+  static constexpr int kMathWG = 1, kWaves = kGateRows_ == 64 ? 2 : 1, TM = 64 * kWaves,
+                       TN = TOKENS, kStages = kStages_;
+  static constexpr int kGateRows = kGateRows_;
   static constexpr bool kSplitN = true;  // keep two units in flight (N halves, or the two waves)
   static constexpr bool kSwapAB = true, kPersistent = false;
-  static constexpr bool kGated = kGated_;
+  static constexpr bool kGated = kGateRows_ > 0;
   static constexpr int kCluster = 1;
   static constexpr int kThreads = (kMathWG + 1) * 128;
   static constexpr int kMathRegs = 0, kProducerRegs = 0;
