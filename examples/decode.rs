@@ -82,10 +82,11 @@ struct Args {
     /// ops instead of one fused launch per GEMM input.
     #[arg(long)]
     no_fused_elementwise: bool,
-    /// Run SiLU·up + quantization as its own launch after the gate/up GEMM instead of in the
-    /// GEMM's epilogue (also: $CANDLE_FP8_SWIGLU_EPILOGUE=0).
+    /// Run SiLU·up + quantization in the gate/up GEMM's epilogue instead of as its own launch
+    /// (an experiment: measured slower on the H200, docs/PERF.md; also
+    /// $CANDLE_FP8_SWIGLU_EPILOGUE=1).
     #[arg(long)]
-    no_swiglu_epilogue: bool,
+    swiglu_epilogue: bool,
     /// Do not stop at end-of-sequence tokens.
     #[arg(long)]
     ignore_eos: bool,
@@ -348,8 +349,8 @@ fn main() -> Result<()> {
     model.set_kv_capacity(prompt_ids.len() + args.max_new_tokens);
     model.set_fused_attention(!args.no_fused_attention);
     model.set_fused_elementwise(!args.no_fused_elementwise);
-    let env_off = std::env::var("CANDLE_FP8_SWIGLU_EPILOGUE").is_ok_and(|v| matches!(v.trim(), "0" | "off" | "false"));
-    model.set_swiglu_epilogue(!(args.no_swiglu_epilogue || env_off));
+    let env_on = std::env::var("CANDLE_FP8_SWIGLU_EPILOGUE").is_ok_and(|v| matches!(v.trim(), "1" | "on" | "true"));
+    model.set_swiglu_epilogue(args.swiglu_epilogue || env_on);
     let step = match (&args.step_attention, std::env::var("CANDLE_FP8_STEP_ATTENTION")) {
         (Some(s), _) => *s,
         (None, Ok(v)) => v.parse::<StepAttention>().map_err(|e| anyhow!("CANDLE_FP8_STEP_ATTENTION: {e}"))?,

@@ -291,9 +291,10 @@ extern "C" int32_t fp8gemm_gemm_unreduced(const uint8_t* qa, const float* sa, co
   return gemm_impl(qa, sa, w, sw, y, m, n, k, cfg, workspace, workspace_bytes, stream, false);
 }
 
-// Default tile of the gated (SwiGLU) schedule: 64 weight rows (32 features), 8 stages; see
+// Default tile of the gated (SwiGLU) schedule: 128 weight rows (64 features, 2-CTA clusters),
+// 4 stages, the fastest variant in the decode step (docs/PERF.md, session 6); see
 // swiglu_configs (gemm_swap_ab.cu) for the others.
-constexpr int32_t kSwiGluDefaultRows = 64, kSwiGluDefaultStages = 8;
+constexpr int32_t kSwiGluDefaultRows = 128, kSwiGluDefaultStages = 4;
 
 extern "C" int32_t fp8gemm_gemm_swiglu_quant(const uint8_t* qa, const float* sa, const uint8_t* w,
                                              const float* sw, int64_t m, int64_t inter, int64_t k,

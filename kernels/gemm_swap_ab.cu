@@ -18,8 +18,11 @@ const ConfigEntry* swap_ab_configs(int* count) {
 
 // The gated variants (gate/up GEMM with the SwiGLU + quantization epilogue,
 // fp8gemm_gemm_swiglu_quant): block_m = tokens, block_n = weight rows per tile (gate + up).
-// 64 rows (32 features, 4-CTA groups) keeps the plain decode tile's footprint: 8 stages, ~74 KB,
-// three CTAs per SM. 128 rows (64 features, 2-CTA groups) with shallow rings.
+// 64 rows (32 features, 4-CTA clusters) keeps the plain decode tile's footprint: 8 stages,
+// ~74 KB, three CTAs per SM. 128 rows (64 features, 2-CTA clusters), 4 stages: the default, the
+// fastest in the decode step, yet slower there than the plain GEMM + fp8gemm_swiglu_quant
+// (docs/PERF.md, session 6: the cluster launch and the epilogue's latency cost more than the
+// launch they save).
 const ConfigEntry* swiglu_configs(int* count) {
   static const ConfigEntry kConfigs[] = {
       {FP8GEMM_KIND_SWAP_AB, 8, 64, 8, false, &run_sm90_fp8_gemm<SwapAB<8, 8, 32>>, false},

@@ -360,7 +360,8 @@ pub(crate) fn fp8_block_matmul_unreduced(qa: &Tensor, sa: &Tensor, w: &Tensor, s
 
 /// Environment variables that pick the variant of the gated (SwiGLU-epilogue) gate/up GEMM, as
 /// tuning knobs: weight rows per CTA (64 or 128) and ring depth (64 rows: 6 or 8; 128 rows: 4).
-/// Unset or 0 = the kernels' default; an uncompiled pair is an error. Read once per process.
+/// Unset or 0 = the kernels' default (128 rows, 4 stages); an uncompiled pair is an error.
+/// Read once per process.
 pub const SWIGLU_TILE_ENV: &str = "CANDLE_FP8_SWIGLU_TILE";
 /// See [`SWIGLU_TILE_ENV`].
 pub const SWIGLU_STAGES_ENV: &str = "CANDLE_FP8_SWIGLU_STAGES";

@@ -314,12 +314,12 @@ fn compare_fused_and_composed(name: &str, mut fused: Qwen3Model, dev: &Device, e
     let mut composed = fused.clone();
     composed.set_fused_elementwise(false);
     assert_eq!(composed.fused_elementwise_layers()?, 0);
-    let mut separate_swiglu = fused.clone();
-    separate_swiglu.set_swiglu_epilogue(false);
-    assert!(fused.swiglu_epilogue(), "{name}: SiLU·up in the gate/up epilogue is the default");
+    let mut swiglu_epilogue = fused.clone();
+    assert!(!fused.swiglu_epilogue(), "{name}: SiLU·up as its own launch is the default");
+    swiglu_epilogue.set_swiglu_epilogue(true);
     let (ta, la) = decode(&mut fused, dev, 8)?;
     let (tb, lb) = decode(&mut composed, dev, 8)?;
-    let (tc, lc) = decode(&mut separate_swiglu, dev, 8)?;
+    let (tc, lc) = decode(&mut swiglu_epilogue, dev, 8)?;
     // The epilogue is bit-exact against its own launch when the gate/up GEMM does not split K
     // (true for both models below).
     assert_eq!(ta, tc, "{name}: greedy tokens with and without the SwiGLU epilogue");

@@ -974,7 +974,7 @@ impl Qwen3Model {
             fused_attention: true,
             step_attention: StepAttention::default(),
             fused_elementwise: true,
-            swiglu_epilogue: true,
+            swiglu_epilogue: false,
         })
     }
 
@@ -1048,10 +1048,12 @@ impl Qwen3Model {
     }
 
     /// On the fused elementwise path, whether SiLU·up and the down projection's quantization run
-    /// in the gate/up GEMM's epilogue (`true`, the default: one launch instead of two where our
-    /// Hopper kernels run the layer with at most 16 tokens, see
-    /// [`Fp8BlockLinear::forward_swiglu_quantized`]) or as their own step after it (`false`).
-    /// Same activations either way when the gate/up GEMM does not split K.
+    /// in the gate/up GEMM's epilogue (`true`: one launch instead of two where our Hopper kernels
+    /// run the layer with at most 16 tokens, see [`Fp8BlockLinear::forward_swiglu_quantized`]) or
+    /// as their own launch after it (`false`, the default: measured faster on the H200 — the
+    /// epilogue's cluster launch and amax exchange cost more than the launch they save; numbers
+    /// in docs/PERF.md, session 6). Same activations either way when the gate/up GEMM does not
+    /// split K.
     ///
     /// [`Fp8BlockLinear::forward_swiglu_quantized`]: crate::Fp8BlockLinear::forward_swiglu_quantized
     pub fn set_swiglu_epilogue(&mut self, on: bool) {
