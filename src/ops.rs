@@ -330,6 +330,32 @@ pub(crate) fn quantize_matmul_hopper(x: &Tensor, w: &Tensor, sw: &Tensor) -> Res
     Ok(Tensor::from_storage(Storage::Cuda(y), (m, n), BackpropOp::none(), false))
 }
 
+/// One GEMM operand's CUDA storage and layout.
+#[cfg(feature = "cuda")]
+type CudaOperand<'a> = (&'a candle_core::cuda_backend::CudaStorage, &'a candle_core::Layout);
+
+/// Runs `f` on the CUDA storages of the four GEMM operands (`what`: an error naming the
+/// operation when any of them is not on a CUDA device).
+#[cfg(feature = "cuda")]
+fn with_cuda_operands<R>(
+    what: &str,
+    qa: &Tensor,
+    sa: &Tensor,
+    w: &Tensor,
+    sw: &Tensor,
+    f: impl FnOnce(CudaOperand<'_>, CudaOperand<'_>, CudaOperand<'_>, CudaOperand<'_>) -> Result<R>,
+) -> Result<R> {
+    use candle_core::Storage;
+    let (qs, ql) = qa.storage_and_layout();
+    let (ss, sl) = sa.storage_and_layout();
+    let (ws, wl) = w.storage_and_layout();
+    let (vs, vl) = sw.storage_and_layout();
+    let (Storage::Cuda(qs), Storage::Cuda(ss), Storage::Cuda(ws), Storage::Cuda(vs)) = (&*qs, &*ss, &*ws, &*vs) else {
+        bail!("{what}: qa, sa, w and sw must all be on the CUDA device")
+    };
+    f((qs, ql), (ss, sl), (ws, wl), (vs, vl))
+}
+
 /// Our GEMM with the split-K reduction left to the caller when the schedule splits K through
 /// the workspace (`cuda::hopper_gemm_unreduced`). Operands validated as for
 /// [`fp8_block_matmul`]; all on one CUDA device.
@@ -339,16 +365,9 @@ pub(crate) fn fp8_block_matmul_unreduced(qa: &Tensor, sa: &Tensor, w: &Tensor, s
     use crate::linear::Unreduced;
     use candle_core::{op::BackpropOp, Storage};
     let GemmShape { m, n, k } = validate_operands(qa, sa, w, sw)?;
-    let out = {
-        let (qs, ql) = qa.storage_and_layout();
-        let (ss, sl) = sa.storage_and_layout();
-        let (ws, wl) = w.storage_and_layout();
-        let (vs, vl) = sw.storage_and_layout();
-        let (Storage::Cuda(qs), Storage::Cuda(ss), Storage::Cuda(ws), Storage::Cuda(vs)) = (&*qs, &*ss, &*ws, &*vs) else {
-            bail!("fp8-block-matmul: qa, sa, w and sw must all be on the CUDA device")
-        };
-        crate::cuda::hopper_gemm_unreduced((qs, ql), (ss, sl), (ws, wl), (vs, vl), m, n, k)?
-    };
+    let out = with_cuda_operands("fp8-block-matmul", qa, sa, w, sw, |q, s, w, v| {
+        crate::cuda::hopper_gemm_unreduced(q, s, w, v, m, n, k)
+    })?;
     log_provider_once(Provider::Hopper);
     Ok(match out {
         GemmOutput::Y(y) => Unreduced::Done(Tensor::from_storage(Storage::Cuda(y), (m, n), BackpropOp::none(), false)),
@@ -401,16 +420,9 @@ pub fn fp8_swiglu_matmul_quantize_variant(
         bail!("fp8 gate/up with SwiGLU: the weight has {n} rows, expected [gate; up] of equal halves")
     }
     let inter = n / 2;
-    let (q, s) = {
-        let (qs, ql) = qa.storage_and_layout();
-        let (ss, sl) = sa.storage_and_layout();
-        let (ws, wl) = w.storage_and_layout();
-        let (vs, vl) = sw.storage_and_layout();
-        let (Storage::Cuda(qs), Storage::Cuda(ss), Storage::Cuda(ws), Storage::Cuda(vs)) = (&*qs, &*ss, &*ws, &*vs) else {
-            bail!("fp8 gate/up with SwiGLU: qa, sa, w and sw must all be on the CUDA device")
-        };
-        crate::cuda::hopper_gemm_swiglu_quant((qs, ql), (ss, sl), (ws, wl), (vs, vl), m, inter, k, tile_rows, stages)?
-    };
+    let (q, s) = with_cuda_operands("fp8 gate/up with SwiGLU", qa, sa, w, sw, |q, s, w, v| {
+        crate::cuda::hopper_gemm_swiglu_quant(q, s, w, v, m, inter, k, tile_rows, stages)
+    })?;
     log_provider_once(Provider::Hopper);
     let kb = crate::format::num_blocks(inter);
     let q = Tensor::from_storage(Storage::Cuda(q), (m, inter), BackpropOp::none(), false);
