@@ -150,6 +150,10 @@ struct DecodeParams {
   int hq, hkv, n_rep, splits;
   int head_splits, rep;  // the kv head's n_rep query heads in head_splits CTAs of rep heads
   int cluster_merge;     // the position splits form a cluster and rank 0 merges them (fused)
+  // Fused, tail merge: the splits write the workspace and the last one of each (kv head x head
+  // split, sequence) to finish - counted in counters[blockIdx.z * gridDim.y + blockIdx.y],
+  // which it resets to 0 - merges them (no cluster launch, no second kernel).
+  unsigned* counters;
 };
 
 // Eight bf16 values (one 16-byte load) as floats, in order.
@@ -277,6 +281,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
   __shared__ __align__(16) float part_o[kFused ? kRep : 1][kHeadDim];
   __shared__ float part_ml[kFused ? kRep : 1][2];
   __shared__ float red[4];
+  __shared__ int last_s;  // tail merge: this CTA is the last split of its group to finish
   const int t = threadIdx.x, lane = t % 32, warp = t / 32;
   const int split = blockIdx.x;
   const int g = blockIdx.y / p.head_splits, hs = blockIdx.y % p.head_splits;
@@ -510,6 +515,30 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
         }
       }
       ptx::cluster_sync();  // the peers' shared memory stays alive until rank 0 has read it
+    } else if (p.splits > 1 && p.counters != nullptr) {
+      // Tail merge: publish this split's partials, count it; the last split merges them with
+      // decode_combine_kernel's operations in the same order (bit-identical results).
+      __threadfence();
+      __syncthreads();
+      unsigned* count = p.counters + blockIdx.z * gridDim.y + blockIdx.y;
+      if (t == 0) last_s = atomicAdd(count, 1u) == static_cast<unsigned>(p.splits) - 1;
+      __syncthreads();
+      if (last_s) {
+        __threadfence();  // the other splits' partials, published before their count
+        for (int r = 0; r < rep; ++r) {
+          const int64_t base = (head0 + r) * p.splits;
+          float m = -INFINITY;
+          for (int s = 0; s < p.splits; ++s) m = fmaxf(m, __ldcg(p.ws_ml + (base + s) * 2));
+          float l = 0.f, o = 0.f;
+          for (int s = 0; s < p.splits; ++s) {
+            const float w = expf(__ldcg(p.ws_ml + (base + s) * 2) - m);
+            l = fmaf(__ldcg(p.ws_ml + (base + s) * 2 + 1), w, l);
+            o = fmaf(__ldcg(p.ws_o + (base + s) * kHeadDim + t), w, o);
+          }
+          write_head(p, b, q0 + r, o / l, red);
+        }
+        if (t == 0) *count = 0;  // ready for the next launch (stream-ordered after this one)
+      }
     }
   }
 }
@@ -602,7 +631,7 @@ static int32_t launch_for_rep(const DecodeParams& p, dim3 grid, unsigned cluster
 // splits, the combine kernel.
 static int32_t launch_attention(DecodeParams p, bool fused, int64_t requested_splits,
                                 int64_t head_splits, void* workspace, size_t workspace_bytes,
-                                cudaStream_t s) {
+                                unsigned* counters, cudaStream_t s) {
   const int64_t batch = p.batch, hq = p.hq, hkv = p.hkv;
   if (head_splits < 1 || p.n_rep % head_splits != 0 || hkv * head_splits > 65535)
     return FP8GEMM_ERR_SHAPE;
@@ -617,9 +646,11 @@ static int32_t launch_attention(DecodeParams p, bool fused, int64_t requested_sp
   if (n_splits > 0x7fffffff) return FP8GEMM_ERR_SHAPE;
   p.splits = static_cast<int>(n_splits);
   p.chunk = chunk;
-  // The fused kernel merges up to kMaxClusterSplits splits inside a cluster: no workspace, no
-  // combine launch.
-  p.cluster_merge = fused && n_splits > 1 && n_splits <= kMaxClusterSplits;
+  // The fused kernel merges its splits itself: with `counters`, the last split to finish
+  // (through the workspace, any number of splits); else up to kMaxClusterSplits inside a
+  // cluster (no workspace). Otherwise the combine kernel does.
+  p.counters = fused && n_splits > 1 ? counters : nullptr;
+  p.cluster_merge = fused && n_splits > 1 && !p.counters && n_splits <= kMaxClusterSplits;
   if (n_splits > 1 && !p.cluster_merge) {
     const size_t need = fp8gemm_decode_attention_workspace_bytes(batch, hq, n_splits);
     if (workspace == nullptr || workspace_bytes < need || misaligned(workspace))
@@ -632,7 +663,7 @@ static int32_t launch_attention(DecodeParams p, bool fused, int64_t requested_sp
   const dim3 block(kThreads);
   const unsigned cx = p.cluster_merge ? static_cast<unsigned>(n_splits) : 1u;
   const int st = fused ? launch_for_rep<true>(p, grid, cx, s) : launch_for_rep<false>(p, grid, cx, s);
-  if (st != FP8GEMM_OK || n_splits == 1 || p.cluster_merge) return st;
+  if (st != FP8GEMM_OK || n_splits == 1 || p.cluster_merge || p.counters) return st;
   return fp8gemm::launch_pdl(decode_combine_kernel,
                              dim3(static_cast<unsigned>(hq), static_cast<unsigned>(batch)), block,
                              0, s, p);
@@ -665,7 +696,7 @@ extern "C" int32_t fp8gemm_decode_attention(const void* q, const void* k_cache,
   p.hq = static_cast<int>(hq);
   p.hkv = static_cast<int>(hkv);
   p.n_rep = static_cast<int>(hq / hkv);
-  return launch_attention(p, false, splits, 1, workspace, workspace_bytes,
+  return launch_attention(p, false, splits, 1, workspace, workspace_bytes, nullptr,
                           static_cast<cudaStream_t>(stream));
 }
 
@@ -673,7 +704,7 @@ extern "C" int32_t fp8gemm_decode_step_attention(
     const void* qkv, const void* qk_norm, const void* cos_row, const void* sin_row,
     void* k_cache, void* v_cache, int64_t batch, int64_t hq, int64_t hkv, int64_t head_dim,
     int64_t cap, int64_t offset, float eps, int64_t splits, int64_t head_splits, void* workspace,
-    size_t workspace_bytes, uint8_t* qa, float* sa, void* out, void* stream) {
+    size_t workspace_bytes, uint32_t* counters, uint8_t* qa, float* sa, void* out, void* stream) {
   if (bad_heads(batch, hq, hkv, head_dim) || cap < 1 || offset < 0 || offset >= cap)
     return FP8GEMM_ERR_SHAPE;
   if (!qkv || !qk_norm || !cos_row || !sin_row || !k_cache || !v_cache) return FP8GEMM_ERR_ALIGN;
@@ -699,6 +730,7 @@ extern "C" int32_t fp8gemm_decode_step_attention(
   p.hq = static_cast<int>(hq);
   p.hkv = static_cast<int>(hkv);
   p.n_rep = static_cast<int>(hq / hkv);
-  return launch_attention(p, true, splits, head_splits, workspace, workspace_bytes,
+  if (misaligned(counters)) return FP8GEMM_ERR_ALIGN;
+  return launch_attention(p, true, splits, head_splits, workspace, workspace_bytes, counters,
                           static_cast<cudaStream_t>(stream));
 }

@@ -66,10 +66,15 @@ int32_t fp8gemm_decode_attention(const void* q, const void* k_cache, const void*
 // position compute its k and v themselves (one of them appends them). The kv head's hq/hkv
 // query heads are spread over `head_splits` CTAs (a divisor of hq/hkv): more CTAs per kv head
 // without a combine pass, since each CTA attends over all positions of its split for its own
-// heads. Up to 8 position splits are merged inside a cluster of the splits' CTAs (through
-// distributed shared memory: no workspace, no combine launch); more take the workspace and the
-// combine kernel as fp8gemm_decode_attention does (size it with
-// fp8gemm_decode_attention_workspace_bytes; 0 bytes suffice for splits <= 8). Outputs and
+// heads. Position splits are merged without a second launch:
+//   - counters != NULL ("tail merge"): every split writes the workspace (size it with
+//     fp8gemm_decode_attention_workspace_bytes), and the last split of each (kv head, head
+//     split, sequence) to finish merges them. `counters`: batch * hkv * head_splits uint32
+//     that are zero before the launch; the kernel leaves them zero (reuse them, stream-ordered).
+//   - counters == NULL: up to 8 splits are merged inside a cluster of the splits' CTAs (through
+//     distributed shared memory, no workspace); more take the workspace and the combine kernel
+//     as fp8gemm_decode_attention does (0 workspace bytes suffice for splits <= 8).
+// Outputs and
 // `splits` as fp8gemm_decode_attention; the result is bit-identical
 // to fp8gemm_qk_norm_rope_append followed by fp8gemm_decode_attention with the same `splits`,
 // whatever head_splits. qk_norm, cos_row, sin_row and cache positions before `offset` are read
@@ -81,8 +86,8 @@ int32_t fp8gemm_decode_step_attention(const void* qkv, const void* qk_norm, cons
                                       int64_t batch, int64_t hq, int64_t hkv, int64_t head_dim,
                                       int64_t cap, int64_t offset, float eps, int64_t splits,
                                       int64_t head_splits, void* workspace,
-                                      size_t workspace_bytes, uint8_t* qa, float* sa, void* out,
-                                      void* stream);
+                                      size_t workspace_bytes, uint32_t* counters, uint8_t* qa,
+                                      float* sa, void* out, void* stream);
 
 #ifdef __cplusplus
 }

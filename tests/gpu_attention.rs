@@ -608,7 +608,9 @@ fn cuda_decode_step_attention_equals_the_two_launches() -> Result<()> {
                 let tiles = len.div_ceil(attn::POSITION_TILE);
                 // 2 and up to 8: merged in a cluster; more (offset 700: 22 tiles): the combine
                 // kernel, as in the two-launch path.
-                for splits in [1, 2, tiles] {
+                // Both merges of the one-launch kernel (the tail merge's arrival counters are reused
+                // from case to case: a counter not reset to zero would break the next case).
+                for (splits, merge) in [1, 2, tiles].into_iter().flat_map(|s| [(s, attn::SplitMerge::Cluster), (s, attn::SplitMerge::Tail)]) {
                     for hs in (1..=n_rep).filter(|h| n_rep % h == 0) {
                         // Both paths start from identical caches: `offset` valid positions,
                         // NaN from there on (only position `offset` may be written).
@@ -622,9 +624,9 @@ fn cuda_decode_step_attention_equals_the_two_launches() -> Result<()> {
                         let both = DecodeAttentionOptions { quantized: true, bf16: true, splits: Some(splits) };
                         let want = attn::decode_attention(&q, &kc_a, &vc_a, len, both)?;
                         poison_pool(b * hq * HD * 4 * (splits + 2), &dev)?;
-                        let opts = attn::DecodeStepOptions { attention: both, head_splits: Some(hs) };
+                        let opts = attn::DecodeStepOptions { attention: both, head_splits: Some(hs), merge };
                         let got = attn::decode_step_attention(&qkv, &w, &cos, &sin, &kc_b, &vc_b, offset, hq, hkv, eps, opts)?;
-                        let what = format!("hq {hq}/{hkv} B={b} offset {offset} splits {splits} head splits {hs}");
+                        let what = format!("hq {hq}/{hkv} B={b} offset {offset} splits {splits} head splits {hs} {merge:?}");
                         let (wq, ws) = want.quantized.unwrap();
                         let (gq, gs) = got.quantized.unwrap();
                         assert!(bits(&gq)? == bits(&wq)?, "{what}: quantized output differs");
@@ -665,7 +667,7 @@ fn cuda_decode_step_attention_rejects_bad_inputs() -> Result<()> {
     assert!(run(3, None, &narrow).contains("qkv must be [batch, 1536]"));
     let opts = attn::DecodeStepOptions {
         attention: DecodeAttentionOptions { quantized: false, bf16: false, splits: None },
-        head_splits: None,
+        ..Default::default()
     };
     let e = attn::decode_step_attention(&qkv, &w, &cos, &sin, &kc, &vc, 3, hq, hkv, 1e-6, opts).err().unwrap();
     assert!(e.to_string().contains("quantized and/or the bf16"), "{e}");
@@ -682,13 +684,18 @@ fn cuda_qwen3_one_launch_step_attention_is_bit_identical_to_two_launches() -> Re
     // The two-launch path splits every 32-position tile off (the toy has 2 kv heads: fewer
     // CTAs than SMs); the one-launch kernel with as many splits does the same arithmetic, here
     // with the kv head's 4 query heads over 2 CTAs.
-    one.set_step_attention(StepAttention::OneLaunch { splits: Some(1 << 20), head_splits: Some(2) });
+    one.set_step_attention(StepAttention::OneLaunch { splits: Some(1 << 20), head_splits: Some(2), tail_merge: false });
     let mut two = one.clone();
     two.set_step_attention(StepAttention::Separate);
     let prompt: Vec<u32> = "a journey of".bytes().map(u32::from).collect();
     let r = compare_greedy(&mut one, &mut two, &prompt, 80)?;
     assert_eq!(r.top1_agree, r.steps);
     assert_eq!(r.max_abs_dlogit, 0.0, "logits differ between one and two launches");
+    // The same splits merged by the last split to finish instead of a cluster / combine launch.
+    one.set_step_attention("tail:1048576,2".parse().map_err(candle_core::Error::msg)?);
+    let r = compare_greedy(&mut one, &mut two, &prompt, 80)?;
+    assert_eq!(r.top1_agree, r.steps);
+    assert_eq!(r.max_abs_dlogit, 0.0, "logits differ between the tail merge and two launches");
     // The default plan (no position split below 256 positions) sums the positions in another
     // order: f32-level differences, which the FP8 re-quantization of activations amplifies in
     // single logits (H200: max 0.25 at rms ~1) — bound the mean and the top-1 agreement.

@@ -253,3 +253,21 @@ fn fp8_kernels_match_the_f32_reference_on_a_flat_random_model() -> Result<()> {
     assert!(r.mean_abs_dlogit < 1e-3 * r.ref_logit_rms, "{}", report(&r));
     Ok(())
 }
+
+/// `--step-attention` / `$CANDLE_FP8_STEP_ATTENTION` values (parsed the same on any build).
+#[test]
+fn step_attention_values_parse() {
+    use candle_fp8::models::qwen3::StepAttention;
+    let one = |splits, head_splits, tail_merge| StepAttention::OneLaunch { splits, head_splits, tail_merge };
+    let p = |s: &str| s.parse::<StepAttention>();
+    assert_eq!(p("one").unwrap(), StepAttention::default());
+    assert_eq!(p(" one ").unwrap(), one(None, None, false));
+    assert_eq!(p("one:5,8").unwrap(), one(Some(5), Some(8), false));
+    assert_eq!(p("tail").unwrap(), one(None, None, true));
+    assert_eq!(p("tail:-,4").unwrap(), one(None, Some(4), true));
+    assert_eq!(p("separate").unwrap(), StepAttention::Separate);
+    for bad in ["two", "one:5", "tail:0,1", "separate:1,1", "one:x,2", ""] {
+        let e = p(bad).unwrap_err();
+        assert!(e.contains("step attention"), "{bad:?}: {e}");
+    }
+}

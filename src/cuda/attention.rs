@@ -73,6 +73,7 @@ mod sys {
             head_splits: i64,
             workspace: *mut c_void,
             workspace_bytes: usize,
+            counters: *mut u32,
             qa: *mut u8,
             sa: *mut f32,
             out: *mut c_void,
@@ -145,6 +146,7 @@ mod sys {
         _: i64,
         _: *mut c_void,
         _: usize,
+        _: *mut u32,
         _: *mut u8,
         _: *mut f32,
         _: *mut c_void,
@@ -702,6 +704,20 @@ pub fn default_step_splits(batch: usize, kv_heads: usize, queries_per_kv_head: u
 /// results to a workspace and a combine kernel merges them.
 pub const MAX_CLUSTER_SPLITS: usize = 8;
 
+/// How [`decode_step_attention`] merges its position splits (the result is the same bits
+/// either way: the merge runs the combine kernel's operations in split order).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SplitMerge {
+    /// Up to [`MAX_CLUSTER_SPLITS`] splits merge inside a cluster of their CTAs (distributed
+    /// shared memory, no workspace); more through the workspace and a combine launch.
+    #[default]
+    Cluster,
+    /// Every split writes the workspace and the last one of each head group to finish merges
+    /// them (an arrival counter per group, kept zeroed per device and thread): any number of
+    /// splits, one launch, no cluster launch.
+    Tail,
+}
+
 /// How [`decode_step_attention`] splits its work, and which outputs it writes.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DecodeStepOptions {
@@ -711,6 +727,8 @@ pub struct DecodeStepOptions {
     /// CTAs per kv head, each taking `queries_per_kv_head / head_splits` query heads (`None`:
     /// [`default_step_splits`]); must divide `num_heads / num_kv_heads`.
     pub head_splits: Option<usize>,
+    /// How the position splits merge.
+    pub merge: SplitMerge,
 }
 
 /// A decode step's attention in one launch (two with several position splits):
@@ -757,8 +775,10 @@ pub fn decode_step_attention(
     let len = offset + 1;
     let (auto_splits, auto_heads) = default_step_splits(b, hkv, n_rep, len, device_info(&dev)?.num_sms);
     let splits = a.splits.unwrap_or(auto_splits).clamp(1, len.div_ceil(POSITION_TILE));
-    // Up to MAX_CLUSTER_SPLITS splits merge in a cluster: no workspace.
-    let ws_splits = if splits <= MAX_CLUSTER_SPLITS { 1 } else { splits };
+    // Up to MAX_CLUSTER_SPLITS splits merge in a cluster: no workspace. A tail merge always
+    // goes through it.
+    let tail = opts.merge == SplitMerge::Tail && splits > 1;
+    let ws_splits = if splits <= MAX_CLUSTER_SPLITS && !tail { 1 } else { splits };
     let head_splits = opts.head_splits.unwrap_or(auto_heads);
     if head_splits == 0 || n_rep % head_splits != 0 || hkv * head_splits > 65535 {
         bail!(
@@ -767,8 +787,9 @@ pub fn decode_step_attention(
         )
     }
     let out = std::cell::RefCell::new(None);
+    let counters = if tail { b * hkv * head_splits } else { 0 };
     with_step_ptrs(op, &dev, [qkv, qk_norm, cos, sin], k_cache, v_cache, &|ptrs, k_ptr, v_ptr| {
-        let r = with_outputs(&dev, b, hq, ws_splits, a, &|o| {
+        let r = with_outputs(&dev, b, hq, ws_splits, a, &|o| super::with_zeroed_counters(&dev, counters, |counters| {
             let st = unsafe {
                 fp8gemm_decode_step_attention(
                     ptrs[0] as *const c_void,
@@ -788,6 +809,7 @@ pub fn decode_step_attention(
                     head_splits as i64,
                     o.ws,
                     o.ws_bytes,
+                    counters,
                     o.qa,
                     o.sa,
                     o.out,
@@ -795,10 +817,14 @@ pub fn decode_step_attention(
                 )
             };
             status(
-                &format!("{op} (batch {b}, heads {hq}/{hkv}, offset {offset}, capacity {cap}, splits {splits}, head splits {head_splits})"),
+                &format!(
+                    "{op} (batch {b}, heads {hq}/{hkv}, offset {offset}, capacity {cap}, splits {splits}, \
+                     head splits {head_splits}, merge {:?})",
+                    opts.merge
+                ),
                 st,
             )
-        })?;
+        }))?;
         *out.borrow_mut() = Some(r);
         Ok(())
     })?;

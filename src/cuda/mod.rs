@@ -105,6 +105,26 @@ struct StreamState {
     workspace: Mutex<Option<CudaSlice<u8>>>,
     /// cuBLASLt handle, workspace and algorithm cache.
     lt: Mutex<Option<cublaslt::LtState>>,
+    /// Arrival counters of kernels that leave them zeroed (see [`with_zeroed_counters`]).
+    counters: Mutex<Option<CudaSlice<u32>>>,
+}
+
+/// Runs `f` with a device buffer of at least `n` zeroed `u32` counters (null when `n` is 0), for
+/// kernels that count arrivals and reset their counters before they finish (the fused decode
+/// attention's tail merge). Kept per device and thread (i.e. per stream: stream-ordered reuse),
+/// grown on demand (zero-filled once), never shrunk.
+pub(crate) fn with_zeroed_counters<R>(dev: &CudaDevice, n: usize, f: impl FnOnce(*mut u32) -> Result<R>) -> Result<R> {
+    if n == 0 {
+        return f(std::ptr::null_mut());
+    }
+    let st = stream_state(dev);
+    let mut c = st.counters.lock().unwrap_or_else(|e| e.into_inner());
+    if c.as_ref().map_or(true, |b| b.len() < n) {
+        *c = Some(dev.alloc_zeros::<u32>(n.next_power_of_two())?);
+    }
+    let stream = dev.cuda_stream();
+    let (ptr, _guard) = c.as_mut().expect("allocated above").device_ptr_mut(&stream);
+    f(ptr as *mut u32)
 }
 
 /// The workspace / cuBLASLt state for launches from this thread on this device. Keyed by

@@ -458,6 +458,10 @@ pub enum StepAttention {
         splits: Option<usize>,
         /// CTAs per kv head (must divide `num_attention_heads / num_key_value_heads`).
         head_splits: Option<usize>,
+        /// Merge the position splits in the last split to finish (workspace + an arrival
+        /// counter, no cluster launch) instead of inside a cluster
+        /// (`candle_fp8::cuda::attention::SplitMerge`).
+        tail_merge: bool,
     },
     /// Two launches, qk-norm + RoPE + append then the attention (the composition the one-launch
     /// kernel is bit-identical to, with the same position splits).
@@ -466,14 +470,15 @@ pub enum StepAttention {
 
 impl Default for StepAttention {
     fn default() -> Self {
-        Self::OneLaunch { splits: None, head_splits: None }
+        Self::OneLaunch { splits: None, head_splits: None, tail_merge: false }
     }
 }
 
 impl std::str::FromStr for StepAttention {
     type Err = String;
 
-    /// `one`, `one:S,H` (S position splits, H head splits; `-` keeps a default) or `separate`.
+    /// `one`, `one:S,H` (S position splits, H head splits; `-` keeps a default), `tail` /
+    /// `tail:S,H` (one launch whose last split merges the others) or `separate`.
     fn from_str(s: &str) -> std::result::Result<Self, String> {
         let num = |v: &str, what: &str| -> std::result::Result<Option<usize>, String> {
             match v.trim() {
@@ -484,14 +489,22 @@ impl std::str::FromStr for StepAttention {
                 },
             }
         };
-        match s.trim() {
-            "one" => Ok(Self::default()),
-            "separate" => Ok(Self::Separate),
-            other => match other.strip_prefix("one:").and_then(|r| r.split_once(',')) {
-                Some((sp, hs)) => Ok(Self::OneLaunch { splits: num(sp, "splits")?, head_splits: num(hs, "head splits")? }),
-                None => Err(format!("step attention {other:?}: expected `one`, `one:S,H` or `separate`")),
-            },
-        }
+        let (kind, plan) = match s.trim().split_once(':') {
+            Some((k, p)) => (k, Some(p)),
+            None => (s.trim(), None),
+        };
+        let tail_merge = match (kind, plan) {
+            ("separate", None) => return Ok(Self::Separate),
+            ("one", _) => false,
+            ("tail", _) => true,
+            _ => return Err(format!("step attention {s:?}: expected `one`, `one:S,H`, `tail`, `tail:S,H` or `separate`")),
+        };
+        let (splits, head_splits) = match plan.map(|p| p.split_once(',')) {
+            None => (None, None),
+            Some(Some((sp, hs))) => (num(sp, "splits")?, num(hs, "head splits")?),
+            Some(None) => return Err(format!("step attention {s:?}: expected S,H after the colon")),
+        };
+        Ok(Self::OneLaunch { splits, head_splits, tail_merge })
     }
 }
 
@@ -701,10 +714,11 @@ impl DecoderLayer {
         let (kc, vc) = (cache.k.as_ref().unwrap(), cache.v.as_ref().unwrap());
         let qkv = qkv.contiguous()?;
         let (qa, sa) = match dims.step {
-            StepAttention::OneLaunch { splits, head_splits } => {
+            StepAttention::OneLaunch { splits, head_splits, tail_merge } => {
                 let opts = attn::DecodeStepOptions {
                     attention: attn::DecodeAttentionOptions { splits, ..Default::default() },
                     head_splits,
+                    merge: if tail_merge { attn::SplitMerge::Tail } else { attn::SplitMerge::Cluster },
                 };
                 let o = attn::decode_step_attention(&qkv, &self.qk_norm, rope.0, rope.1, kc, vc, offset, hq, hkv, eps, opts)?;
                 o.quantized.expect("requested")
