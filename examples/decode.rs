@@ -74,10 +74,10 @@ struct Args {
     #[arg(long)]
     no_fused_attention: bool,
     /// How the fused decode attention launches: `one` (qk-norm + RoPE + KV append + attention
-    /// in one kernel, position splits merged in a cluster; the default), `one:S,H` (S position
-    /// splits, H CTAs per kv head; `-` = default), `tail` / `tail:S,H` (one kernel whose last
-    /// split to finish merges the others: no cluster launch) or `separate` (two kernels).
-    /// Default: $CANDLE_FP8_STEP_ATTENTION, else `one`.
+    /// in one kernel whose last position split to finish merges the others; the default),
+    /// `one:S,H` (S position splits, H CTAs per kv head; `-` = default), `cluster` /
+    /// `cluster:S,H` (one kernel, the splits merged inside a cluster) or `separate` (two
+    /// kernels). Default: $CANDLE_FP8_STEP_ATTENTION, else `one`.
     #[arg(long)]
     step_attention: Option<StepAttention>,
     /// Run the residual add / RMSNorm / SiLU·up and the activation quantization as separate

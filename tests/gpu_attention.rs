@@ -692,7 +692,7 @@ fn cuda_qwen3_one_launch_step_attention_is_bit_identical_to_two_launches() -> Re
     assert_eq!(r.top1_agree, r.steps);
     assert_eq!(r.max_abs_dlogit, 0.0, "logits differ between one and two launches");
     // The same splits merged by the last split to finish instead of a cluster / combine launch.
-    one.set_step_attention("tail:1048576,2".parse().map_err(candle_core::Error::msg)?);
+    one.set_step_attention("one:1048576,2".parse().map_err(candle_core::Error::msg)?);
     let r = compare_greedy(&mut one, &mut two, &prompt, 80)?;
     assert_eq!(r.top1_agree, r.steps);
     assert_eq!(r.max_abs_dlogit, 0.0, "logits differ between the tail merge and two launches");

@@ -261,12 +261,12 @@ fn step_attention_values_parse() {
     let one = |splits, head_splits, tail_merge| StepAttention::OneLaunch { splits, head_splits, tail_merge };
     let p = |s: &str| s.parse::<StepAttention>();
     assert_eq!(p("one").unwrap(), StepAttention::default());
-    assert_eq!(p(" one ").unwrap(), one(None, None, false));
-    assert_eq!(p("one:5,8").unwrap(), one(Some(5), Some(8), false));
-    assert_eq!(p("tail").unwrap(), one(None, None, true));
-    assert_eq!(p("tail:-,4").unwrap(), one(None, Some(4), true));
+    assert_eq!(p(" one ").unwrap(), one(None, None, true));
+    assert_eq!(p("one:5,8").unwrap(), one(Some(5), Some(8), true));
+    assert_eq!(p("cluster").unwrap(), one(None, None, false));
+    assert_eq!(p("cluster:-,4").unwrap(), one(None, Some(4), false));
     assert_eq!(p("separate").unwrap(), StepAttention::Separate);
-    for bad in ["two", "one:5", "tail:0,1", "separate:1,1", "one:x,2", ""] {
+    for bad in ["two", "one:5", "cluster:0,1", "separate:1,1", "one:x,2", "tail", ""] {
         let e = p(bad).unwrap_err();
         assert!(e.contains("step attention"), "{bad:?}: {e}");
     }

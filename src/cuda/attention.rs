@@ -687,7 +687,7 @@ fn with_outputs(
 /// each CTA walks), so both splits aim at many small CTAs. Head splits first (no merge at
 /// all): the largest divisor of `queries_per_kv_head` that keeps `batch * kv_heads *
 /// head_splits` within four CTAs per SM; then position splits up to four CTAs per SM in all
-/// (never more than there are tiles; up to [`MAX_CLUSTER_SPLITS`] they merge inside a cluster).
+/// (never more than there are tiles; see [`SplitMerge`] for how they merge).
 /// Measured on the H200 (Qwen3-32B, ~150 positions, `docs/PERF.md` session 5): batch 1 → one
 /// tile per CTA (5 × 8), batch 16 → (1, 4).
 pub fn default_step_splits(batch: usize, kv_heads: usize, queries_per_kv_head: usize, len: usize, num_sms: usize) -> (usize, usize) {
@@ -708,14 +708,16 @@ pub const MAX_CLUSTER_SPLITS: usize = 8;
 /// either way: the merge runs the combine kernel's operations in split order).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum SplitMerge {
-    /// Up to [`MAX_CLUSTER_SPLITS`] splits merge inside a cluster of their CTAs (distributed
-    /// shared memory, no workspace); more through the workspace and a combine launch.
-    #[default]
-    Cluster,
     /// Every split writes the workspace and the last one of each head group to finish merges
     /// them (an arrival counter per group, kept zeroed per device and thread): any number of
-    /// splits, one launch, no cluster launch.
+    /// splits, one launch, no cluster launch. The default: a cluster launch delays the next
+    /// kernel's early start (measured on the H200, docs/PERF.md session 6: b1 TPOT 9.60 vs 9.68
+    /// ms).
+    #[default]
     Tail,
+    /// Up to [`MAX_CLUSTER_SPLITS`] splits merge inside a cluster of their CTAs (distributed
+    /// shared memory, no workspace); more through the workspace and a combine launch.
+    Cluster,
 }
 
 /// How [`decode_step_attention`] splits its work, and which outputs it writes.
@@ -731,13 +733,14 @@ pub struct DecodeStepOptions {
     pub merge: SplitMerge,
 }
 
-/// A decode step's attention in one launch (two with several position splits):
-/// [`qk_norm_rope_append`] fused into [`decode_attention`]. Inputs as [`qk_norm_rope_append`]
+/// A decode step's attention in one launch: [`qk_norm_rope_append`] fused into
+/// [`decode_attention`]. Inputs as [`qk_norm_rope_append`]
 /// takes them (`qkv` the fused projection output, k and v appended in place at `offset`),
 /// attention over positions `[0, offset + 1)`, outputs as [`decode_attention`]'s. q never goes
 /// to memory: every CTA normalizes its own query heads, and those that attend to the new
-/// position compute its k and v themselves. Up to [`MAX_CLUSTER_SPLITS`] position splits are
-/// merged inside a cluster (no second launch). The result is bit-identical to
+/// position compute its k and v themselves. Position splits merge as `opts.merge` says (by
+/// default the last split to finish merges them; [`SplitMerge::Cluster`] with more than
+/// [`MAX_CLUSTER_SPLITS`] splits adds a combine launch). The result is bit-identical to
 /// [`qk_norm_rope_append`] then [`decode_attention`] with the same position splits (the head
 /// splits change who computes a head, not how).
 ///

@@ -459,8 +459,8 @@ pub enum StepAttention {
         /// CTAs per kv head (must divide `num_attention_heads / num_key_value_heads`).
         head_splits: Option<usize>,
         /// Merge the position splits in the last split to finish (workspace + an arrival
-        /// counter, no cluster launch) instead of inside a cluster
-        /// (`candle_fp8::cuda::attention::SplitMerge`).
+        /// counter, no cluster launch; the default) instead of inside a cluster
+        /// (`candle_fp8::cuda::attention::SplitMerge`; same bits either way).
         tail_merge: bool,
     },
     /// Two launches, qk-norm + RoPE + append then the attention (the composition the one-launch
@@ -470,15 +470,16 @@ pub enum StepAttention {
 
 impl Default for StepAttention {
     fn default() -> Self {
-        Self::OneLaunch { splits: None, head_splits: None, tail_merge: false }
+        Self::OneLaunch { splits: None, head_splits: None, tail_merge: true }
     }
 }
 
 impl std::str::FromStr for StepAttention {
     type Err = String;
 
-    /// `one`, `one:S,H` (S position splits, H head splits; `-` keeps a default), `tail` /
-    /// `tail:S,H` (one launch whose last split merges the others) or `separate`.
+    /// `one`, `one:S,H` (one launch whose last split to finish merges the others; S position
+    /// splits, H head splits, `-` keeps a default), `cluster` / `cluster:S,H` (one launch, the
+    /// splits merged inside a cluster) or `separate`.
     fn from_str(s: &str) -> std::result::Result<Self, String> {
         let num = |v: &str, what: &str| -> std::result::Result<Option<usize>, String> {
             match v.trim() {
@@ -495,9 +496,9 @@ impl std::str::FromStr for StepAttention {
         };
         let tail_merge = match (kind, plan) {
             ("separate", None) => return Ok(Self::Separate),
-            ("one", _) => false,
-            ("tail", _) => true,
-            _ => return Err(format!("step attention {s:?}: expected `one`, `one:S,H`, `tail`, `tail:S,H` or `separate`")),
+            ("one", _) => true,
+            ("cluster", _) => false,
+            _ => return Err(format!("step attention {s:?}: expected `one`, `one:S,H`, `cluster`, `cluster:S,H` or `separate`")),
         };
         let (splits, head_splits) = match plan.map(|p| p.split_once(',')) {
             None => (None, None),
