@@ -580,7 +580,7 @@ pub(crate) fn hopper_gemm_swiglu_quant(
 ) -> Result<(CudaStorage, CudaStorage)> {
     if m == 0 || m > SWIGLU_GEMM_MAX_M || inter == 0 || inter % BLOCK != 0 {
         bail!(
-            "candle-fp8 gemm_swiglu_quantize: need 1 <= M <= {SWIGLU_GEMM_MAX_M} and a multiple of              {BLOCK} features, got M={m} inter={inter}"
+            "candle-fp8 gemm_swiglu_quantize: need 1 <= M <= {SWIGLU_GEMM_MAX_M} and a multiple of {BLOCK} features, got M={m} inter={inter}"
         )
     }
     let dev = qa.0.device.clone();

@@ -923,7 +923,7 @@ impl Qwen3Model {
         let dtype = opts.dtype_for(device);
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
         let (hq, hkv, d) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim());
-        let dims = Dims { hq, hkv, d, eps: cfg.rms_norm_eps as f32, fused_attention: true, step: StepAttention::default(), swiglu_epilogue: true };
+        let dims = Dims { hq, hkv, d, eps: cfg.rms_norm_eps as f32, fused_attention: true, step: StepAttention::default(), swiglu_epilogue: false };
         let nl = cfg.num_hidden_layers;
         let embed = match &mut src {
             Source::Checkpoint { vb, .. } => vb.get_with_hints_dtype((cfg.vocab_size, h), "model.embed_tokens.weight", Default::default(), dtype)?,

@@ -49,8 +49,8 @@ enum OutMode : int {
   kOutClusterSum = 2,  // split-K: the splits of a tile form a cluster (1, S, 1); rank 0 sums
                        // the peers' accumulators from distributed shared memory in rank order
   kOutSwiGluQuant = 3, // gated swap-AB: h = bf16(silu(bf16 gate) * bf16 up) quantized per
-                       // token per 128 features, the two 64-feature tiles of a group forming a
-                       // cluster (2, 1, 1) that exchanges its per-token amax through DSMEM
+                       // token per 128 features; the tiles of a 128-feature group form a
+                       // cluster (128 / kGateRows, 1, 1) that exchanges per-token amax via DSMEM
 };
 
 // Rows of sw (128-row blocks of W) one tile can touch.
