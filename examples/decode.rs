@@ -522,7 +522,17 @@ fn main() -> Result<()> {
             println!();
             println!("== accuracy: FP8 kernels vs {what} ({n} greedy steps, teacher-forced) ==");
             let r = compare_greedy(&mut model, reference, &prompt_ids, n)?;
-            println!("top-1 agreement  {}/{} = {:.2}%", r.top1_agree, r.steps, 100.0 * r.agreement());
+            println!(
+                "top-1 agreement  {}/{} = {:.2}% ({}/{} = {:.2}% counting a reference tie at the top as agreement; \
+                 largest reference logit gap between the two choices: {})",
+                r.top1_agree,
+                r.steps,
+                100.0 * r.agreement(),
+                r.top1_agree_up_to_ties,
+                r.steps,
+                100.0 * r.agreement_up_to_ties(),
+                r.max_regret_at_disagreement.map(|m| format!("{m:.4}")).unwrap_or_else(|| "-".into())
+            );
             println!(
                 "max |Δlogit|     {:.4} (mean {:.5}; reference logit rms {:.3}; smallest reference top-1 margin where they disagree: {})",
                 r.max_abs_dlogit,
@@ -532,6 +542,7 @@ fn main() -> Result<()> {
             );
             Ok(serde_json::json!({
                 "reference": name, "steps": r.steps, "top1_agree": r.top1_agree, "agreement": r.agreement(),
+                "top1_agree_up_to_ties": r.top1_agree_up_to_ties, "max_regret_at_disagreement": r.max_regret_at_disagreement,
                 "max_abs_dlogit": r.max_abs_dlogit, "mean_abs_dlogit": r.mean_abs_dlogit, "ref_logit_rms": r.ref_logit_rms,
             }))
         };

@@ -271,3 +271,16 @@ fn step_attention_values_parse() {
         assert!(e.contains("step attention"), "{bad:?}: {e}");
     }
 }
+
+/// The per-position verdict of `compare_greedy`: strict argmax equality, agreement up to an exact
+/// tie at the top of the reference, and the reference logit gap between the two choices.
+#[test]
+fn top1_outcome_counts_reference_ties() {
+    use candle_fp8::models::qwen3::top1_outcome;
+    // Same argmax.
+    assert_eq!(top1_outcome(&[0.1, 2.0, 0.3], &[0.0, 1.5, 1.0]), (true, true, 0.0));
+    // The reference ties tokens 1 and 2 at the top; the test picks 2: not strict, but a tie.
+    assert_eq!(top1_outcome(&[0.1, 0.5, 0.9], &[0.0, 1.5, 1.5]), (false, true, 0.0));
+    // A real disagreement: the test's choice is 0.25 below the reference's best.
+    assert_eq!(top1_outcome(&[0.1, 0.5, 0.9], &[0.0, 1.5, 1.25]), (false, false, 0.25));
+}

@@ -1480,8 +1480,15 @@ pub fn generate(
 pub struct AccuracyReport {
     /// Positions compared.
     pub steps: usize,
-    /// Positions where both models have the same argmax.
+    /// Positions where both models have the same argmax (strict: the first maximal index).
     pub top1_agree: usize,
+    /// Positions where the test model's argmax has the reference's maximal logit: equal to
+    /// `top1_agree` except where the reference has an exact tie at the top (bf16 logits tie
+    /// readily) and the test model picked another of the tied tokens.
+    pub top1_agree_up_to_ties: usize,
+    /// Largest `ref[ref top-1] − ref[test top-1]` over the disagreeing positions: how much worse
+    /// the test model's choice is under the reference (0 for a tie).
+    pub max_regret_at_disagreement: Option<f32>,
     /// Largest |logit_test − logit_ref| over all positions and the vocabulary.
     pub max_abs_dlogit: f32,
     /// Mean |Δlogit|.
@@ -1499,6 +1506,19 @@ impl AccuracyReport {
     pub fn agreement(&self) -> f64 {
         self.top1_agree as f64 / self.steps.max(1) as f64
     }
+
+    /// Fraction of positions whose test argmax is one of the reference's maximal tokens.
+    pub fn agreement_up_to_ties(&self) -> f64 {
+        self.top1_agree_up_to_ties as f64 / self.steps.max(1) as f64
+    }
+}
+
+/// One position of [`compare_greedy`]: `(strict agreement, agreement up to reference ties,
+/// regret)` where regret = `reference[reference argmax] − reference[test argmax]` (≥ 0).
+pub fn top1_outcome(test: &[f32], reference: &[f32]) -> (bool, bool, f32) {
+    let (it, ir) = (argmax(test) as usize, argmax(reference) as usize);
+    let regret = reference[ir] - reference[it];
+    (it == ir, it == ir || regret == 0.0, regret)
 }
 
 /// Runs `prompt` then `steps - 1` greedy steps through `test`, teacher-forcing `reference`
@@ -1518,6 +1538,11 @@ pub fn compare_greedy(test: &mut Qwen3Model, reference: &mut Qwen3Model, prompt:
         pos += next.dim(1)?;
         let (ia, ib) = (argmax(&a), argmax(&b));
         rep.steps += 1;
+        let (strict, up_to_ties, regret) = top1_outcome(&a, &b);
+        rep.top1_agree_up_to_ties += up_to_ties as usize;
+        if !strict {
+            rep.max_regret_at_disagreement = Some(rep.max_regret_at_disagreement.map_or(regret, |r: f32| r.max(regret)));
+        }
         if ia == ib {
             rep.top1_agree += 1;
         } else {
