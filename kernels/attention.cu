@@ -258,6 +258,24 @@ struct FusedPrologue {
   }
 };
 
+// One head's output dim (thread t) merged over its position splits from their partial states,
+// in split order: m = max m_s, l = sum l_s e^(m_s - m), o = sum o_s e^(m_s - m), returns o / l.
+// The one definition of the merge (combine kernel, cluster merge, tail merge): same operations
+// in the same order, so every path gives the same bits. `m_of(s)`, `l_of(s)`, `o_of(s)` read
+// split s's running max, sum and unnormalized output.
+template <class M, class L, class O>
+__device__ __forceinline__ float merge_splits(int splits, M m_of, L l_of, O o_of) {
+  float m = -INFINITY;
+  for (int s = 0; s < splits; ++s) m = fmaxf(m, m_of(s));
+  float l = 0.f, o = 0.f;
+  for (int s = 0; s < splits; ++s) {
+    const float w = expf(m_of(s) - m);
+    l = fmaf(l_of(s), w, l);
+    o = fmaf(o_of(s), w, o);
+  }
+  return o / l;
+}
+
 // One CTA per (split, kv head x head split, sequence), over its positions in tiles of 32. The
 // kernel is latency-bound (a decode step reads ~50 KB per CTA), so each tile issues all its K
 // and V loads at once (16-byte vectors, both in flight together) and every thread has work in
@@ -501,17 +519,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
       ptx::cluster_sync();  // every split's partials are published
       if (ptx::cluster_ctarank() == 0) {
         for (int r = 0; r < rep; ++r) {
-          float m = -INFINITY;
-          for (int s = 0; s < p.splits; ++s)
-            m = fmaxf(m, ptx::ld_shared_cluster_f32(ptx::map_shared_to_rank(&part_ml[r][0], s)));
-          float l = 0.f, o = 0.f;
-          for (int s = 0; s < p.splits; ++s) {
-            const float ms = ptx::ld_shared_cluster_f32(ptx::map_shared_to_rank(&part_ml[r][0], s));
-            const float w = expf(ms - m);
-            l = fmaf(ptx::ld_shared_cluster_f32(ptx::map_shared_to_rank(&part_ml[r][1], s)), w, l);
-            o = fmaf(ptx::ld_shared_cluster_f32(ptx::map_shared_to_rank(&part_o[r][t], s)), w, o);
-          }
-          write_head(p, b, q0 + r, o / l, red);
+          auto peer = [&](const float* x, int s) {
+            return ptx::ld_shared_cluster_f32(ptx::map_shared_to_rank(x, s));
+          };
+          const float o = merge_splits(
+              p.splits, [&](int s) { return peer(&part_ml[r][0], s); },
+              [&](int s) { return peer(&part_ml[r][1], s); }, [&](int s) { return peer(&part_o[r][t], s); });
+          write_head(p, b, q0 + r, o, red);
         }
       }
       ptx::cluster_sync();  // the peers' shared memory stays alive until rank 0 has read it
@@ -527,15 +541,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
         __threadfence();  // the other splits' partials, published before their count
         for (int r = 0; r < rep; ++r) {
           const int64_t base = (head0 + r) * p.splits;
-          float m = -INFINITY;
-          for (int s = 0; s < p.splits; ++s) m = fmaxf(m, __ldcg(p.ws_ml + (base + s) * 2));
-          float l = 0.f, o = 0.f;
-          for (int s = 0; s < p.splits; ++s) {
-            const float w = expf(__ldcg(p.ws_ml + (base + s) * 2) - m);
-            l = fmaf(__ldcg(p.ws_ml + (base + s) * 2 + 1), w, l);
-            o = fmaf(__ldcg(p.ws_o + (base + s) * kHeadDim + t), w, o);
-          }
-          write_head(p, b, q0 + r, o / l, red);
+          const float o = merge_splits(
+              p.splits, [&](int s) { return __ldcg(p.ws_ml + (base + s) * 2); },
+              [&](int s) { return __ldcg(p.ws_ml + (base + s) * 2 + 1); },
+              [&](int s) { return __ldcg(p.ws_o + (base + s) * kHeadDim + t); });
+          write_head(p, b, q0 + r, o, red);
         }
         if (t == 0) *count = 0;  // ready for the next launch (stream-ordered after this one)
       }
@@ -552,15 +562,11 @@ __global__ void __launch_bounds__(kThreads) decode_combine_kernel(const DecodePa
   ptx::griddep_launch_dependents();
   ptx::griddep_wait();  // the partials come from decode_attention_kernel
   const int64_t base = (b * p.hq + h) * p.splits;
-  float m = -INFINITY;
-  for (int s = 0; s < p.splits; ++s) m = fmaxf(m, p.ws_ml[(base + s) * 2]);
-  float l = 0.f, o = 0.f;
-  for (int s = 0; s < p.splits; ++s) {
-    const float w = expf(p.ws_ml[(base + s) * 2] - m);
-    l = fmaf(p.ws_ml[(base + s) * 2 + 1], w, l);
-    o = fmaf(p.ws_o[(base + s) * kHeadDim + t], w, o);
-  }
-  write_head(p, b, h, o / l, red);
+  const float o = merge_splits(
+      p.splits, [&](int s) { return p.ws_ml[(base + s) * 2]; },
+      [&](int s) { return p.ws_ml[(base + s) * 2 + 1]; },
+      [&](int s) { return p.ws_o[(base + s) * kHeadDim + t]; });
+  write_head(p, b, h, o, red);
 }
 
 
