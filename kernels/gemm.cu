@@ -232,16 +232,41 @@ static int32_t launch_reduce(const float* partial, __nv_bfloat16* y, int64_t cou
   return FP8GEMM_OK;
 }
 
+// The operand pointers' rules shared by the GEMM entry points: non-null, qa / sa / w 16-byte
+// aligned (TMA), sw 4-byte aligned.
+static bool operands_ok(const uint8_t* qa, const float* sa, const uint8_t* w, const float* sw) {
+  return qa && sa && w && sw && aligned16(qa) && aligned16(sa) && aligned16(w) &&
+         (reinterpret_cast<uintptr_t>(sw) & 3) == 0;
+}
+
+// GemmArgs of one launch on the current device `dev` (outputs, workspace and grid limit are set
+// by the caller).
+static GemmArgs operand_args(const uint8_t* qa, const float* sa, const uint8_t* w,
+                             const float* sw, int64_t m, int64_t n, int64_t k, int split,
+                             const DeviceInfo& info, int dev, void* stream) {
+  GemmArgs a{};
+  a.qa = qa;
+  a.sa = sa;
+  a.w = w;
+  a.sw = sw;
+  a.m = static_cast<int>(m);
+  a.n = static_cast<int>(n);
+  a.k = static_cast<int>(k);
+  a.split = split;
+  a.grid_limit = info.sms;
+  a.device = dev;
+  a.smem_optin = info.smem_optin;
+  a.stream = static_cast<cudaStream_t>(stream);
+  return a;
+}
+
 // fp8gemm_gemm and fp8gemm_gemm_unreduced: `reduce` = false leaves workspace partials unreduced.
 static int32_t gemm_impl(const uint8_t* qa, const float* sa, const uint8_t* w, const float* sw,
                          void* y, int64_t m, int64_t n, int64_t k, const fp8gemm_config* cfg,
                          void* workspace, size_t workspace_bytes, void* stream, bool reduce) {
   if (m < 1 || n < 16 || k < 128 || k % 128 != 0 || n % 16 != 0) return FP8GEMM_ERR_SHAPE;
   if (m > 0x7fffffff || n > 0x7fffffff || k > 0x7fffffff) return FP8GEMM_ERR_SHAPE;
-  if (!qa || !sa || !w || !sw) return FP8GEMM_ERR_ALIGN;
-  if (!aligned16(qa) || !aligned16(sa) || !aligned16(w) || (y && !aligned16(y)) ||
-      (reinterpret_cast<uintptr_t>(sw) & 3))
-    return FP8GEMM_ERR_ALIGN;
+  if (!operands_ok(qa, sa, w, sw) || (y && !aligned16(y))) return FP8GEMM_ERR_ALIGN;
   DeviceInfo info;
   int dev = 0;
   if (int st = device_info(&info, &dev)) return st;
@@ -256,21 +281,10 @@ static int32_t gemm_impl(const uint8_t* qa, const float* sa, const uint8_t* w, c
   // y is written unless the partials are left for the caller.
   if (y == nullptr && (reduce || need == 0)) return FP8GEMM_ERR_ALIGN;
 
-  GemmArgs a{};
-  a.qa = qa;
-  a.sa = sa;
-  a.w = w;
-  a.sw = sw;
+  GemmArgs a = operand_args(qa, sa, w, sw, m, n, k, split, info, dev, stream);
   a.y = static_cast<__nv_bfloat16*>(y);
   a.partial = need > 0 ? static_cast<float*>(workspace) : nullptr;
-  a.m = static_cast<int>(m);
-  a.n = static_cast<int>(n);
-  a.k = static_cast<int>(k);
-  a.split = split;
-  a.grid_limit = (c.num_sms > 0 && c.num_sms < info.sms) ? c.num_sms : info.sms;
-  a.device = dev;
-  a.smem_optin = info.smem_optin;
-  a.stream = static_cast<cudaStream_t>(stream);
+  if (c.num_sms > 0 && c.num_sms < info.sms) a.grid_limit = c.num_sms;
   if (int st = e->run(a)) return st;
   if (need > 0 && reduce)  // split-K through the workspace: deterministic fixed-order reduce
     return launch_reduce(a.partial, a.y, m * n, split, info.sms, a.stream);
@@ -303,9 +317,7 @@ extern "C" int32_t fp8gemm_gemm_swiglu_quant(const uint8_t* qa, const float* sa,
   if (m < 1 || m > 16 || inter < 128 || inter % 128 != 0 || k < 128 || k % 128 != 0)
     return FP8GEMM_ERR_SHAPE;
   if (inter > 0x3fffffff || k > 0x7fffffff) return FP8GEMM_ERR_SHAPE;
-  if (!qa || !sa || !w || !sw || !q || !sa_q) return FP8GEMM_ERR_ALIGN;
-  if (!aligned16(qa) || !aligned16(sa) || !aligned16(w) || !aligned16(q) || !aligned16(sa_q) ||
-      (reinterpret_cast<uintptr_t>(sw) & 3))
+  if (!operands_ok(qa, sa, w, sw) || !q || !sa_q || !aligned16(q) || !aligned16(sa_q))
     return FP8GEMM_ERR_ALIGN;
   DeviceInfo info;
   int dev = 0;
@@ -322,21 +334,9 @@ extern "C" int32_t fp8gemm_gemm_swiglu_quant(const uint8_t* qa, const float* sa,
       e = &list[i];
   if (!e) return FP8GEMM_ERR_CONFIG;
 
-  GemmArgs a{};
-  a.qa = qa;
-  a.sa = sa;
-  a.w = w;
-  a.sw = sw;
+  GemmArgs a = operand_args(qa, sa, w, sw, m, 2 * inter, k, 1, info, dev, stream);
   a.q_out = q;
   a.sa_out = sa_q;
-  a.m = static_cast<int>(m);
-  a.n = static_cast<int>(2 * inter);
-  a.k = static_cast<int>(k);
-  a.split = 1;
-  a.grid_limit = info.sms;
-  a.device = dev;
-  a.smem_optin = info.smem_optin;
-  a.stream = static_cast<cudaStream_t>(stream);
   return e->run(a);
 }
 
