@@ -454,7 +454,7 @@ pub enum StepAttention {
     /// (`candle_fp8::cuda::attention::decode_step_attention`), with these position and head
     /// splits (`None`: the kernel's defaults). The default.
     OneLaunch {
-        /// Position splits (more than one adds a combine launch).
+        /// Position splits (merged inside the launch, see `tail_merge`).
         splits: Option<usize>,
         /// CTAs per kv head (must divide `num_attention_heads / num_key_value_heads`).
         head_splits: Option<usize>,
@@ -1536,16 +1536,14 @@ pub fn compare_greedy(test: &mut Qwen3Model, reference: &mut Qwen3Model, prompt:
         let a = test.forward(&next, pos)?.squeeze(0)?.to_vec1::<f32>()?;
         let b = reference.forward(&next, pos)?.squeeze(0)?.to_vec1::<f32>()?;
         pos += next.dim(1)?;
-        let (ia, ib) = (argmax(&a), argmax(&b));
+        let ia = argmax(&a);
         rep.steps += 1;
         let (strict, up_to_ties, regret) = top1_outcome(&a, &b);
         rep.top1_agree_up_to_ties += up_to_ties as usize;
-        if !strict {
-            rep.max_regret_at_disagreement = Some(rep.max_regret_at_disagreement.map_or(regret, |r: f32| r.max(regret)));
-        }
-        if ia == ib {
+        if strict {
             rep.top1_agree += 1;
         } else {
+            rep.max_regret_at_disagreement = Some(rep.max_regret_at_disagreement.map_or(regret, |r: f32| r.max(regret)));
             let mut sorted = b.clone();
             sorted.sort_by(|x, y| y.partial_cmp(x).unwrap_or(std::cmp::Ordering::Equal));
             let margin = sorted[0] - sorted[1];
