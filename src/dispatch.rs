@@ -275,8 +275,12 @@ pub fn config_override() -> Option<GemmConfig> {
 /// | 65–128 with t128 ≥ 40 | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split |
 /// | other 17–128 | small-M | 64 × 128 | 6 | one wave, ≥ 4 K blocks per split |
 /// | 129–256 while ⌈M/64⌉·t128 ≤ S | small-M | 64 × 128 | 6 | one wave, ≥ 16 K blocks per split |
-/// | other 129–512 | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split |
-/// | > 512 | persistent | 256 × 128 (2 waves of 128) | 4 | none |
+/// | other 129–256 | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split |
+/// | > 256 | persistent, TMA-store epilogue | 256 × 128 (2 waves of 128) if `200·R₂₅₆ < 108·R₁₂₈`, else 128 × 128 | 3 / 5 | none |
+///
+/// `R` = rounds of tiles over the SMs (⌈tiles / S⌉): a 256 × 128 tile does twice the work of a
+/// 128 × 128 one ~8 % more efficiently (session 7 sweep: 4096³ 132 vs 142 µs), so it wins
+/// unless its coarser rounds waste more (2048×5120×8192: 3 rounds vs 5 → 128 × 128).
 pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig {
     let kb = k / 128;
     let sms = if num_sms == 0 { 132 } else { num_sms };
@@ -307,11 +311,17 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
     } else if m <= 256 && m64 * t128 <= sms {
         // One wave of 64 x 128 tiles beats 128 x 128 (160×4096²: 13.1 vs 16.3 µs).
         cfg(ScheduleKind::SmallM, 64, 128, 6, split_for(m64 * t128, kb, sms, 16))
-    } else if m <= 512 {
+    } else if m <= 256 {
         let tiles = m.div_ceil(128) * t128;
         cfg(ScheduleKind::WarpSpecialized, 128, 128, 6, split_for(tiles, kb, sms, 16))
     } else {
-        cfg(ScheduleKind::Persistent, 256, 128, 4, 1)
+        let rounds_big = (m.div_ceil(256) * t128).div_ceil(sms);
+        let rounds_small = (m.div_ceil(128) * t128).div_ceil(sms);
+        if rounds_big * 200 < rounds_small * 108 {
+            cfg(ScheduleKind::Persistent, 256, 128, 3, 1)
+        } else {
+            cfg(ScheduleKind::Persistent, 128, 128, 5, 1)
+        }
     }
 }
 
@@ -380,9 +390,19 @@ mod tests {
         assert_eq!((kind(128, 4096, 4096), tile(128, 4096, 4096)), (ScheduleKind::SmallM, (64, 128)));
         assert_eq!((kind(129, 4096, 4096), tile(129, 4096, 4096)), (ScheduleKind::SmallM, (64, 128)));
         assert_eq!(tile(256, 4096, 4096), (64, 128));
-        assert_eq!(kind(257, 4096, 4096), ScheduleKind::WarpSpecialized);
-        assert_eq!(kind(512, 4096, 4096), ScheduleKind::WarpSpecialized);
-        assert_eq!(kind(513, 4096, 4096), ScheduleKind::Persistent);
+        assert_eq!((kind(257, 4096, 4096), tile(257, 4096, 4096)), (ScheduleKind::Persistent, (128, 128)));
+        assert_eq!(tile(512, 4096, 4096), (128, 128));
+        // Persistent tiles by rounds over the SMs (session 7 sweep): one round of 256 x 128
+        // beats two of 128 x 128; 3 coarse rounds lose to 5 fine ones (N = 5120).
+        assert_eq!(tile(1024, 4096, 4096), (256, 128));
+        assert_eq!(tile(2048, 4096, 4096), (256, 128));
+        assert_eq!(tile(8192, 4096, 4096), (256, 128));
+        assert_eq!(tile(2048, 10240, 5120), (256, 128));
+        assert_eq!(tile(2048, 25600, 5120), (256, 128));
+        assert_eq!(tile(2048, 5120, 8192), (128, 128));
+        assert_eq!(tile(2048, 5120, 25600), (128, 128));
+        assert_eq!(c(2048, 4096, 4096).stages, 3);
+        assert_eq!(c(512, 4096, 4096).stages, 5);
         // N decides at M = 65-128: wide N (>= 40 tiles of 128, gate_up included) -> 128 x 128
         // warp-specialized; narrow N (4096) -> 64 x 128 small-M.
         assert_eq!((kind(128, 10240, 5120), tile(128, 10240, 5120)), (ScheduleKind::WarpSpecialized, (128, 128)));

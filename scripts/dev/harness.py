@@ -33,8 +33,7 @@ CONFIGS = [
     ("swap_ab", 64, 64, 8, True),
     ("small_m", 64, 32, 8, True), ("small_m", 64, 64, 8, True), ("small_m", 64, 128, 6, True),
     ("warp_spec", 128, 64, 8, True), ("warp_spec", 128, 128, 6, True),
-    ("persistent", 128, 128, 6, False), ("persistent", 256, 128, 4, False),
-    ("persistent", 192, 128, 5, False),
+    ("persistent", 256, 128, 3, False), ("persistent", 128, 128, 5, False),
 ]
 
 
@@ -260,7 +259,7 @@ def sanitize(lib, args):
     compute-sanitizer). --quick: one launch per schedule (for racecheck)."""
     if args.quick:
         plan = [((130, 256, 1536), [("swap_ab", 8, 64, 8, 2), ("swap_ab", 16, 64, 8, 9), ("small_m", 64, 128, 6, 2),
-                                    ("warp_spec", 128, 128, 6, 3), ("persistent", 256, 128, 4, 1)])]
+                                    ("warp_spec", 128, 128, 6, 3), ("persistent", 256, 128, 3, 1)])]
     else:
         shapes = [(5, 144, 384), (130, 256, 1536), (300, 272, 384)]
         plan = [(sh, [(k, bm, bn, st, sp) for (k, bm, bn, st, spok) in CONFIGS for sp in ([1, 2, 9] if spok else [1])])
@@ -312,7 +311,7 @@ def candidates(M, N, K, sms=132):
             for s in splits(tiles)[:2]:
                 out.append(cfg_of("warp_spec", 128, bn, st, s))
     if M > 128:
-        for bm, st in ((128, 6), (256, 4), (192, 5)):
+        for bm, st in ((128, 5), (256, 3)):
             out.append(cfg_of("persistent", bm, 128, st))
     return out
 
@@ -325,7 +324,7 @@ def focus_candidates(M, N, K, sms=132):
         out.append(cfg_of("small_m", 64, 128, 6, fill((M + 63) // 64 * ((N + 127) // 128))))
         out.append(cfg_of("warp_spec", 128, 128, 6, fill((M + 127) // 128 * ((N + 127) // 128))))
     if M > 256:
-        for bm, st in ((256, 4), (192, 5), (128, 6)):
+        for bm, st in ((256, 3), (128, 5)):
             out.append(cfg_of("persistent", bm, 128, st))
     return out
 
@@ -427,7 +426,10 @@ def sweep(lib, args):
         y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
         r = reference(q, sa, w0, sw0) if M * N * K < 2 ** 36 else None
         res = []
-        for c in [cfg_of("auto")] + sweep_candidates(M, N, K):
+        cands = [cfg_of("auto")] + sweep_candidates(M, N, K)
+        if args.only:
+            cands = [c for c in cands if cfg_str(c) in args.only.split(",")]
+        for c in cands:
             f = lib.gemm_fn(q, sa, w0, sw0, y, c)
             try:
                 y.fill_(float("nan"))
@@ -448,6 +450,11 @@ def sweep(lib, args):
             cold = do_bench_cudagraph(seq, rep=20, return_mode="median") * 1e3 / len(fns)
             res.append((cold, hot, cfg_str(c)))
             print(f"SWEEP {M} {N} {K} {cfg_str(c)} {hot:.2f} {cold:.2f}", flush=True)
+        if args.no_full:
+            res.sort()
+            if res:
+                print(f"BEST {M} {N} {K} cold: {res[0][2]} {res[0][0]:.2f}", flush=True)
+            continue
         # Full linear: bf16 x -> quant -> GEMM (auto), against the GEMM alone.
         q2 = torch.empty_like(q)
         sa2 = torch.empty_like(sa)
@@ -476,6 +483,8 @@ def main():
     p.add_argument("mode", choices=["check", "sanitize", "bench", "sweep", "all"])
     p.add_argument("--shapes", nargs="*")
     p.add_argument("--quick", action="store_true", help="sanitize: one launch per schedule")
+    p.add_argument("--only", help="sweep: only these configs (comma-separated names as printed)")
+    p.add_argument("--no-full", action="store_true", help="sweep: skip the full-linear timing")
     p.add_argument("--auto-only", action="store_true", help="bench: time only the auto config")
     p.add_argument("--focus", action="store_true", help="bench: auto plus a few alternatives per shape")
     args = p.parse_args()

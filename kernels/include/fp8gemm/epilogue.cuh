@@ -7,6 +7,8 @@
 #include <cuda_bf16.h>
 #include <cstdint>
 
+#include "ptx/mbarrier.cuh"
+
 namespace fp8gemm {
 
 // Stores one m64 x N fragment. `row0`/`col0`: the fragment's first MMA row / column.
@@ -53,6 +55,30 @@ __device__ __forceinline__ void store_fragment(const float* d, int row0, int col
       }
     }
   }
+}
+
+// TMA-store epilogue, first half: a warpgroup's kWaves m64 x TN fragments as bf16 in shared
+// memory, laid out as the TMA boxes the store reads: TN / 64 slabs of [kWaves * 64 rows x 64
+// columns], each row 128 bytes with the 128-byte swizzle (16-byte chunk c of row r sits at
+// chunk c ^ (r % 8)). One st.shared.b32 of a warp covers 8 rows x 16 bytes; with the swizzle
+// those land on 32 different banks. `stage` is 1024-byte aligned.
+template <int TN, int kWaves>
+__device__ __forceinline__ void stage_bf16_swizzled(const float (*acc)[TN / 2], uint8_t* stage) {
+  static_assert(TN % 64 == 0, "whole 64-column slabs");
+  constexpr int kSlabBytes = kWaves * 64 * 128;
+  const int lane = threadIdx.x % 32;
+  const int q = lane / 4;  // row within the 8-row group = row % 8
+  const uint32_t base = ptx::smem_addr(stage) + ((threadIdx.x / 32) % 4) * 16 * 128 + q * 128 + (lane % 4) * 4;
+#pragma unroll
+  for (int w = 0; w < kWaves; ++w)
+#pragma unroll
+    for (int j = 0; j < TN / 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t addr = base + (j / 8) * kSlabBytes + (w * 64 + 8 * h) * 128 + (((j % 8) ^ q) * 16);
+        __nv_bfloat162 v = __floats2bfloat162_rn(acc[w][4 * j + 2 * h], acc[w][4 * j + 2 * h + 1]);
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(*reinterpret_cast<uint32_t*>(&v)) : "memory");
+      }
 }
 
 // y[i] = bf16(sum_s partial[s][i]) in fixed split order: deterministic, no atomics.

@@ -31,6 +31,9 @@ struct GemmArgs {
 };
 
 // Defined in gemm.cu.
+int make_tmap_2d_typed(CUtensorMap* map, CUtensorMapDataType dtype, const void* base, uint64_t inner,
+                       uint64_t outer, uint64_t row_stride_bytes, uint32_t box_inner,
+                       uint32_t box_outer, bool swizzle128);
 int make_tmap_2d(CUtensorMap* map, bool f32, const void* base, uint64_t inner, uint64_t outer,
                  uint64_t row_stride_bytes, uint32_t box_inner, uint32_t box_outer, bool swizzle128);
 bool raise_smem_limit_once(const void* func, std::atomic<uint64_t>& done_mask, int device,
@@ -58,7 +61,7 @@ struct ConfigEntry {
 
 template <class T>
 int run_sm90_fp8_gemm(const GemmArgs& a) {
-  using Ring = SmemRing<T::kStages, T::TM, T::TN, (T::kSwapAB ? T::TN : T::TM)>;
+  using Ring = RingOf<T>;
   constexpr int kTokBox = T::kSwapAB ? T::TN : T::TM;
   // Gated: the weight tile is two 64-row boxes (gate rows, up rows).
   constexpr int kWBox = T::kSwapAB ? (T::kGated ? T::TM / 2 : T::TM) : T::TN;
@@ -66,12 +69,16 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   const int kb_total = a.k / kBlockK;
   const uint64_t m_pad = (static_cast<uint64_t>(a.m) + 3) / 4 * 4;
 
-  CUtensorMap t_act, t_w, t_sa;
+  CUtensorMap t_act, t_w, t_sa, t_y = {};
   // With a cluster, each CTA loads 1/kCluster of the activation tile (multicast).
   int st = make_tmap_2d(&t_act, false, a.qa, a.k, a.m, a.k, kBlockK, kTokBox / T::kCluster, true);
   if (st == FP8GEMM_OK) st = make_tmap_2d(&t_w, false, a.w, a.k, a.n, a.k, kBlockK, kWBox, true);
   if (st == FP8GEMM_OK)
     st = make_tmap_2d(&t_sa, true, a.sa, a.m, kb_total, m_pad * 4, kTokBox, 1, false);
+  // TMA-store epilogue: y as [m][n] bf16, one box = a warpgroup's rows x 64 columns.
+  if (st == FP8GEMM_OK && T::kTmaStore)
+    st = make_tmap_2d_typed(&t_y, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, a.y, a.n, a.m, uint64_t(a.n) * 2, 64,
+                            T::kWaves * 64, true);
   if (st != FP8GEMM_OK) return st;
 
   GemmParams p;
@@ -104,6 +111,9 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
       return FP8GEMM_ERR_CONFIG;
     mode = kOutSwiGluQuant;
     kern = sm90_fp8_gemm_1d2d_kernel<T, kOutSwiGluQuant>;
+  } else if constexpr (T::kPersistent) {
+    if (a.split != 1) return FP8GEMM_ERR_CONFIG;  // whole tiles only: one output mode
+    kern = sm90_fp8_gemm_1d2d_kernel<T, kOutBf16>;
   } else {
     kern = mode == kOutBf16 ? sm90_fp8_gemm_1d2d_kernel<T, kOutBf16>
            : mode == kOutWorkspace ? sm90_fp8_gemm_1d2d_kernel<T, kOutWorkspace>
@@ -161,7 +171,7 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
 
   const CUtensorMap& ta = T::kSwapAB ? t_w : t_act;
   const CUtensorMap& tb = T::kSwapAB ? t_act : t_w;
-  if (cudaLaunchKernelEx(&lc, kern, ta, tb, t_sa, a.sw, a.y, a.partial, p) != cudaSuccess)
+  if (cudaLaunchKernelEx(&lc, kern, ta, tb, t_sa, t_y, a.sw, a.y, a.partial, p) != cudaSuccess)
     return FP8GEMM_ERR_LAUNCH;
   return cudaGetLastError() == cudaSuccess ? FP8GEMM_OK : FP8GEMM_ERR_LAUNCH;
 }

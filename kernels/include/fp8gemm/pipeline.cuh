@@ -4,6 +4,8 @@
 // [TN rows x 128 B] (both 128B-swizzled, K-major, 1024-byte aligned) and the activation
 // scales of that K block for the tile's tokens (TMA-loaded, MN-major). Per stage a "full"
 // barrier (producer arrive + TMA bytes) and an "empty" barrier (one arrive per consumer warp).
+// After the ring: an optional output staging area (kStoreBytes, 1024-aligned) for the
+// TMA-store epilogue, then the barriers and the per-tile weight-scale cache.
 #pragma once
 #include <cstdint>
 
@@ -15,7 +17,7 @@ constexpr int kBlockK = 128;  // one FP8 scale block along K = one stage = 4 x w
 
 __host__ __device__ constexpr int round_up_c(int x, int a) { return (x + a - 1) / a * a; }
 
-template <int kStages_, int TM, int TN, int kScaleTokens>
+template <int kStages_, int TM, int TN, int kScaleTokens, int kStoreBytes = 0>
 struct SmemRing {
   static constexpr int kStages = kStages_;
   static constexpr int kABytes = TM * kBlockK;
@@ -25,8 +27,10 @@ struct SmemRing {
   static constexpr int kTxBytes = kABytes + kBBytes + kSBytes;  // expect_tx per stage
   static constexpr int kRingBytes = kStages * (kABytes + kBBytes + kSSlot);
   static constexpr int kBarrierBytes = 2 * kStages * 8;
+  static constexpr int kStoreOff = round_up_c(kRingBytes, 1024);
+  static constexpr int kBarrierOff = kStoreOff + kStoreBytes;
   // Everything but the per-tile weight-scale cache; +1024 for aligning the base.
-  static constexpr int kFixedBytes = kRingBytes + kBarrierBytes + 1024;
+  static constexpr int kFixedBytes = kBarrierOff + kBarrierBytes + 1024;
 
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0,
                 "128B-swizzled tiles need 1024-byte alignment: TM, TN multiples of 8");
@@ -34,8 +38,11 @@ struct SmemRing {
 
   uint8_t* base;  // 1024-byte aligned
 
+  // Aligned by an offset from `raw` (not by integer casts of the pointer): the compiler then
+  // still knows every derived pointer is in shared memory and emits ld/st.shared, not generic
+  // loads (which took the slower generic path in the main loop).
   __device__ __forceinline__ explicit SmemRing(uint8_t* raw)
-      : base(reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023))) {}
+      : base(raw + ((1024u - (ptx::smem_addr(raw) & 1023u)) & 1023u)) {}
 
   __device__ __forceinline__ uint8_t* a(int s) const { return base + s * kABytes; }
   __device__ __forceinline__ uint8_t* b(int s) const { return base + kStages * kABytes + s * kBBytes; }
@@ -43,15 +50,17 @@ struct SmemRing {
     return reinterpret_cast<float*>(base + kStages * (kABytes + kBBytes) + s * kSSlot);
   }
   __device__ __forceinline__ uint64_t* full(int s) const {
-    return reinterpret_cast<uint64_t*>(base + kRingBytes) + s;
+    return reinterpret_cast<uint64_t*>(base + kBarrierOff) + s;
   }
   __device__ __forceinline__ uint64_t* empty(int s) const {
-    return reinterpret_cast<uint64_t*>(base + kRingBytes) + kStages + s;
+    return reinterpret_cast<uint64_t*>(base + kBarrierOff) + kStages + s;
   }
   // Per-tile cache of weight scales, after the barriers.
   __device__ __forceinline__ float* sw_cache() const {
-    return reinterpret_cast<float*>(base + kRingBytes + kBarrierBytes);
+    return reinterpret_cast<float*>(base + kBarrierOff + kBarrierBytes);
   }
+  // Output staging of the TMA-store epilogue (kStoreBytes > 0).
+  __device__ __forceinline__ uint8_t* store() const { return base + kStoreOff; }
 
   // One thread: full barriers expect 1 producer arrive; empty ones one arrive per consumer warp.
   __device__ __forceinline__ void init(uint32_t consumer_warps) const {

@@ -41,7 +41,7 @@ struct GemmParams {
 //   kMathRegs/kProducerRegs (0 = no setmaxnreg), Scheduler, kSplitN (keep two units of MMA work
 //   in flight: the N halves of a wave, or for narrow tiles two waves), kGated / kGateRows
 //   (swap-AB tile of kGateRows gate rows + the same features' up rows, for kOutSwiGluQuant;
-//   schedules/swap_ab.cuh)
+//   schedules/swap_ab.cuh), kTmaStore (kOutBf16 through shared memory and TMA stores)
 // Output modes of one kernel instantiation.
 enum OutMode : int {
   kOutBf16 = 0,        // store y directly
@@ -52,6 +52,11 @@ enum OutMode : int {
                        // token per 128 features; the tiles of a 128-feature group form a
                        // cluster (128 / kGateRows, 1, 1) that exchanges per-token amax via DSMEM
 };
+
+// Shared-memory layout of a schedule; with kTmaStore the output staging holds the whole tile.
+template <class T>
+using RingOf = SmemRing<T::kStages, T::TM, T::TN, (T::kSwapAB ? T::TN : T::TM),
+                        T::kTmaStore ? T::TM * T::TN * 2 : 0>;
 
 // Rows of sw (128-row blocks of W) one tile can touch.
 template <class T>
@@ -67,10 +72,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     sm90_fp8_gemm_1d2d_kernel(const __grid_constant__ CUtensorMap tmap_a,
                               const __grid_constant__ CUtensorMap tmap_b,
                               const __grid_constant__ CUtensorMap tmap_sa,
+                              const __grid_constant__ CUtensorMap tmap_y,
                               const float* __restrict__ sw, __nv_bfloat16* __restrict__ y,
                               float* __restrict__ partial, const GemmParams p) {
   using MMA = ptx::WgmmaE4M3<T::TN>;
-  using Ring = SmemRing<T::kStages, T::TM, T::TN, (T::kSwapAB ? T::TN : T::TM)>;
+  using Ring = RingOf<T>;
   constexpr int kMathThreads = T::kMathWG * 128;
   constexpr int kAcc = MMA::kAcc;
   // Weight-scale rows a tile touches: swap-AB tiles (TM <= 128) and TN <= 128 tiles sit
@@ -87,6 +93,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                                 T::TM == 2 * T::kGateRows),
                 "gated: one swap-AB warpgroup, kGateRows gate rows then as many up rows");
   static_assert((kMode == kOutSwiGluQuant) == T::kGated, "the gated schedule has its own output");
+  // TMA-store epilogue: bf16 output of a tokens-on-M tile (other modes store directly).
+  constexpr bool kStoreTma = T::kTmaStore && kMode == kOutBf16;
+  static_assert(!T::kTmaStore || (!T::kSwapAB && T::TN % 64 == 0),
+                "TMA-store epilogue: tokens on the MMA M side, whole 64-column boxes");
   // Cluster barriers the epilogue runs (every thread of the CTA must take part in each).
   constexpr int kEpilogueClusterSyncs = (kMode == kOutClusterSum || kMode == kOutSwiGluQuant) ? 2 : 0;
 
@@ -101,6 +111,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     ptx::prefetch_tensormap(&tmap_a);
     ptx::prefetch_tensormap(&tmap_b);
     ptx::prefetch_tensormap(&tmap_sa);
+    if constexpr (kStoreTma) ptx::prefetch_tensormap(&tmap_y);
     ring.init(T::kMathWG * 4 * T::kCluster);  // empty: every consumer warp of the cluster
   }
   __syncthreads();
@@ -382,6 +393,22 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     } else if constexpr (kMode == kOutSwiGluQuant) {
       swiglu_quant_epilogue<T::TN, T::kGateRows>(acc[0], acc[T::kWaves - 1], tile.row0 / 2, p.m, p.n / 2,
                                    reinterpret_cast<float*>(ring.a(0)), p.q_out, p.sa_out);
+    } else if constexpr (kStoreTma) {
+      // Each warpgroup stages its rows and one of its threads stores them; the bulk stores run
+      // while the warpgroup goes on with its next tile (rows past m / columns past n: clipped).
+      constexpr int kRows = T::kWaves * 64;
+      uint8_t* stage = ring.store() + wg * kRows * T::TN * 2;
+      if (tid_wg == 0) ptx::tma_store_wait_read();  // our previous tile's stores left the stage
+      ptx::named_barrier_sync(2 + wg, 128);
+      stage_bf16_swizzled<T::TN, T::kWaves>(acc, stage);
+      ptx::fence_proxy_async_shared();  // the generic-proxy writes are visible to the TMA unit
+      ptx::named_barrier_sync(2 + wg, 128);
+      if (tid_wg == 0) {
+#pragma unroll
+        for (int s = 0; s < T::TN / 64; ++s)
+          ptx::tma_store_2d(&tmap_y, stage + s * kRows * 128, tile.col0 + 64 * s, tile.row0 + wg * kRows);
+        ptx::tma_store_commit();
+      }
     } else {
 #pragma unroll
       for (int w = 0; w < T::kWaves; ++w) {
@@ -390,6 +417,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                                                                   y, partial, tile.split);
       }
     }
+  }
+  if constexpr (kStoreTma) {
+    if (tid_wg == 0) ptx::tma_store_wait_all();  // y complete before the grid ends
   }
   if constexpr (T::kCluster > 1) ptx::cluster_sync();
 }

@@ -2,14 +2,19 @@
 // a grouped raster order. Two math warpgroups, each owning kWaves x 64 rows: with kWaves = 2
 // a tile is 256 x TN (BM = 256 as 2 x 128) and each warpgroup runs two m64 waves per K block
 // into one block accumulator, promoting each wave before the next (192 accumulator registers).
-// Weight scales of the current tile are cached in shared memory for the whole K loop.
+// Weight scales of the current tile are cached in shared memory for the whole K loop. With
+// kTmaStore (every registered config) the epilogue stages the bf16 tile in shared memory and
+// TMA-stores it, so the math warpgroups start the next tile without waiting for the stores.
+// kCluster = 2 (activation multicast) and 3 math warpgroups are supported but not registered:
+// both measured slower on the H200 (docs/KERNELS.md).
 #pragma once
 #include "../scheduler.cuh"
 
 namespace fp8gemm {
 
-template <int kWaves_, int TN_, int kStages_, int kCluster_ = 1, int kMathWG_ = 2>
+template <int kWaves_, int TN_, int kStages_, int kCluster_ = 1, int kMathWG_ = 2, bool kTmaStore_ = false>
 struct Persistent {
+  static constexpr bool kTmaStore = kTmaStore_;
   // kCluster_ = 2: two CTAs (neighbouring column tiles) share the activation tile by TMA multicast.
   static constexpr int kCluster = kCluster_;
   static constexpr int kMathWG = kMathWG_, kWaves = kWaves_, TM = 64 * kMathWG_ * kWaves_, TN = TN_,
