@@ -5,6 +5,9 @@
 # in the run are ours and cuBLASLt's.
 #
 #   bash ncu_gemm.sh TAG M,N,K   -> $OUT/ncu-TAG-{ours,cublas}-details.txt, -src-top.txt
+#
+# OURS_ONLY=1 skips cuBLASLt; HARNESS="sweep --no-full --only CONFIG" profiles one compiled
+# config instead of the auto one (config names as the harness prints them).
 set -uo pipefail
 TAG="$1"; SHAPE="$2"
 OUT="${OUT:-out}"; mkdir -p "$OUT"
@@ -13,7 +16,7 @@ NCU="$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/
 run() {  # run NAME KERNEL-REGEX
   local name="$1" re="$2"
   timeout 150 "$NCU" --set full --import-source no -k "regex:$re" --launch-skip 1 --launch-count 1 \
-    -f -o "$OUT/ncu-$TAG-$name" python3 harness.py --lib ./libfp8gemm.so bench --auto-only \
+    -f -o "$OUT/ncu-$TAG-$name" python3 harness.py --lib ./libfp8gemm.so ${HARNESS:-bench --auto-only} \
     --shapes "$SHAPE" >"$OUT/ncu-$TAG-$name.log" 2>&1
   echo "ncu_gemm $TAG $name: rc=$?"
   "$NCU" -i "$OUT/ncu-$TAG-$name.ncu-rep" --page details >"$OUT/ncu-$TAG-$name-details.txt" 2>&1
