@@ -7,7 +7,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <mutex>
 
 #include "api.h"
@@ -178,16 +177,6 @@ int make_tmap_2d_typed(CUtensorMap* map, CUtensorMapDataType dtype, const void* 
           swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? FP8GEMM_OK : FP8GEMM_ERR_TMA;
-}
-
-int persistent_w_prefetch() {
-  static const int blocks = [] {
-    const char* v = std::getenv("CANDLE_FP8_W_PREFETCH");
-    if (v == nullptr || *v == 0) return 8;
-    const int b = std::atoi(v);
-    return b < 0 ? 0 : (b > 64 ? 64 : b);
-  }();
-  return blocks;
 }
 
 bool raise_smem_limit_once(const void* func, std::atomic<uint64_t>& done_mask, int device,

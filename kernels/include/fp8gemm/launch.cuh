@@ -36,9 +36,6 @@ int make_tmap_2d_typed(CUtensorMap* map, CUtensorMapDataType dtype, const void* 
                        uint32_t box_outer, bool swizzle128);
 int make_tmap_2d(CUtensorMap* map, bool f32, const void* base, uint64_t inner, uint64_t outer,
                  uint64_t row_stride_bytes, uint32_t box_inner, uint32_t box_outer, bool swizzle128);
-// K blocks of W the persistent schedule prefetches into L2 ahead of its ring
-// ($CANDLE_FP8_W_PREFETCH, read once; default 8).
-int persistent_w_prefetch();
 bool raise_smem_limit_once(const void* func, std::atomic<uint64_t>& done_mask, int device,
                            size_t bytes);
 
@@ -92,7 +89,6 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   p.nb_total = (a.n + 127) / 128;
   p.q_out = a.q_out;
   p.sa_out = a.sa_out;
-  p.w_prefetch = T::kPersistent ? persistent_w_prefetch() : 0;
   const int rows = T::kSwapAB ? a.n : a.m, cols = T::kSwapAB ? a.m : a.n;
   p.shape.tiles_rows = (rows + T::TM - 1) / T::TM;
   p.shape.tiles_cols = (cols + T::TN - 1) / T::TN;

@@ -34,9 +34,6 @@ struct GemmParams {
   // sa [n/256][m_pad] f32), see the mode's comment.
   uint8_t* q_out;
   float* sa_out;
-  // K blocks of W prefetched into L2 ahead of the ring (0 = off; persistent schedules): the
-  // 3-5 stage ring hides L2 latency, not HBM latency when W is not L2-resident.
-  int w_prefetch;
 };
 
 // Traits every schedule provides:
@@ -167,17 +164,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           ptx::tma_load_2d(ring.scales(stage), &tmap_sa, ring.full(stage),
                            T::kSwapAB ? tile.col0 : tile.row0, kb);
         };
-        // W blocks past the ring's first fill, then one more per block loaded (model constant:
-        // allowed before griddep_wait).
-        auto prefetch_w = [&](int kbp) {
-          if constexpr (!T::kGated) {
-            if (kbp < tile.kb1) {
-              if constexpr (T::kSwapAB) ptx::tma_prefetch_2d(&tmap_a, kbp * kBlockK, tile.row0);
-              else ptx::tma_prefetch_2d(&tmap_b, kbp * kBlockK, tile.col0);
-            }
-          }
-        };
-        for (int i = 0; i < p.w_prefetch; ++i) prefetch_w(tile.kb0 + T::kStages + i);
         int kb = tile.kb0;
         if (!waited) {
           // First tile: fill the ring with weight tiles while the previous kernel finishes
@@ -199,7 +185,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           kb += pre;
         }
         for (; kb < tile.kb1; ++kb) {
-          if (p.w_prefetch > 0) prefetch_w(kb + p.w_prefetch);
           ptx::mbarrier_wait(ring.empty(st.stage), st.phase ^ 1);
           ptx::mbarrier_arrive_expect_tx(ring.full(st.stage), Ring::kTxBytes);
           load_w(st.stage, kb);
