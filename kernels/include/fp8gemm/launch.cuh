@@ -144,8 +144,7 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
 
   const int64_t col_units = (p.shape.tiles_cols + T::kCluster - 1) / T::kCluster;
   const int64_t units = static_cast<int64_t>(p.shape.tiles_rows) * col_units;
-  if (T::kPersistent) {
-    if (a.split != 1) return FP8GEMM_ERR_CONFIG;
+  if (T::kPersistent) {  // split == 1 (checked where the kernel is chosen)
     int64_t max_units = a.grid_limit / T::kCluster;
     if (T::kCluster > 1) {
       // Not every SM pair can host a cluster: a persistent grid must fit in one wave.
