@@ -14,7 +14,8 @@ struct SmallM {
   static constexpr bool kGated = false;
   static constexpr int kGateRows = 0;
   static constexpr int kCluster = 1;
-  static constexpr bool kTmaStore = false;  // direct stores (split-K / transposed outputs)
+  static constexpr bool kTmaStore = false;
+  static constexpr bool kPrefetchScales = false;  // direct stores (split-K / transposed outputs)
   static constexpr int kThreads = (kMathWG + 1) * 128;
   static constexpr int kMathRegs = 0, kProducerRegs = 0;  // 256 threads: no need to move registers
   using Scheduler = OneTileScheduler<TM, TN, /*act on rows*/ true>;
