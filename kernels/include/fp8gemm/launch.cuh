@@ -96,7 +96,8 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   p.shape.kb_total = kb_total;
   p.shape.kb_per_split = (kb_total + a.split - 1) / a.split;
 
-  const size_t smem = Ring::kFixedBytes + sizeof(float) * kSwRows * p.shape.kb_per_split;
+  // Weight-scale cache: double-buffered when the next tile's scales are prefetched.
+  const size_t smem = Ring::kFixedBytes + sizeof(float) * kSwRows * p.shape.kb_per_split * (T::kPrefetchScales ? 2 : 1);
   if (smem > a.smem_optin) return FP8GEMM_ERR_SHAPE;  // K per split too long for the scale cache
 
   // One kernel per (schedule, output mode); smem limit raised once per device.

@@ -212,19 +212,51 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   float acc[T::kWaves][kAcc];
   RingState<T::kStages> st;
 
+  // Weight scales of a tile (contiguous rows of sw) into shared memory, synchronously or by
+  // cp.async (rows past the last scale block read as 0).
+  auto fill_sw = [&](const Tile& t, float* dst, bool async) {
+    const int n_kb = t.kb1 - t.kb0;
+    const int row0 = (T::kSwapAB ? t.row0 : t.col0) / 128;
+    for (int i = threadIdx.x; i < kSwRows * n_kb; i += kMathThreads) {
+      const int r = i / n_kb, j = i - r * n_kb;
+      // Gated: row 0 = the gate rows' block, row 1 = the up rows' block (n / 2 further on).
+      const int nb = T::kGated ? (r * (p.n / 2) + t.row0 / 2) / 128 : row0 + r;
+      const float* src = sw + static_cast<int64_t>(nb) * p.kb_total + t.kb0 + j;
+      if (nb >= p.nb_total) dst[i] = 0.f;
+      else if (async) ptx::cp_async_4(dst + i, src);
+      else dst[i] = *src;
+    }
+  };
+  // kPrefetchScales: two cache buffers by tile parity; the next tile's scales are copied during
+  // this tile's main loop, so only the first tile waits for global loads before its first MMA.
+  constexpr bool kSwPrefetch = T::kPrefetchScales;
+  static_assert(!kSwPrefetch || T::kPersistent, "scale prefetch: persistent schedules only");
+  int sw_parity = 0;
+  bool first_tile = true;
+
   while (sched.next(tile)) {
     const int nkb = tile.kb1 - tile.kb0;
-    // Weight scales of this tile (contiguous rows of sw) into shared memory.
-    const int sw_row0 = (T::kSwapAB ? tile.row0 : tile.col0) / 128;
     const int sw_off = kStraddle ? tile.col0 % 128 : 0;  // tile start inside its scale block
-    ptx::named_barrier_sync(1, kMathThreads);  // previous tile done reading the cache
-    for (int i = threadIdx.x; i < kSwRows * nkb; i += kMathThreads) {
-      const int r = i / nkb, j = i - r * nkb;
-      // Gated: row 0 = the gate rows' block, row 1 = the up rows' block (n / 2 further on).
-      const int nb = T::kGated ? (r * (p.n / 2) + tile.row0 / 2) / 128 : sw_row0 + r;
-      sw_cache[i] = nb < p.nb_total ? sw[static_cast<int64_t>(nb) * p.kb_total + tile.kb0 + j] : 0.f;
+    float* sw_tile = sw_cache;
+    if constexpr (kSwPrefetch) {
+      sw_tile = sw_cache + sw_parity * kSwRows * p.shape.kb_per_split;
+      if (first_tile) fill_sw(tile, sw_tile, false);
+      else ptx::cp_async_wait_all();
+      // This tile's scales are in; the tile that last read the other buffer is done with it.
+      ptx::named_barrier_sync(1, kMathThreads);
+      auto peek = sched;
+      Tile next_tile;
+      if (peek.next(next_tile)) {
+        fill_sw(next_tile, sw_cache + (sw_parity ^ 1) * kSwRows * p.shape.kb_per_split, true);
+        ptx::cp_async_commit();
+      }
+      sw_parity ^= 1;
+      first_tile = false;
+    } else {
+      ptx::named_barrier_sync(1, kMathThreads);  // previous tile done reading the cache
+      fill_sw(tile, sw_cache, false);
+      ptx::named_barrier_sync(1, kMathThreads);
     }
-    ptx::named_barrier_sync(1, kMathThreads);
 
 #pragma unroll
     for (int w = 0; w < T::kWaves; ++w)
@@ -256,7 +288,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       // Scales of this K block, read before the stage is handed back.
       float swv[kSwRows];
 #pragma unroll
-      for (int r = 0; r < kSwRows; ++r) swv[r] = sw_cache[r * nkb + i];
+      for (int r = 0; r < kSwRows; ++r) swv[r] = sw_tile[r * nkb + i];
       float row_s[T::kWaves][2];                   // normal: token scales of my two rows
       // swap-AB: token scales of my columns times the wave's weight scale
       float col_s[T::kSwapAB ? T::kWaves : 1][T::kSwapAB ? T::TN / 8 : 1][2];

@@ -67,6 +67,16 @@ __device__ __forceinline__ void tma_store_wait_read() {
 // The committed stores are complete (visible in global memory).
 __device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
+// Asynchronous 4-byte global -> shared copy (Ampere cp.async): lands without stalling the
+// issuing thread; cp_async_wait_all, then a barrier, makes it visible to the other threads.
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)),
+               "l"(reinterpret_cast<uint64_t>(src))
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 // Programmatic dependent launch: wait for the previous grid's memory, and allow the next
 // grid to start its prologue.
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }

@@ -15,6 +15,7 @@ struct SmallM {
   static constexpr int kGateRows = 0;
   static constexpr int kCluster = 1;
   static constexpr bool kTmaStore = false;  // direct stores (split-K / transposed outputs)
+  static constexpr bool kPrefetchScales = false;  // one tile per CTA: nothing to prefetch
   static constexpr int kThreads = (kMathWG + 1) * 128;
   static constexpr int kMathRegs = 0, kProducerRegs = 0;  // 256 threads: no need to move registers
   using Scheduler = OneTileScheduler<TM, TN, /*act on rows*/ true>;

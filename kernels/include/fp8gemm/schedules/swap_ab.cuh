@@ -25,6 +25,7 @@ struct SwapAB {
   static constexpr bool kGated = kGateRows_ > 0;
   static constexpr int kCluster = 1;
   static constexpr bool kTmaStore = false;  // direct stores (split-K / transposed outputs)
+  static constexpr bool kPrefetchScales = false;  // one tile per CTA: nothing to prefetch
   static constexpr int kThreads = (kMathWG + 1) * 128;
   static constexpr int kMathRegs = 0, kProducerRegs = 0;
   using Scheduler = OneTileScheduler<TM, TN, /*act on rows*/ false>;
