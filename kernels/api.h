@@ -73,20 +73,12 @@ int32_t fp8gemm_compiled_configs(fp8gemm_config* out, int32_t capacity);
 int32_t fp8gemm_quantize_act(const void* x, int32_t x_dtype, uint8_t* q, float* sa,
                              int64_t m, int64_t k, void* stream);
 
-// Arrival counters (uint32) fp8gemm_gemm can use to reduce a workspace split-K in the last
-// split of each tile instead of a second launch: one per output tile, 0 when this config and
-// shape do not split through the workspace.
-int64_t fp8gemm_gemm_counters(const fp8gemm_config* cfg, int64_t m, int64_t n, int64_t k);
-
 // y = blocked-FP8 GEMM (two-level accumulation, both scales applied every 128-wide K block).
 // Requires k % 128 == 0, n % 16 == 0, m >= 1. `workspace` may be NULL when
-// fp8gemm_workspace_bytes() returns 0. `counters` (may be NULL): at least
-// fp8gemm_gemm_counters() zeroed uint32 values, 4-byte aligned, private to this stream; a
-// workspace split then adds its partials in its last split to finish (same order and bits as
-// the reduce launch used without counters) and leaves the counters zeroed for the next call.
+// fp8gemm_workspace_bytes() returns 0.
 int32_t fp8gemm_gemm(const uint8_t* qa, const float* sa, const uint8_t* w, const float* sw,
                      void* y, int64_t m, int64_t n, int64_t k, const fp8gemm_config* cfg,
-                     void* workspace, size_t workspace_bytes, uint32_t* counters, void* stream);
+                     void* workspace, size_t workspace_bytes, void* stream);
 
 // fp8gemm_gemm without the split-K reduction: when the configuration reduces through the
 // workspace (fp8gemm_workspace_bytes() > 0), the kernel leaves the f32 partial sums there,

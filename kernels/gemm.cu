@@ -153,14 +153,6 @@ size_t partial_bytes(const ConfigEntry* e, int split, int64_t m, int64_t n) {
   return static_cast<size_t>(split) * m * n * sizeof(float);
 }
 
-// Arrival counters the tail reduction of a workspace split needs: one per output tile (a tile
-// is block_m tokens x block_n features for every schedule); 0 when the split does not go
-// through the workspace or the schedule cannot reduce in its last split (multicast, persistent).
-int64_t tail_counters(const ConfigEntry* e, int split, int64_t m, int64_t n) {
-  if (e == nullptr || !e->cluster_split || partial_bytes(e, split, m, n) == 0) return 0;
-  return ((m + e->block_m - 1) / e->block_m) * ((n + e->block_n - 1) / e->block_n);
-}
-
 }  // namespace
 
 int make_tmap_2d(CUtensorMap* map, bool f32, const void* base, uint64_t inner, uint64_t outer,
@@ -233,16 +225,6 @@ extern "C" size_t fp8gemm_workspace_bytes(const fp8gemm_config* cfg, int64_t m, 
   return partial_bytes(find_config(c), effective_split(c, k), m, n);
 }
 
-extern "C" int64_t fp8gemm_gemm_counters(const fp8gemm_config* cfg, int64_t m, int64_t n, int64_t k) {
-  if (m < 1 || n < 1 || k < 128) return 0;
-  int sms = 132;
-  DeviceInfo info;
-  int dev;
-  if (device_info(&info, &dev) == FP8GEMM_OK) sms = info.sms;
-  const fp8gemm_config c = resolve(cfg, m, n, k, sms);
-  return tail_counters(find_config(c), effective_split(c, k), m, n);
-}
-
 static int32_t launch_reduce(const float* partial, __nv_bfloat16* y, int64_t count, int splits,
                              int sms, cudaStream_t stream) {
   int64_t blocks = (count / 4 + 255) / 256;
@@ -290,12 +272,10 @@ static GemmArgs operand_args(const uint8_t* qa, const float* sa, const uint8_t* 
   return a;
 }
 
-// fp8gemm_gemm and fp8gemm_gemm_unreduced: `reduce` = false leaves workspace partials unreduced;
-// with `counters` a workspace split is reduced by its last split (no reduce launch).
+// fp8gemm_gemm and fp8gemm_gemm_unreduced: `reduce` = false leaves workspace partials unreduced.
 static int32_t gemm_impl(const uint8_t* qa, const float* sa, const uint8_t* w, const float* sw,
                          void* y, int64_t m, int64_t n, int64_t k, const fp8gemm_config* cfg,
-                         void* workspace, size_t workspace_bytes, uint32_t* counters, void* stream,
-                         bool reduce) {
+                         void* workspace, size_t workspace_bytes, void* stream, bool reduce) {
   if (m < 1 || n < 16 || k < 128 || k % 128 != 0 || n % 16 != 0) return FP8GEMM_ERR_SHAPE;
   if (m > 0x7fffffff || n > 0x7fffffff || k > 0x7fffffff) return FP8GEMM_ERR_SHAPE;
   if (!operands_ok(qa, sa, w, sw) || (y && !aligned16(y))) return FP8GEMM_ERR_ALIGN;
@@ -317,11 +297,8 @@ static int32_t gemm_impl(const uint8_t* qa, const float* sa, const uint8_t* w, c
   a.y = static_cast<__nv_bfloat16*>(y);
   a.partial = need > 0 ? static_cast<float*>(workspace) : nullptr;
   if (c.num_sms > 0 && c.num_sms < info.sms) a.grid_limit = c.num_sms;
-  const bool tail = reduce && counters != nullptr && tail_counters(e, split, m, n) > 0;
-  if (tail && (reinterpret_cast<uintptr_t>(counters) & 3) != 0) return FP8GEMM_ERR_ALIGN;
-  a.counters = tail ? counters : nullptr;
   if (int st = e->run(a)) return st;
-  if (need > 0 && reduce && !tail)  // split-K through the workspace: deterministic fixed-order reduce
+  if (need > 0 && reduce)  // split-K through the workspace: deterministic fixed-order reduce
     return launch_reduce(a.partial, a.y, m * n, split, info.sms, a.stream);
   return FP8GEMM_OK;
 }
@@ -329,17 +306,15 @@ static int32_t gemm_impl(const uint8_t* qa, const float* sa, const uint8_t* w, c
 extern "C" int32_t fp8gemm_gemm(const uint8_t* qa, const float* sa, const uint8_t* w,
                                 const float* sw, void* y, int64_t m, int64_t n, int64_t k,
                                 const fp8gemm_config* cfg, void* workspace,
-                                size_t workspace_bytes, uint32_t* counters, void* stream) {
-  return gemm_impl(qa, sa, w, sw, y, m, n, k, cfg, workspace, workspace_bytes, counters, stream,
-                   true);
+                                size_t workspace_bytes, void* stream) {
+  return gemm_impl(qa, sa, w, sw, y, m, n, k, cfg, workspace, workspace_bytes, stream, true);
 }
 
 extern "C" int32_t fp8gemm_gemm_unreduced(const uint8_t* qa, const float* sa, const uint8_t* w,
                                           const float* sw, void* y, int64_t m, int64_t n,
                                           int64_t k, const fp8gemm_config* cfg, void* workspace,
                                           size_t workspace_bytes, void* stream) {
-  return gemm_impl(qa, sa, w, sw, y, m, n, k, cfg, workspace, workspace_bytes, nullptr, stream,
-                   false);
+  return gemm_impl(qa, sa, w, sw, y, m, n, k, cfg, workspace, workspace_bytes, stream, false);
 }
 
 // Default tile of the gated (SwiGLU) schedule: 128 weight rows (64 features, 2-CTA clusters),

@@ -27,7 +27,6 @@ mod sys {
     extern "C" {
         pub fn fp8gemm_status_string(status: i32) -> *const std::ffi::c_char;
         pub fn fp8gemm_workspace_bytes(cfg: *const GemmConfig, m: i64, n: i64, k: i64) -> usize;
-        pub fn fp8gemm_gemm_counters(cfg: *const GemmConfig, m: i64, n: i64, k: i64) -> i64;
         pub fn fp8gemm_compiled_configs(out: *mut GemmConfig, capacity: i32) -> i32;
         pub fn fp8gemm_quantize_act(
             x: *const c_void,
@@ -51,7 +50,6 @@ mod sys {
             cfg: *const GemmConfig,
             workspace: *mut c_void,
             workspace_bytes: usize,
-            counters: *mut u32,
             stream: *mut c_void,
         ) -> i32;
         #[allow(clippy::too_many_arguments)]
@@ -107,9 +105,6 @@ mod sys {
     pub unsafe fn fp8gemm_workspace_bytes(_: *const GemmConfig, _: i64, _: i64, _: i64) -> usize {
         0
     }
-    pub unsafe fn fp8gemm_gemm_counters(_: *const GemmConfig, _: i64, _: i64, _: i64) -> i64 {
-        0
-    }
     pub unsafe fn fp8gemm_compiled_configs(_: *mut GemmConfig, _: i32) -> i32 {
         0
     }
@@ -136,27 +131,11 @@ mod sys {
         _: *const GemmConfig,
         _: *mut c_void,
         _: usize,
-        _: *mut u32,
         _: *mut c_void,
     ) -> i32 {
         FP8GEMM_ERR_CONFIG
     }
-    pub unsafe fn fp8gemm_gemm_unreduced(
-        _: *const u8,
-        _: *const f32,
-        _: *const u8,
-        _: *const f32,
-        _: *mut c_void,
-        _: i64,
-        _: i64,
-        _: i64,
-        _: *const GemmConfig,
-        _: *mut c_void,
-        _: usize,
-        _: *mut c_void,
-    ) -> i32 {
-        FP8GEMM_ERR_CONFIG
-    }
+    pub use self::fp8gemm_gemm as fp8gemm_gemm_unreduced;
     pub unsafe fn fp8gemm_reduce_partials(_: *const f32, _: *mut c_void, _: i64, _: i64, _: i32, _: *mut c_void) -> i32 {
         FP8GEMM_ERR_CONFIG
     }

@@ -111,7 +111,7 @@ struct StreamState {
 
 /// Runs `f` with a device buffer of at least `n` zeroed `u32` counters (null when `n` is 0), for
 /// kernels that count arrivals and reset their counters before they finish (the fused decode
-/// attention's tail merge, the GEMM's split-K tail reduction). Kept per device and thread (i.e. per stream: stream-ordered reuse),
+/// attention's tail merge). Kept per device and thread (i.e. per stream: stream-ordered reuse),
 /// grown on demand (zero-filled once), never shrunk.
 pub(crate) fn with_zeroed_counters<R>(dev: &CudaDevice, n: usize, f: impl FnOnce(*mut u32) -> Result<R>) -> Result<R> {
     if n == 0 {
@@ -464,15 +464,10 @@ fn launch_hopper(
         }
         _ => (std::ptr::null_mut(), 0, None),
     };
-    // A workspace split is reduced by its last split to finish (no reduce launch): one zeroed
-    // arrival counter per output tile, left zeroed by the kernel.
-    let counters = unsafe { ffi::fp8gemm_gemm_counters(cfg, m as i64, n as i64, k as i64) }.max(0) as usize;
-    with_zeroed_counters(dev, counters, |c| {
-        let status = unsafe {
-            ffi::fp8gemm_gemm(p.qa, p.sa, p.w, p.sw, p.y, m as i64, n as i64, k as i64, cfg, ws_ptr, ws_len, c, raw_stream(dev))
-        };
-        ffi::check(&format!("gemm (m={m} n={n} k={k}, {cfg:?})"), status)
-    })
+    let status = unsafe {
+        ffi::fp8gemm_gemm(p.qa, p.sa, p.w, p.sw, p.y, m as i64, n as i64, k as i64, cfg, ws_ptr, ws_len, raw_stream(dev))
+    };
+    ffi::check(&format!("gemm (m={m} n={n} k={k}, {cfg:?})"), status)
 }
 
 /// Our kernels: schedule from [`choose_config`], cached split-K workspace.

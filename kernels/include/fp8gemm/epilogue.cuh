@@ -57,44 +57,6 @@ __device__ __forceinline__ void store_fragment(const float* d, int row0, int col
   }
 }
 
-// Split-K tail: replaces the fragment `d` (split `own`'s values, already in the workspace) by
-// partial[0] + partial[1] + ... + partial[splits - 1] added left to right, the order and
-// therefore the bits of splitk_reduce_kernel. Out-of-bounds elements are left as they are
-// (store_fragment skips them). Splits outer, elements inner: one L2 round trip per split with
-// every load of the fragment in flight.
-template <int N, bool kTransposed>
-__device__ __forceinline__ void sum_split_partials(float* d, int row0, int col0, int m, int n,
-                                                   const float* __restrict__ partial, int own,
-                                                   int splits) {
-  const int lane = threadIdx.x % 32;
-  const int r = row0 + ((threadIdx.x / 32) % 4) * 16 + lane / 4;
-  const int c = col0 + (lane % 4) * 2;
-  const int64_t mn = static_cast<int64_t>(m) * n;
-  float sum[N / 2];
-  for (int s = 0; s < splits; ++s) {
-    const float* ps = partial + s * mn;
-#pragma unroll
-    for (int j = 0; j < N / 8; ++j) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int x = 4 * j + 2 * h + e;
-          const int row = r + 8 * h, col = c + 8 * j + e;
-          // Element (row, col) of the MMA tile: y[row][col], or y[col][row] when transposed.
-          const bool in = kTransposed ? (row < n && col < m) : (row < m && col < n);
-          const int64_t off = kTransposed ? static_cast<int64_t>(col) * n + row
-                                          : static_cast<int64_t>(row) * n + col;
-          const float v = s == own ? d[x] : (in ? __ldcg(ps + off) : 0.f);
-          sum[x] = s == 0 ? v : sum[x] + v;
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int x = 0; x < N / 2; ++x) d[x] = sum[x];
-}
-
 // TMA-store epilogue, first half: a warpgroup's kWaves m64 x TN fragments as bf16 in shared
 // memory, laid out as the TMA boxes the store reads: TN / 64 slabs of [kWaves * 64 rows x 64
 // columns], each row 128 bytes with the 128-byte swizzle (16-byte chunk c of row r sits at

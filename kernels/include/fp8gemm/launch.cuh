@@ -22,7 +22,6 @@ struct GemmArgs {
   float* partial;   // split-K workspace (split * m * n floats) or null
   uint8_t* q_out;   // gated schedules: the SwiGLU output's (q, sa) (GemmParams::q_out)
   float* sa_out;
-  unsigned* counters;  // split-K tail reduction: >= one zeroed counter per tile, or null
   int m, n, k;
   int split;        // effective K split (>= 1, <= k / 128)
   int grid_limit;   // persistent grid size (#SMs to use)
@@ -90,7 +89,6 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   p.nb_total = (a.n + 127) / 128;
   p.q_out = a.q_out;
   p.sa_out = a.sa_out;
-  p.counters = a.counters;
   const int rows = T::kSwapAB ? a.n : a.m, cols = T::kSwapAB ? a.m : a.n;
   p.shape.tiles_rows = (rows + T::TM - 1) / T::TM;
   p.shape.tiles_cols = (cols + T::TN - 1) / T::TN;
@@ -103,11 +101,9 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   if (smem > a.smem_optin) return FP8GEMM_ERR_SHAPE;  // K per split too long for the scale cache
 
   // One kernel per (schedule, output mode); smem limit raised once per device.
-  // One tile per CTA without multicast: split-K may reduce in a cluster or in the last split.
   constexpr bool kClusterSplitOk = !T::kPersistent && T::kCluster == 1;
   const bool use_ws = split_uses_workspace(a.split, kClusterSplitOk);
-  const bool tail = use_ws && kClusterSplitOk && a.counters != nullptr;
-  int mode = a.split == 1 ? kOutBf16 : (tail ? kOutSplitTail : use_ws ? kOutWorkspace : kOutClusterSum);
+  int mode = a.split == 1 ? kOutBf16 : (use_ws ? kOutWorkspace : kOutClusterSum);
   if (use_ws && a.partial == nullptr) return FP8GEMM_ERR_WORKSPACE;
   decltype(&sm90_fp8_gemm_1d2d_kernel<T, T::kGated ? kOutSwiGluQuant : kOutBf16>) kern;
   if constexpr (T::kGated) {
@@ -120,15 +116,12 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
     if (a.split != 1) return FP8GEMM_ERR_CONFIG;  // whole tiles only: one output mode
     kern = sm90_fp8_gemm_1d2d_kernel<T, kOutBf16>;
   } else {
-    constexpr int kClusterMode = kClusterSplitOk ? kOutClusterSum : kOutWorkspace;
-    constexpr int kTailMode = kClusterSplitOk ? kOutSplitTail : kOutWorkspace;
-    kern = mode == kOutBf16        ? sm90_fp8_gemm_1d2d_kernel<T, kOutBf16>
+    kern = mode == kOutBf16 ? sm90_fp8_gemm_1d2d_kernel<T, kOutBf16>
            : mode == kOutWorkspace ? sm90_fp8_gemm_1d2d_kernel<T, kOutWorkspace>
-           : mode == kOutSplitTail ? sm90_fp8_gemm_1d2d_kernel<T, kTailMode>
-                                   : sm90_fp8_gemm_1d2d_kernel<T, kClusterMode>;
+                                   : sm90_fp8_gemm_1d2d_kernel<T, (kClusterSplitOk ? kOutClusterSum : kOutWorkspace)>;
   }
   {
-    static std::atomic<uint64_t> done[5] = {{0}, {0}, {0}, {0}, {0}};
+    static std::atomic<uint64_t> done[4] = {{0}, {0}, {0}, {0}};
     if (!raise_smem_limit_once(reinterpret_cast<const void*>(kern), done[mode], a.device, a.smem_optin))
       return FP8GEMM_ERR_LAUNCH;
   }

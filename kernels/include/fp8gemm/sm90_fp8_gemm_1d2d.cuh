@@ -34,9 +34,6 @@ struct GemmParams {
   // sa [n/256][m_pad] f32), see the mode's comment.
   uint8_t* q_out;
   float* sa_out;
-  // kOutSplitTail only: one arrival counter per tile (blockIdx.x), zero on entry; the last
-  // split of a tile to arrive resets it, so the buffer is left zeroed for the next launch.
-  unsigned* counters;
 };
 
 // Traits every schedule provides:
@@ -54,9 +51,6 @@ enum OutMode : int {
   kOutSwiGluQuant = 3, // gated swap-AB: h = bf16(silu(bf16 gate) * bf16 up) quantized per
                        // token per 128 features; the tiles of a 128-feature group form a
                        // cluster (128 / kGateRows, 1, 1) that exchanges per-token amax via DSMEM
-  kOutSplitTail = 4,   // split-K: every split writes its f32 partials to the workspace and the
-                       // last split of a tile to arrive (GemmParams::counters) adds them in
-                       // split order and writes y: the reduce kernel's sums, without its launch
 };
 
 // Shared-memory layout of a schedule; with kTmaStore the output staging holds the whole tile.
@@ -428,35 +422,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         }
       }
       ptx::cluster_sync();  // rank 0 done reading the peers
-    } else if constexpr (kMode == kOutSplitTail) {
-      static_assert(!T::kPersistent && T::kCluster == 1, "tail split-K: one tile per CTA");
-      const int splits = static_cast<int>(gridDim.y);
-#pragma unroll
-      for (int w = 0; w < T::kWaves; ++w) {
-        const int row0 = tile.row0 + (wg * T::kWaves + w) * 64;
-        store_fragment<T::TN, T::kSwapAB, true>(acc[w], row0, tile.col0, p.m, p.n, y, partial, tile.split);
-      }
-      // Release: our partials are visible device-wide before the arrival is counted. The main
-      // loop is over, so the scale cache's first word is free for the "last" flag.
-      __threadfence();
-      ptx::named_barrier_sync(1, kMathThreads);
-      unsigned* last_flag = reinterpret_cast<unsigned*>(sw_cache);
-      if (threadIdx.x == 0) {
-        const unsigned arrived = atomicAdd(p.counters + blockIdx.x, 1u) + 1u;
-        const bool last = arrived == static_cast<unsigned>(splits);
-        if (last) p.counters[blockIdx.x] = 0u;  // every split has counted: reset for the next launch
-        *last_flag = last ? 1u : 0u;
-      }
-      ptx::named_barrier_sync(1, kMathThreads);
-      if (*last_flag) {
-        __threadfence();  // acquire: the other splits' partials
-#pragma unroll
-        for (int w = 0; w < T::kWaves; ++w) {
-          const int row0 = tile.row0 + (wg * T::kWaves + w) * 64;
-          sum_split_partials<T::TN, T::kSwapAB>(acc[w], row0, tile.col0, p.m, p.n, partial, tile.split, splits);
-          store_fragment<T::TN, T::kSwapAB, false>(acc[w], row0, tile.col0, p.m, p.n, y, partial, 0);
-        }
-      }
     } else if constexpr (kMode == kOutSwiGluQuant) {
       swiglu_quant_epilogue<T::TN, T::kGateRows>(acc[0], acc[T::kWaves - 1], tile.row0 / 2, p.m, p.n / 2,
                                    reinterpret_cast<float*>(ring.a(0)), p.q_out, p.sa_out);
