@@ -17,6 +17,9 @@
 //!   different candle CUDA `Device` handles: clear errors naming the operand.
 //! - `sanitizer_boundary_shapes`: every schedule at its boundary shapes, small enough to run
 //!   under `compute-sanitizer --tool {memcheck,racecheck,synccheck}` (checked against the CPU).
+//! - `forced_splits_match_reference`: every split-capable schedule forced to K splits 2–8
+//!   (2: summed inside a 2-CTA cluster; 3+: f32 workspace and the reduce launch) on ragged M
+//!   and N, poisoned outputs, against the CPU, and bitwise identical when called again.
 #![cfg(feature = "cuda")]
 
 #[path = "common/gpu.rs"]
@@ -26,7 +29,7 @@ use gpu::usable;
 
 use candle_core::cuda_backend::cudarc::driver::result::mem_get_info;
 use candle_core::{DType, Device, Module, Result, Tensor};
-use candle_fp8::dispatch::{choose_config, BackendRequest, Provider};
+use candle_fp8::dispatch::{choose_config, set_config_override, BackendRequest, GemmConfig, Provider, ScheduleKind};
 use candle_fp8::format::{act_scale_m_stride, num_blocks, F8E4M3};
 use candle_fp8::ops::{fp8_block_matmul, fp8_block_matmul_with};
 use candle_fp8::reference::{calc_diff_slices, naive_matmul_f64, rel_err_slices};
@@ -350,6 +353,54 @@ fn sanitizer_boundary_shapes() -> Result<()> {
                 let mut rows = vec![0, m / 2, m - 1];
                 rows.dedup();
                 check_rows(&format!("boundary [{p}] m={m} n={n} k={k} {}", schedule(m, n, k)), &y, &o, &rows, (m, n, k))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Restores the automatic configuration when dropped (also when an assertion fails).
+struct OverrideGuard;
+impl Drop for OverrideGuard {
+    fn drop(&mut self) {
+        set_config_override(None);
+    }
+}
+
+/// The override is process-wide: this file's tests run with `--test-threads=1` (gpu_run.sh).
+#[test]
+fn forced_splits_match_reference() -> Result<()> {
+    let dev = gpu_or_skip!("forced_splits_match_reference");
+    let providers = usable(&dev, "forced_splits_match_reference")?;
+    if !providers.contains(&Provider::Hopper) {
+        println!("SKIP forced_splits_match_reference: our kernels cannot run on this device");
+        return Ok(());
+    }
+    let _guard = OverrideGuard;
+    // (schedule, block_m, block_n, stages, m values): ragged M per schedule; N = 272 is two
+    // 128-column blocks and a 16-column remainder; K = 2048 = 16 K blocks (8 splits of 2).
+    let plans: &[(ScheduleKind, i32, i32, i32, &[usize])] = &[
+        (ScheduleKind::SwapAb, 8, 64, 8, &[1, 5]),
+        (ScheduleKind::SwapAb, 16, 64, 8, &[13]),
+        (ScheduleKind::SmallM, 64, 128, 6, &[37, 100]),
+        (ScheduleKind::SmallM, 64, 32, 8, &[64]),
+        (ScheduleKind::WarpSpecialized, 128, 128, 6, &[129, 200]),
+    ];
+    let (n, k) = (272, 2048);
+    for &(kind, block_m, block_n, stages, ms) in plans {
+        for &m in ms {
+            let o = random_operands(m, n, k, (m * 31 + block_n as usize) as u64, &dev)?;
+            for split_k in [2, 3, 5, 8] {
+                let cfg = GemmConfig { kind: kind as i32, block_m, block_n, stages, split_k, num_sms: 0 };
+                set_config_override(Some(cfg));
+                let what = format!("{kind:?} {block_m}x{block_n}x{stages} split {split_k} m={m} n={n} k={k}");
+                // NaN-filled memory freed just before: the output most likely reuses it.
+                drop((Tensor::full(f32::NAN, 8 * m * n, &dev)?, Tensor::full(half::bf16::NAN, m * n, &dev)?));
+                let y = gemm(Provider::Hopper, &o)?;
+                let rows: Vec<usize> = (0..m).collect();
+                check_rows(&what, &y, &o, &rows, (m, n, k))?;
+                let again = gemm(Provider::Hopper, &o)?;
+                assert!(bits(&y)? == bits(&again)?, "{what}: a second call differs");
             }
         }
     }

@@ -166,6 +166,8 @@ def check(lib, args):
     shapes += [(M, 144, 384) for M in (1, 5, 70, 300)]            # N not a multiple of the tile
     shapes += [(M, N, K) for M in (1, 16, 2048) for (N, K) in [(10240, 5120), (5120, 8192), (51200, 5120), (5120, 25600)]]
     shapes += [(3, 4096, 4096 * 16)]  # long K
+    if args.shapes:
+        shapes = [tuple(int(v) for v in sh.split(",")) for sh in args.shapes]
     nfail = nrun = 0
     t0 = time.time()
     fails = []

@@ -397,7 +397,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     if constexpr (kMode == kOutClusterSum) {
       static_assert(!T::kPersistent && T::kCluster == 1, "cluster split-K: one tile per CTA");
       static_assert(T::kWaves * kAcc * kMathThreads * 4 <= Ring::kRingBytes, "partials fit the ring");
-      // The ring is idle (every stage consumed): publish my accumulators there, thread-minor.
+      // The ring is idle once every math warpgroup is past its last wgmma (with two, one may
+      // still be reading its last stage's A tile, which the partials below overwrite: found by
+      // racecheck as NaN outputs of the 128-row schedule at split 2). Then publish my
+      // accumulators there, thread-minor.
+      if constexpr (T::kMathWG > 1) ptx::named_barrier_sync(1, kMathThreads);
       float* red = reinterpret_cast<float*>(ring.a(0));
       const int t = threadIdx.x;
 #pragma unroll
