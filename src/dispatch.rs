@@ -273,6 +273,7 @@ pub fn config_override() -> Option<GemmConfig> {
 /// | 1–8 | swap-AB | 8 tokens × 64 weight rows | 8 | none if N/64 ≥ S, else `swap_split` |
 /// | 9–16 | swap-AB | 16 × 64 | 8 | same |
 /// | 65–128 with t128 ≥ 40 | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split |
+/// | 33–64 with S/4 < ⌈N/64⌉ ≤ S/2 | small-M | 64 × 64 | 8 | 2 (a 2-CTA cluster sums) |
 /// | other 17–128 | small-M | 64 × 128 | 6 | one wave, ≥ 4 K blocks per split |
 /// | 129–256 while ⌈M/64⌉·t128 ≤ S | small-M | 64 × 128 | 6 | one wave, ≥ 16 K blocks per split |
 /// | other 129–256 | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split |
@@ -301,6 +302,13 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
         let split = if tiles >= sms { 1 } else { swap_split(tiles, kb, sms) };
         cfg(ScheduleKind::SwapAb, if m <= 8 { 8 } else { 16 }, 64, 8, split)
     } else if m <= 128 {
+        let t64 = n.div_ceil(64);
+        if m > 32 && m <= 64 && 2 * t64 <= sms && 4 * t64 > sms && kb >= 8 {
+            // 64 x 64 tiles in 2-CTA cluster splits fill the SMs once (N = 4096: 128 CTAs):
+            // 64×4096² 7.35 / 8.17 µs hot / cold vs 7.43 / 9.18 for 64 x 128 split 4
+            // (session 8, docs/perf/2026-11-30-s8/call2-tail-vs-launch-vs-cluster.txt).
+            return cfg(ScheduleKind::SmallM, 64, 64, 8, 2);
+        }
         if m > 64 && t128 >= 40 {
             // Wide N at M = 65-128: 128 x 128 tiles (128×10240×5120: 23 µs vs 38 for 64 x 128
             // split 2, which ran two waves; 128×51200×5120: 100.7 vs 115.3 for 64 x 128).
@@ -422,6 +430,15 @@ mod tests {
         assert_eq!(c(1, 5120, 25600).split_k, 3);
         assert_eq!(c(1, 51200, 5120).split_k, 1);
         assert_eq!(c(32, 4096, 4096).split_k, 4);
+        // 33-64 at N = 4096: 64 x 64 tiles, split 2 (128 CTAs); not when that is > 1 wave
+        // (N = 5120) or < half of one (N = 2048), nor below 8 K blocks.
+        assert_eq!((tile(33, 4096, 4096), c(33, 4096, 4096).split_k), ((64, 64), 2));
+        assert_eq!((tile(64, 4096, 4096), c(64, 4096, 4096).stages), ((64, 64), 8));
+        assert_eq!(tile(32, 4096, 4096), (64, 128));
+        assert_eq!(tile(65, 4096, 4096), (64, 128));
+        assert_eq!(tile(64, 5120, 8192), (64, 128));
+        assert_eq!(tile(64, 2048, 4096), (64, 128));
+        assert_eq!(tile(64, 4096, 512), (64, 128));
         assert_eq!(c(32, 5120, 8192).split_k, 3);
         assert_eq!(c(64, 10240, 5120).split_k, 1);
         assert_eq!(c(128, 4096, 4096).split_k, 2);
