@@ -273,7 +273,7 @@ pub fn config_override() -> Option<GemmConfig> {
 /// | 1–8 | swap-AB | 8 tokens × 64 weight rows | 8 | none if N/64 ≥ S, else `swap_split` |
 /// | 9–16 | swap-AB | 16 × 64 | 8 | same |
 /// | 65–128 with t128 ≥ 40 | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split |
-/// | 33–64 with S/4 < ⌈N/64⌉ ≤ S/2 | small-M | 64 × 64 | 8 | 2 (a 2-CTA cluster sums) |
+/// | 33–64 with S/4 < ⌈N/64⌉ ≤ S/2, K ≥ 1024 | small-M | 64 × 64 | 8 | 2 (a 2-CTA cluster sums) |
 /// | other 17–128 | small-M | 64 × 128 | 6 | one wave, ≥ 4 K blocks per split |
 /// | 129–256 while ⌈M/64⌉·t128 ≤ S | small-M | 64 × 128 | 6 | one wave, ≥ 16 K blocks per split |
 /// | other 129–256 | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split |
