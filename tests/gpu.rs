@@ -16,7 +16,7 @@
 #[path = "common/gpu.rs"]
 #[macro_use]
 mod gpu;
-use gpu::{usable, PROVIDERS};
+use gpu::{poison, usable, PROVIDERS};
 
 
 use candle_core::{DType, Device, Result, Tensor};
@@ -45,14 +45,6 @@ fn quick() -> bool {
 }
 
 
-/// Fills the device's allocator pool with NaNs (bf16 and f32) of at least `elems` elements
-/// and frees them, so that the next output allocation most likely reuses poisoned memory.
-fn poison(dev: &Device, elems: usize) -> Result<()> {
-    let a = Tensor::full(f32::NAN, elems, dev)?;
-    let b = Tensor::full(half::bf16::NAN, elems, dev)?;
-    drop((a, b));
-    Ok(())
-}
 
 /// Operands with `m` rows taken from `op` (which has at least `m` rows), re-laid out so that
 /// the scale column stride is `round_up(m, 4)`.

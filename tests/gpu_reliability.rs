@@ -25,7 +25,7 @@
 #[path = "common/gpu.rs"]
 #[macro_use]
 mod gpu;
-use gpu::usable;
+use gpu::{poison, usable};
 
 use candle_core::cuda_backend::cudarc::driver::result::mem_get_info;
 use candle_core::{DType, Device, Module, Result, Tensor};
@@ -395,8 +395,8 @@ fn forced_splits_match_reference() -> Result<()> {
                 let cfg = GemmConfig { kind: kind as i32, block_m, block_n, stages, split_k, num_sms: 0 };
                 set_config_override(Some(cfg));
                 let what = format!("{kind:?} {block_m}x{block_n}x{stages} split {split_k} m={m} n={n} k={k}");
-                // NaN-filled memory freed just before: the output most likely reuses it.
-                drop((Tensor::full(f32::NAN, 8 * m * n, &dev)?, Tensor::full(half::bf16::NAN, m * n, &dev)?));
+                // NaN-filled memory freed just before (workspace-sized): the outputs most likely reuse it.
+                poison(&dev, 8 * m * n)?;
                 let y = gemm(Provider::Hopper, &o)?;
                 let rows: Vec<usize> = (0..m).collect();
                 check_rows(&what, &y, &o, &rows, (m, n, k))?;

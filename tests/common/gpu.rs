@@ -2,7 +2,7 @@
 //! CUDA device or the reason there is none, the skip macro, and the usable providers.
 #![allow(dead_code)]
 
-use candle_core::{Device, Result};
+use candle_core::{Device, Result, Tensor};
 use candle_fp8::dispatch::Provider;
 use candle_fp8::ops::device_caps;
 use std::sync::OnceLock;
@@ -66,4 +66,13 @@ pub fn usable(dev: &Device, test: &str) -> Result<Vec<Provider>> {
             _ => true,
         })
         .collect())
+}
+
+/// Fills the device's allocator pool with NaNs (bf16 and f32) of at least `elems` elements
+/// and frees them, so that the next output allocation most likely reuses poisoned memory.
+pub fn poison(dev: &Device, elems: usize) -> Result<()> {
+    let a = Tensor::full(f32::NAN, elems, dev)?;
+    let b = Tensor::full(half::bf16::NAN, elems, dev)?;
+    drop((a, b));
+    Ok(())
 }
