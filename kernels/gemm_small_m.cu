@@ -4,11 +4,25 @@
 
 namespace fp8gemm {
 
+// Warpgroup arrangement per tile width (harness sweep, session 9, docs/PERF.md):
+// * 32 and 64 columns: one math warpgroup, full-width wgmma. Splitting the block accumulator
+//   into N halves (one promoted while the other runs) reads the 64-row A tile from shared
+//   memory twice per K block, and narrow wgmmas are bound by those reads: no halves is 5-15 %
+//   faster on every swept shape (64x4096^2 split 2: 6.96 vs 7.39 us hot).
+// * 128 columns: the A re-read matters less than the overlap. Unsplit, two math warpgroups
+//   take alternate K blocks (one's promotion overlaps the other's wgmma) and sum in
+//   warpgroup order: 3-6 % faster (192x4096^2: 12.40 vs 12.85 us); with a K split each CTA
+//   has fewer K blocks and one warpgroup with N halves is 1-7 % faster.
+int run_small_m_128(const GemmArgs& a) {
+  return a.split == 1 ? run_sm90_fp8_gemm<SmallM<128, 6, false, 2>>(a)
+                      : run_sm90_fp8_gemm<SmallM<128, 6, true, 1>>(a);
+}
+
 const ConfigEntry* small_m_configs(int* count) {
   static const ConfigEntry kConfigs[] = {
-      {FP8GEMM_KIND_SMALL_M, 64, 32, 8, true, &run_sm90_fp8_gemm<SmallM<32, 8>>, true},
-      {FP8GEMM_KIND_SMALL_M, 64, 64, 8, true, &run_sm90_fp8_gemm<SmallM<64, 8>>, true},
-      {FP8GEMM_KIND_SMALL_M, 64, 128, 6, true, &run_sm90_fp8_gemm<SmallM<128, 6>>, true},
+      {FP8GEMM_KIND_SMALL_M, 64, 32, 8, true, &run_sm90_fp8_gemm<SmallM<32, 8, false>>, true},
+      {FP8GEMM_KIND_SMALL_M, 64, 64, 8, true, &run_sm90_fp8_gemm<SmallM<64, 8, false>>, true},
+      {FP8GEMM_KIND_SMALL_M, 64, 128, 6, true, &run_small_m_128, true},
   };
   *count = sizeof(kConfigs) / sizeof(kConfigs[0]);
   return kConfigs;

@@ -85,7 +85,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // A tile whose width neither divides nor is a multiple of 128 (TN = 192) starts at a
   // varying offset inside a weight-scale block: pick the scale per n8 group at run time.
   constexpr bool kStraddle = !T::kSwapAB && (128 % T::TN != 0) && (T::TN % 128 != 0);
-  static_assert(T::TM == T::kMathWG * T::kWaves * 64, "TM = warpgroups x waves x 64");
+  // kWgSplitK: the math warpgroups share the tile's rows and take alternate K blocks.
+  constexpr int kRowWG = T::kWgSplitK ? 1 : T::kMathWG;  // warpgroups that own distinct rows
+  static_assert(T::TM == kRowWG * T::kWaves * 64, "TM = row warpgroups x waves x 64");
+  static_assert(!T::kWgSplitK || (!T::kSwapAB && !T::kGated && !T::kTmaStore && T::kCluster == 1),
+                "K-interleaved warpgroups: plain tokens-on-M tiles");
   static_assert(!T::kSwapAB || 128 % T::TM == 0,
                 "swap-AB: a weight tile must sit inside one 128-row block of weight scales");
   static_assert(T::TN % 8 == 0 && T::TN <= 256, "wgmma N");
@@ -106,13 +110,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
   const int wg = threadIdx.x / 128;
   const int tid_wg = threadIdx.x % 128;
+  const int wg_row = T::kWgSplitK ? 0 : wg;  // which 64-row slices of the tile are mine
 
   if (threadIdx.x == 0) {
     ptx::prefetch_tensormap(&tmap_a);
     ptx::prefetch_tensormap(&tmap_b);
     ptx::prefetch_tensormap(&tmap_sa);
     if constexpr (kStoreTma) ptx::prefetch_tensormap(&tmap_y);
-    ring.init(T::kMathWG * 4 * T::kCluster);  // empty: every consumer warp of the cluster
+    // empty: every consumer warp of the cluster (of the one warpgroup that owns the stage)
+    ring.init((T::kWgSplitK ? 1 : T::kMathWG) * 4 * T::kCluster);
   }
   __syncthreads();
   if constexpr (T::kCluster > 1) ptx::cluster_sync();  // peer barriers initialised
@@ -282,6 +288,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     float blk[kPipe ? 2 * kUnitAcc : kAcc];  // block accumulator(s) of one K block
 
     for (int i = 0; i < nkb; ++i) {
+      if (T::kWgSplitK && i % T::kMathWG != wg) {  // another warpgroup's K block
+        st.advance();
+        continue;
+      }
       ptx::mbarrier_wait(ring.full(st.stage), st.phase);
       const float* sa_s = ring.scales(st.stage);
 
@@ -295,7 +305,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       if constexpr (!T::kSwapAB) {
 #pragma unroll
         for (int w = 0; w < T::kWaves; ++w) {
-          const int r = (wg * T::kWaves + w) * 64 + r_in;
+          const int r = (wg_row * T::kWaves + w) * 64 + r_in;
           row_s[w][0] = sa_s[r];
           row_s[w][1] = sa_s[r + 8];
         }
@@ -313,7 +323,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           }
       }
 
-      const uint32_t a_base = ptx::smem_addr(ring.a(st.stage)) + wg * T::kWaves * 64 * kBlockK;
+      const uint32_t a_base = ptx::smem_addr(ring.a(st.stage)) + wg_row * T::kWaves * 64 * kBlockK;
       const uint32_t b_base = ptx::smem_addr(ring.b(st.stage));
       auto issue = [&](auto unit) {
         constexpr int u = decltype(unit)::value;
@@ -393,6 +403,30 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
     // The next kernel (split-K reduce, next layer) may start its prologue once all CTAs are here.
     ptx::griddep_launch_dependents();
+    // K-interleaved warpgroups: add the others' accumulators to warpgroup 0's, in warpgroup
+    // order (deterministic), through the idle ring; then warpgroup 0 alone runs the epilogue.
+    const bool owner = !T::kWgSplitK || wg == 0;
+    if constexpr (T::kWgSplitK) {
+      static_assert((T::kMathWG - 1) * T::kWaves * kAcc * 128 * 4 <= Ring::kRingBytes, "ring fits");
+      float* red = reinterpret_cast<float*>(ring.a(0));
+      ptx::named_barrier_sync(1, kMathThreads);  // every warpgroup past its last wgmma
+      if (wg > 0) {
+#pragma unroll
+        for (int w = 0; w < T::kWaves; ++w)
+#pragma unroll
+          for (int x = 0; x < kAcc; ++x)
+            red[(((wg - 1) * T::kWaves + w) * kAcc + x) * 128 + tid_wg] = acc[w][x];
+      }
+      ptx::named_barrier_sync(1, kMathThreads);
+      if (wg == 0) {
+        for (int g = 1; g < T::kMathWG; ++g)
+#pragma unroll
+          for (int w = 0; w < T::kWaves; ++w)
+#pragma unroll
+            for (int x = 0; x < kAcc; ++x) acc[w][x] += red[(((g - 1) * T::kWaves + w) * kAcc + x) * 128 + tid_wg];
+      }
+      ptx::named_barrier_sync(1, kMathThreads);  // the ring may be reused below
+    }
     // Epilogue: every in-bounds element of the tile is written (zeros for an empty K split).
     if constexpr (kMode == kOutClusterSum) {
       static_assert(!T::kPersistent && T::kCluster == 1, "cluster split-K: one tile per CTA");
@@ -401,27 +435,30 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       // still be reading its last stage's A tile, which the partials below overwrite: found by
       // racecheck as NaN outputs of the 128-row schedule at split 2). Then publish my
       // accumulators there, thread-minor.
-      if constexpr (T::kMathWG > 1) ptx::named_barrier_sync(1, kMathThreads);
+      if constexpr (T::kMathWG > 1 && !T::kWgSplitK) ptx::named_barrier_sync(1, kMathThreads);
+      constexpr int kPub = T::kWgSplitK ? 128 : kMathThreads;  // threads holding partials
       float* red = reinterpret_cast<float*>(ring.a(0));
       const int t = threadIdx.x;
+      if (owner) {
 #pragma unroll
-      for (int w = 0; w < T::kWaves; ++w)
+        for (int w = 0; w < T::kWaves; ++w)
 #pragma unroll
-        for (int x = 0; x < kAcc; ++x) red[(w * kAcc + x) * kMathThreads + t] = acc[w][x];
+          for (int x = 0; x < kAcc; ++x) red[(w * kAcc + x) * kPub + t] = acc[w][x];
+      }
       ptx::cluster_sync();  // partials published
       const uint32_t rank = ptx::cluster_ctarank();
-      if (rank == 0) {
+      if (rank == 0 && owner) {
         for (uint32_t r = 1; r < gridDim.y; ++r) {  // fixed order: deterministic
           const uint32_t base = ptx::map_shared_to_rank(red, r);
 #pragma unroll
           for (int w = 0; w < T::kWaves; ++w)
 #pragma unroll
             for (int x = 0; x < kAcc; ++x)
-              acc[w][x] += ptx::ld_shared_cluster_f32(base + 4u * ((w * kAcc + x) * kMathThreads + t));
+              acc[w][x] += ptx::ld_shared_cluster_f32(base + 4u * ((w * kAcc + x) * kPub + t));
         }
 #pragma unroll
         for (int w = 0; w < T::kWaves; ++w) {
-          const int row0 = tile.row0 + (wg * T::kWaves + w) * 64;
+          const int row0 = tile.row0 + (wg_row * T::kWaves + w) * 64;
           store_fragment<T::TN, T::kSwapAB, false>(acc[w], row0, tile.col0, p.m, p.n, y, partial, 0);
         }
       }
@@ -445,10 +482,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           ptx::tma_store_2d(&tmap_y, stage + s * kRows * 128, tile.col0 + 64 * s, tile.row0 + wg * kRows);
         ptx::tma_store_commit();
       }
-    } else {
+    } else if (owner) {
 #pragma unroll
       for (int w = 0; w < T::kWaves; ++w) {
-        const int row0 = tile.row0 + (wg * T::kWaves + w) * 64;
+        const int row0 = tile.row0 + (wg_row * T::kWaves + w) * 64;
         store_fragment<T::TN, T::kSwapAB, kMode == kOutWorkspace>(acc[w], row0, tile.col0, p.m, p.n,
                                                                   y, partial, tile.split);
       }

@@ -6,10 +6,15 @@
 
 namespace fp8gemm {
 
-template <int TN_, int kStages_>
+// kHalves_: promote one N half of the block accumulator while the other half's wgmma runs
+// (the A tile is then read from shared memory twice per K block). kKWarpgroups_ > 1: that many
+// math warpgroups share the 64-row tile and take alternate K blocks (one's promotion overlaps
+// the other's wgmma); their accumulators are summed in warpgroup order before the epilogue.
+template <int TN_, int kStages_, bool kHalves_ = true, int kKWarpgroups_ = 1>
 struct SmallM {
-  static constexpr int kMathWG = 1, kWaves = 1, TM = 64, TN = TN_, kStages = kStages_;
-  static constexpr bool kSplitN = true;  // promote one N half while the other runs
+  static constexpr int kMathWG = kKWarpgroups_, kWaves = 1, TM = 64, TN = TN_, kStages = kStages_;
+  static constexpr bool kSplitN = kHalves_;
+  static constexpr bool kWgSplitK = kKWarpgroups_ > 1;
   static constexpr bool kSwapAB = false, kPersistent = false;
   static constexpr bool kGated = false;
   static constexpr int kGateRows = 0;
@@ -17,7 +22,7 @@ struct SmallM {
   static constexpr bool kTmaStore = false;  // direct stores (split-K / transposed outputs)
   static constexpr bool kPrefetchScales = false;  // one tile per CTA: nothing to prefetch
   static constexpr int kThreads = (kMathWG + 1) * 128;
-  static constexpr int kMathRegs = 0, kProducerRegs = 0;  // 256 threads: no need to move registers
+  static constexpr int kMathRegs = 0, kProducerRegs = 0;  // <= 384 threads: 168 registers each
   using Scheduler = OneTileScheduler<TM, TN, /*act on rows*/ true>;
 };
 

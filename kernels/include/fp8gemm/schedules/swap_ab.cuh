@@ -21,6 +21,7 @@ struct SwapAB {
                        TN = TOKENS, kStages = kStages_;
   static constexpr int kGateRows = kGateRows_;
   static constexpr bool kSplitN = true;  // keep two units in flight (N halves, or the two waves)
+  static constexpr bool kWgSplitK = false;  // math warpgroups own distinct rows
   static constexpr bool kSwapAB = true, kPersistent = false;
   static constexpr bool kGated = kGateRows_ > 0;
   static constexpr int kCluster = 1;
