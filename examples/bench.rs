@@ -6,6 +6,10 @@
 //! - Timing: CUDA-graph replay (a captured loop of launches, replayed, timed with events),
 //!   median of many samples; falls back to event-timed direct launches if capture fails.
 //!   "hot" = one input set; "cold" = a rotation of ≥ 8 weight copies totalling > 60 MB.
+//!   "ours" allocates its output per call like the other providers (in a captured graph each
+//!   allocation is a memory node, which also stops consecutive launches from overlapping);
+//!   "into" times ours into a preallocated output (`fp8_block_matmul_into`), the protocol of
+//!   the torch-timed peers in `anchors.py` and of DeepGEMM.
 //! - Reports µs, TFLOP/s, ours/cuBLASLt, time/floor with floor = max(bytes / 4.25 TB/s,
 //!   flops / 1300 TFLOP/s); "full linear" (bf16 in: quantize + GEMM) at small M; the first-call
 //!   latency of a new shape; the accuracy of each FP8 provider against a GPU f32 reference.
@@ -35,7 +39,7 @@ mod imp {
     use candle_fp8::cuda::compiled_configs;
     use candle_fp8::dispatch::{choose_config, set_config_override, BackendRequest, GemmConfig, Provider, ScheduleKind};
     use candle_fp8::format::{act_scale_m_stride, e4m3_to_f32, num_blocks, BLOCK, F8E4M3};
-    use candle_fp8::ops::{device_caps, fp8_block_matmul_with};
+    use candle_fp8::ops::{device_caps, fp8_block_matmul_into, fp8_block_matmul_with};
     use candle_fp8::quant::act_scales_view;
     use candle_fp8::reference::rel_err;
     use candle_fp8::Fp8BlockLinear;
@@ -385,6 +389,7 @@ mod imp {
         label: String,
         mode: &'static str,
         ours: Option<f64>,
+        ours_into: Option<f64>,
         lt: Option<f64>,
         bf16: Option<f64>,
         floor: f64,
@@ -520,6 +525,18 @@ mod imp {
                         Ok(t)
                     };
                     let ours = if have_ours { Some(gemm(Provider::Hopper)?) } else { None };
+                    // Ours into a preallocated output: no graph memory nodes between the
+                    // launches, as the torch-timed peers (anchors.py) and DeepGEMM run.
+                    let ours_into = if have_ours {
+                        let out = Tensor::zeros((m, n), DType::BF16, &dev)?;
+                        let (t, _) = time_us(&stream, reps, args.samples, &mut |i| {
+                            let (wq, sw) = &w.w[i % nw];
+                            Ok(fp8_block_matmul_into(&a.qa, &a.sa, wq, sw, &out)?)
+                        })?;
+                        Some(t)
+                    } else {
+                        None
+                    };
                     let lt = if have_lt { Some(gemm(Provider::CublasLt)?) } else { None };
                     let (bf16, mode) = time_us(&stream, reps, args.samples, &mut |i| {
                         drop(a.x.matmul(&w.wb[i % nw].t()?)?);
@@ -545,28 +562,30 @@ mod imp {
                     let temp = if cold { "cold" } else { "hot" };
                     let tflops = |t: Option<f64>| t.map(|t| flops / t * 1e-6);
                     println!(
-                        "  m={m:<5} {temp:<4} ours {:>9} lt {:>9} bf16 {bf16:>9.2} full {:>9} | ours/lt {:>6} ours/floor {:>6} floor {floor_us:.2}",
-                        fmt(ours), fmt(lt), fmt(full),
+                        "  m={m:<5} {temp:<4} ours {:>9} into {:>9} lt {:>9} bf16 {bf16:>9.2} full {:>9} | ours/lt {:>6} ours/floor {:>6} floor {floor_us:.2}",
+                        fmt(ours), fmt(ours_into), fmt(lt), fmt(full),
                         ratio(ours, lt), ratio(ours, Some(floor_us))
                     );
                     json_rows.push(json!({
                         "m": m, "n": n, "k": k, "label": label, "temp": temp, "timing": mode,
-                        "ours_us": ours, "cublaslt_us": lt, "bf16_us": bf16, "full_linear_us": full,
+                        "ours_us": ours, "ours_into_us": ours_into, "cublaslt_us": lt, "bf16_us": bf16, "full_linear_us": full,
                         "ours_tflops": tflops(ours), "cublaslt_tflops": tflops(lt), "bf16_tflops": flops / bf16 * 1e-6,
                         "floor_us": floor_us, "ours_over_cublaslt": ours.zip(lt).map(|(a, b)| a / b),
                         "ours_over_floor": ours.map(|o| o / floor_us), "relerr": acc.clone(),
                     }));
-                    table.push(Row { m, n, k, label: format!("{label}/{temp}"), mode, ours, lt, bf16: Some(bf16), floor: floor_us });
+                    table.push(Row { m, n, k, label: format!("{label}/{temp}"), mode, ours, ours_into, lt, bf16: Some(bf16), floor: floor_us });
                 }
             }
         }
 
-        println!("\n{:<14} {:>5} {:>6} {:>6} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>6}", "shape", "M", "N", "K", "ours µs", "cuBLASLt", "bf16", "TFLOP/s", "ours/lt", "/floor", "timing");
+        // "ours" and the peers allocate their output per call (a graph memory node each);
+        // "into" is ours into a preallocated output, the peers' protocol in anchors.py.
+        println!("\n{:<14} {:>5} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>6}", "shape", "M", "N", "K", "ours µs", "into µs", "cuBLASLt", "bf16", "TFLOP/s", "ours/lt", "/floor", "timing");
         for r in &table {
             let fl = 2.0 * (r.m * r.n * r.k) as f64;
             println!(
-                "{:<14} {:>5} {:>6} {:>6} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>6}",
-                r.label, r.m, r.n, r.k, fmt(r.ours), fmt(r.lt), fmt(r.bf16),
+                "{:<14} {:>5} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>6}",
+                r.label, r.m, r.n, r.k, fmt(r.ours), fmt(r.ours_into), fmt(r.lt), fmt(r.bf16),
                 r.ours.map(|t| format!("{:.0}", fl / t * 1e-6)).unwrap_or("-".into()),
                 ratio(r.ours, r.lt), ratio(r.ours, Some(r.floor)), r.mode
             );

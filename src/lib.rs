@@ -34,4 +34,4 @@ pub mod cuda;
 pub use format::F8E4M3;
 pub use fused::{add_rmsnorm_quantize, add_rmsnorm_quantize_unreduced, swiglu_quantize};
 pub use linear::{Fp8BlockLinear, Unreduced};
-pub use ops::fp8_block_matmul;
+pub use ops::{fp8_block_matmul, fp8_block_matmul_into};

@@ -175,6 +175,61 @@ impl CustomOp2 for Fp8BlockMatmul {
     }
 }
 
+/// The in-place GEMM of [`fp8_block_matmul_into`]: `out` is the op's destination, `qa` and `w`
+/// its sources, the scales travel in the struct.
+struct Fp8BlockMatmulInto {
+    sa: Tensor,
+    sw: Tensor,
+    shape: GemmShape,
+}
+
+impl candle_core::InplaceOp3 for Fp8BlockMatmulInto {
+    fn name(&self) -> &'static str {
+        "fp8-block-matmul-into"
+    }
+
+    fn cpu_fwd(
+        &self,
+        out: &mut CpuStorage,
+        out_l: &Layout,
+        qa: &CpuStorage,
+        qa_l: &Layout,
+        w: &CpuStorage,
+        w_l: &Layout,
+    ) -> Result<()> {
+        let GemmShape { m, n, .. } = self.shape;
+        let (y, _) = Fp8BlockMatmul { sa: self.sa.clone(), sw: self.sw.clone(), shape: self.shape, provider: Provider::Cpu }
+            .cpu_fwd(qa, qa_l, w, w_l)?;
+        let (CpuStorage::BF16(dst), CpuStorage::BF16(y)) = (out, &y) else {
+            bail!("fp8-block-matmul-into: out must be bf16")
+        };
+        let off = out_l.start_offset();
+        dst[off..off + m * n].copy_from_slice(y);
+        Ok(())
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        out: &mut candle_core::CudaStorage,
+        out_l: &Layout,
+        qa: &candle_core::CudaStorage,
+        qa_l: &Layout,
+        w: &candle_core::CudaStorage,
+        w_l: &Layout,
+    ) -> Result<()> {
+        let GemmShape { m, n, k } = self.shape;
+        let (sa_st, sa_l) = self.sa.storage_and_layout();
+        let (sw_st, sw_l) = self.sw.storage_and_layout();
+        let (candle_core::Storage::Cuda(sa), candle_core::Storage::Cuda(sw)) = (&*sa_st, &*sw_st) else {
+            bail!("fp8-block-matmul-into: scales are not on the CUDA device while qa and w are")
+        };
+        crate::cuda::hopper_gemm_into((qa, qa_l), (sa, sa_l), (w, w_l), (sw, sw_l), (out, out_l), m, n, k)?;
+        log_provider_once(Provider::Hopper);
+        Ok(())
+    }
+}
+
 /// Partial dot products of one K block: `out[i * rows + r] = Σ_c a[i][c] · tile[r][c]` for all
 /// tokens `i < m` and weight rows `r < rows`, four tokens at a time so that each loaded weight
 /// value feeds four accumulators (8 lanes each, which the compiler maps onto SIMD registers).
@@ -302,6 +357,35 @@ pub fn cpu_blocked_gemm(
 /// The provider follows `CANDLE_FP8_BACKEND` (see [`crate::dispatch`]).
 pub fn fp8_block_matmul(qa: &Tensor, sa: &Tensor, w: &Tensor, sw: &Tensor) -> Result<Tensor> {
     fp8_block_matmul_with(dispatch::backend_from_env()?, qa, sa, w, sw)
+}
+
+/// [`fp8_block_matmul`] into a preallocated output: writes `qa · wᵀ` into `out` (bf16, row-major
+/// contiguous `[M, N]`, on the operands' device) and allocates nothing per call (our split-K
+/// workspace is cached per stream). For CUDA-graph capture: an allocation inside a capture
+/// becomes a graph memory node, and those nodes also keep consecutive GEMM launches from
+/// overlapping through programmatic dependent launch.
+///
+/// Providers: on CUDA always our kernels (sm_90; an error naming the reason elsewhere, whatever
+/// `CANDLE_FP8_BACKEND` says), on the CPU the reference kernel. Operands are validated as in
+/// [`fp8_block_matmul`]; `out` must not be a view with gaps (its storage is written in place).
+pub fn fp8_block_matmul_into(qa: &Tensor, sa: &Tensor, w: &Tensor, sw: &Tensor, out: &Tensor) -> Result<()> {
+    let shape = validate_operands(qa, sa, w, sw)?;
+    let GemmShape { m, n, .. } = shape;
+    check_dtype("out", out, DType::BF16)?;
+    if out.dims() != [m, n] {
+        bail!("out: expected shape [{m}, {n}] (qa rows × w rows), got {:?}", out.dims())
+    }
+    if !out.is_contiguous() {
+        bail!("out: must be row-major contiguous [{m}, {n}], got strides {:?}", out.stride())
+    }
+    if !out.device().same_device(qa.device()) {
+        bail!("out: is on {:?} but the operands are on {:?}", out.device(), qa.device())
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    // `out` (bf16) cannot share storage with sa/sw (f32); candle rejects aliasing of qa and w.
+    out.inplace_op3(qa, w, &Fp8BlockMatmulInto { sa: sa.clone(), sw: sw.clone(), shape })
 }
 
 /// `quantize_activation(x)` then our GEMM, as two adjacent launches with every buffer allocated

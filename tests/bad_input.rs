@@ -26,7 +26,7 @@ use candle_fp8::checkpoint::{
 };
 use candle_fp8::dispatch::{parse_backend, BackendRequest, Provider};
 use candle_fp8::format::F8E4M3;
-use candle_fp8::ops::{fp8_block_matmul, fp8_block_matmul_with};
+use candle_fp8::ops::{fp8_block_matmul, fp8_block_matmul_into, fp8_block_matmul_with};
 use candle_fp8::quant::{act_scales_view, quantize_activation, quantize_weight};
 use candle_fp8::reference::{calc_diff, reference_matmul, rel_err};
 use candle_fp8::testing::{random_operands, Operands};
@@ -186,6 +186,19 @@ fn gemm_cases() -> Vec<Case> {
         }),
         case("G17", "scale buffer of the wrong length", &["activation scale buffer", "7 elements", "3 × 8"], || {
             act_scales_view(Tensor::zeros(7, DType::F32, &Device::Cpu)?, 5, 3).map(|_| ())
+        }),
+        case("G18", "into: out dtype F32", &["out", "BF16", "F32"], || {
+            let o = ops()?;
+            fp8_block_matmul_into(&o.qa, &o.sa, &o.w, &o.sw, &Tensor::zeros((5, 256), DType::F32, &Device::Cpu)?)
+        }),
+        case("G19", "into: out shape [5, 128]", &["out", "[5, 256]", "[5, 128]"], || {
+            let o = ops()?;
+            fp8_block_matmul_into(&o.qa, &o.sa, &o.w, &o.sw, &Tensor::zeros((5, 128), DType::BF16, &Device::Cpu)?)
+        }),
+        case("G20", "into: out transposed", &["out", "contiguous", "strides [1, 5]"], || {
+            let o = ops()?;
+            let out = Tensor::zeros((256, 5), DType::BF16, &Device::Cpu)?.t()?;
+            fp8_block_matmul_into(&o.qa, &o.sa, &o.w, &o.sw, &out)
         }),
     ]
 }

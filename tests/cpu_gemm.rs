@@ -4,7 +4,7 @@
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_fp8::dispatch::{BackendRequest, Provider};
 use candle_fp8::format::act_scale_m_stride;
-use candle_fp8::ops::{fp8_block_matmul, fp8_block_matmul_with};
+use candle_fp8::ops::{fp8_block_matmul, fp8_block_matmul_into, fp8_block_matmul_with};
 use candle_fp8::quant::{quantize_activation, quantize_weight};
 use candle_fp8::reference::{calc_diff, naive_matmul_f64, reference_matmul, rel_err, rel_err_slices};
 use candle_fp8::testing::{random_operands, Rng};
@@ -42,6 +42,29 @@ fn cpu_op_matches_reference() -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[test]
+fn into_writes_the_same_bits_in_place() -> Result<()> {
+    // Into a fresh buffer and into rows 3.. of a bigger one (a view with an offset): the same
+    // bits as the allocating op, the rows around the view untouched.
+    for (m, n, k) in [(1, 256, 512), (9, 200, 384)] {
+        let op = random_operands(m, n, k, 40 + m as u64, &Device::Cpu)?;
+        let y = fp8_block_matmul(&op.qa, &op.sa, &op.w, &op.sw)?;
+        let out = Tensor::full(f32::NAN, (m, n), &Device::Cpu)?.to_dtype(DType::BF16)?;
+        fp8_block_matmul_into(&op.qa, &op.sa, &op.w, &op.sw, &out)?;
+        assert_eq!(bits(&out)?, bits(&y)?, "m={m} n={n} k={k}: into a fresh buffer");
+        let big = Tensor::full(7f32, (m + 5, n), &Device::Cpu)?.to_dtype(DType::BF16)?;
+        fp8_block_matmul_into(&op.qa, &op.sa, &op.w, &op.sw, &big.narrow(0, 3, m)?)?;
+        assert_eq!(bits(&big.narrow(0, 3, m)?)?, bits(&y)?, "m={m} n={n} k={k}: into a view");
+        let around = Tensor::cat(&[big.narrow(0, 0, 3)?, big.narrow(0, 3 + m, 2)?], 0)?;
+        assert!(bits(&around)?.iter().all(|&b| b == half::bf16::from_f32(7.0).to_bits()));
+    }
+    Ok(())
+}
+
+fn bits(t: &Tensor) -> Result<Vec<u16>> {
+    Ok(t.flatten_all()?.to_vec1::<half::bf16>()?.into_iter().map(|v| v.to_bits()).collect())
 }
 
 #[test]

@@ -472,17 +472,52 @@ fn launch_hopper(
 
 /// Our kernels: schedule from [`choose_config`], cached split-K workspace.
 fn hopper_gemm(dev: &CudaDevice, ops: &Operands, m: usize, n: usize, k: usize) -> Result<CudaStorage> {
+    let mut y = None;
+    hopper_gemm_to(dev, ops, m, n, k, |dev| Ok(y.insert(unsafe { dev.alloc::<bf16>(m * n)? })))?;
+    let y = y.expect("allocated by the closure");
+    Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
+}
+
+/// Our GEMM into `out` (bf16, contiguous `[m, n]` from its layout's offset), allocating
+/// nothing but a workspace growth: see [`crate::ops::fp8_block_matmul_into`].
+pub(crate) fn hopper_gemm_into(
+    qa: (&CudaStorage, &Layout),
+    sa: (&CudaStorage, &Layout),
+    w: (&CudaStorage, &Layout),
+    sw: (&CudaStorage, &Layout),
+    out: (&mut CudaStorage, &Layout),
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Result<()> {
+    let dev = qa.0.device.clone();
+    let ops = operands("fp8_block_matmul_into", qa, sa, w, sw, m, n, k)?;
+    let off = out.1.start_offset();
+    let y = out.0.as_cuda_slice_mut::<bf16>()?;
+    if y.len() < off + m * n {
+        bail!("candle-fp8 fp8_block_matmul_into: the output storage holds {} elements, needs {} from offset {off}", y.len(), m * n)
+    }
+    hopper_gemm_to(&dev, &ops, m, n, k, |_| Ok(y.slice_mut(off..off + m * n)))
+}
+
+/// Launches our GEMM into the buffer `y` returns; `y` runs after the workspace is reserved
+/// (a growth allocates), so that nothing sits between an allocation of `y` and the launch.
+fn hopper_gemm_to<Y: DevicePtrMut<bf16>>(
+    dev: &CudaDevice,
+    ops: &Operands,
+    m: usize,
+    n: usize,
+    k: usize,
+    y: impl FnOnce(&CudaDevice) -> Result<Y>,
+) -> Result<()> {
     let cfg = hopper_config(dev, m, n, k)?;
     let stream = dev.cuda_stream();
     let st = stream_state(dev);
     let mut ws = st.workspace.lock().unwrap();
     let need = reserve_workspace(dev, &mut ws, &cfg, m, n, k)?;
-    let mut y = unsafe { dev.alloc::<bf16>(m * n)? };
-    {
-        let (y_ptr, _gy) = y.device_ptr_mut(&stream);
-        with_gemm_ptrs(ops, dev, y_ptr as *mut c_void, |p| launch_hopper(dev, &mut ws, need, p, &cfg, m, n, k))?;
-    }
-    Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
+    let mut y = y(dev)?;
+    let (y_ptr, _gy) = y.device_ptr_mut(&stream);
+    with_gemm_ptrs(ops, dev, y_ptr as *mut c_void, |p| launch_hopper(dev, &mut ws, need, p, &cfg, m, n, k))
 }
 
 /// Runs `f` with the operands' device pointers (their read guards held meanwhile) and `y`.
