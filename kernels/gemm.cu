@@ -110,10 +110,8 @@ fp8gemm_config auto_config(int64_t m, int64_t n, int64_t k, int sms) {
   }
   if (m <= 128) {
     const int64_t t64 = (n + 63) / 64;
-    if (m > 32 && m <= 64 && 2 * t64 <= sms && 4 * t64 > sms && kb >= 8)
+    if (m <= 64 && 2 * t64 <= sms && 4 * t64 > sms && kb >= 8)
       return make(FP8GEMM_KIND_SMALL_M, 64, 64, 8, 2);  // one wave of 64 x 64 tiles, 2-CTA sums
-    if (m > 64 && m64 * t64 <= sms && 2 * m64 * t64 > sms)
-      return make(FP8GEMM_KIND_SMALL_M, 64, 64, 8, 1);  // one wave of 64 x 64 tiles
     if (m > 64 && t128 >= 40)
       return make(FP8GEMM_KIND_WARP_SPEC, 128, 128, 6, split_for(t128, kb, sms, 16));
     return make(FP8GEMM_KIND_SMALL_M, 64, 128, 6, split_for(m64 * t128, kb, sms, 4));

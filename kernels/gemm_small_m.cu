@@ -29,3 +29,6 @@ const ConfigEntry* small_m_configs(int* count) {
 }
 
 }  // namespace fp8gemm
+
+// Timeline probe reader of this translation unit (builds with -DFP8GEMM_PROBE only).
+FP8GEMM_PROBE_READER(fp8gemm_probe_read_small_m)

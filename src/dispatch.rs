@@ -273,8 +273,7 @@ pub fn config_override() -> Option<GemmConfig> {
 /// | 1–8 | swap-AB | 8 tokens × 64 weight rows | 8 | none if N/64 ≥ S, else `swap_split` |
 /// | 9–16 | swap-AB | 16 × 64 | 8 | same |
 /// | 65–128 with t128 ≥ 40 | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split |
-/// | 33–64 with S/4 < ⌈N/64⌉ ≤ S/2, K ≥ 1024 | small-M | 64 × 64 | 8 | 2 (a 2-CTA cluster sums) |
-/// | 65–128 with S/2 < 2·⌈N/64⌉ ≤ S | small-M | 64 × 64 | 8 | none |
+/// | 17–64 with S/4 < ⌈N/64⌉ ≤ S/2, K ≥ 1024 | small-M | 64 × 64 | 8 | 2 (a 2-CTA cluster sums) |
 /// | other 17–128 | small-M | 64 × 128 | 6 | one wave, ≥ 4 K blocks per split |
 /// | 129–256 while ⌈M/64⌉·t128 ≤ S | small-M | 64 × 128 | 6 | one wave, ≥ 16 K blocks per split |
 /// | other 129–256 | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split |
@@ -304,17 +303,13 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
         cfg(ScheduleKind::SwapAb, if m <= 8 { 8 } else { 16 }, 64, 8, split)
     } else if m <= 128 {
         let t64 = n.div_ceil(64);
-        if m > 32 && m <= 64 && 2 * t64 <= sms && 4 * t64 > sms && kb >= 8 {
+        if m <= 64 && 2 * t64 <= sms && 4 * t64 > sms && kb >= 8 {
             // 64 x 64 tiles in 2-CTA cluster splits fill the SMs once (N = 4096: 128 CTAs):
             // 64×4096² 7.35 / 8.17 µs hot / cold vs 7.43 / 9.18 for 64 x 128 split 4
-            // (session 8, docs/perf/2026-11-30-s8/call2-tail-vs-launch-vs-cluster.txt).
+            // (session 8, docs/perf/2026-11-30-s8/call2-tail-vs-launch-vs-cluster.txt); with the
+            // session-9 push sum 6.06 / 6.88, and at M = 32 6.43 / 7.26 vs 6.42 / 8.51 for
+            // 64 x 128 split 4 (docs/perf/2026-11-30-s9/call8-push-vs-pull.txt).
             return cfg(ScheduleKind::SmallM, 64, 64, 8, 2);
-        }
-        if m > 64 && m64 * t64 <= sms && 2 * m64 * t64 > sms {
-            // Two row tiles of 64 x 64 fill the SMs once (N = 4096: 128 CTAs), no K split:
-            // 128×4096² 8.96 / 9.45 µs hot / cold vs 9.64 / 10.04 for 64 x 128 split 2
-            // (session 9, docs/perf/2026-11-30-s9/call1-midm-variants-sweep.txt).
-            return cfg(ScheduleKind::SmallM, 64, 64, 8, 1);
         }
         if m > 64 && t128 >= 40 {
             // Wide N at M = 65-128: 128 x 128 tiles (128×10240×5120: 23 µs vs 38 for 64 x 128
@@ -401,8 +396,9 @@ mod tests {
         assert_eq!(tile(8, 4096, 4096), (8, 64));
         assert_eq!(tile(9, 4096, 4096), (16, 64));
         assert_eq!(kind(16, 4096, 4096), ScheduleKind::SwapAb);
-        assert_eq!((kind(17, 4096, 4096), tile(17, 4096, 4096)), (ScheduleKind::SmallM, (64, 128)));
-        assert_eq!((kind(128, 4096, 4096), tile(128, 4096, 4096)), (ScheduleKind::SmallM, (64, 64)));
+        assert_eq!((kind(17, 4096, 4096), tile(17, 4096, 4096)), (ScheduleKind::SmallM, (64, 64)));
+        assert_eq!((kind(17, 5120, 8192), tile(17, 5120, 8192)), (ScheduleKind::SmallM, (64, 128)));
+        assert_eq!((kind(128, 4096, 4096), tile(128, 4096, 4096)), (ScheduleKind::SmallM, (64, 128)));
         assert_eq!((kind(129, 4096, 4096), tile(129, 4096, 4096)), (ScheduleKind::SmallM, (64, 128)));
         assert_eq!(tile(256, 4096, 4096), (64, 128));
         assert_eq!((kind(257, 4096, 4096), tile(257, 4096, 4096)), (ScheduleKind::Persistent, (128, 128)));
@@ -436,24 +432,20 @@ mod tests {
         assert_eq!(c(1, 5120, 8192).split_k, 3);
         assert_eq!(c(1, 5120, 25600).split_k, 3);
         assert_eq!(c(1, 51200, 5120).split_k, 1);
-        assert_eq!(c(32, 4096, 4096).split_k, 4);
-        // 33-64 at N = 4096: 64 x 64 tiles, split 2 (128 CTAs); not when that is > 1 wave
+        assert_eq!(c(32, 4096, 4096).split_k, 2);
+        // 17-64 at N = 4096: 64 x 64 tiles, split 2 (128 CTAs); not when that is > 1 wave
         // (N = 5120) or < half of one (N = 2048), nor below 8 K blocks.
         assert_eq!((tile(33, 4096, 4096), c(33, 4096, 4096).split_k), ((64, 64), 2));
         assert_eq!((tile(64, 4096, 4096), c(64, 4096, 4096).stages), ((64, 64), 8));
-        assert_eq!(tile(32, 4096, 4096), (64, 128));
-        // 65-128 at N = 4096: two row tiles of 64 x 64 fill one wave (128 CTAs), no split; not
-        // when that is more than one wave (N = 5120: 160 CTAs) or at most half of one (N = 2048).
-        assert_eq!((tile(65, 4096, 4096), c(65, 4096, 4096).split_k), ((64, 64), 1));
-        assert_eq!((tile(96, 4096, 4096), c(96, 4096, 4096).split_k), ((64, 64), 1));
+        assert_eq!(tile(32, 4096, 4096), (64, 64));
+        assert_eq!((tile(65, 4096, 4096), c(65, 4096, 4096).split_k), ((64, 128), 2));
         assert_eq!(kind(96, 5120, 4096), ScheduleKind::WarpSpecialized);
-        assert_eq!(tile(96, 2048, 4096), (64, 128));
         assert_eq!(tile(64, 5120, 8192), (64, 128));
         assert_eq!(tile(64, 2048, 4096), (64, 128));
         assert_eq!(tile(64, 4096, 512), (64, 128));
         assert_eq!(c(32, 5120, 8192).split_k, 3);
         assert_eq!(c(64, 10240, 5120).split_k, 1);
-        assert_eq!(c(128, 4096, 4096).split_k, 1);
+        assert_eq!(c(128, 4096, 4096).split_k, 2);
         assert_eq!(c(128, 5120, 8192).split_k, 3);
         assert_eq!(c(160, 4096, 4096).split_k, 1);
         assert_eq!(c(4096, 4096, 4096).split_k, 1);

@@ -479,10 +479,52 @@ def sweep(lib, args):
         print(f"BEST {M} {N} {K} cold: {res[0][2]} {res[0][0]:.2f} | auto full linear {tf:.2f} gemm {tg:.2f} (+{tf - tg:.2f})", flush=True)
 
 
+def probe(lib, args):
+    """Per-CTA timeline of one launch of each config (a build with EXTRA_FLAGS=-DFP8GEMM_PROBE;
+    one tile per CTA): hot (same inputs as the warm-up) and cold (another weight copy, L2
+    flushed by a 256 MB write); small-M and swap-AB kernels. Times in us from the first CTA's entry: median / max over CTAs
+    of entry, after griddepcontrol.wait, first K block landed, last K block done, end."""
+    L = lib.L
+    for f in (L.fp8gemm_probe_read_small_m, L.fp8gemm_probe_read_swap_ab):
+        f.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    shapes = [tuple(int(v) for v in s.split(",")) for s in (args.shapes or [])]
+    names = args.only.split(",") if args.only else []
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+    print("PROBE M N K cfg temp ctas | entry wait first_kb last_kb end (median/max us) | span_us")
+    for (M, N, K) in shapes:
+        x, w0, sw0 = make_inputs(M, N, K, seed=M + N)
+        q, sa = lib.quant(x)
+        w1, sw1 = w0.clone(), sw0.clone()
+        y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
+        for c in sweep_candidates(M, N, K):
+            if cfg_str(c) not in names:
+                continue
+            for temp in ("hot", "cold"):
+                for _ in range(3):
+                    lib.gemm(q, sa, w0, sw0, y, c)
+                torch.cuda.synchronize()
+                if temp == "cold":
+                    flush.fill_(1)
+                    torch.cuda.synchronize()
+                ww, ss = (w1, sw1) if temp == "cold" else (w0, sw0)
+                st = lib.gemm(q, sa, ww, ss, y, c)
+                torch.cuda.synchronize()
+                assert st == 0, L.fp8gemm_status_string(st)
+                n_cta = ((M + c.block_m - 1) // c.block_m) * ((N + c.block_n - 1) // c.block_n) * max(1, c.split_k)
+                buf = (ctypes.c_ulonglong * (n_cta * 5))()
+                read = L.fp8gemm_probe_read_swap_ab if c.kind == KIND["swap_ab"] else L.fp8gemm_probe_read_small_m
+                assert read(buf, n_cta) == 0
+                t = torch.tensor(list(buf), dtype=torch.float64).view(n_cta, 5)
+                t = (t - t[:, 0].min()) / 1e3
+                med, mx = t.median(dim=0).values, t.max(dim=0).values
+                cols = " ".join(f"{med[i]:.2f}/{mx[i]:.2f}" for i in range(5))
+                print(f"PROBE {M} {N} {K} {cfg_str(c)} {temp} {n_cta} | {cols} | {mx[4]:.2f}", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--lib", default="./libfp8gemm.so")
-    p.add_argument("mode", choices=["check", "sanitize", "bench", "sweep", "all"])
+    p.add_argument("mode", choices=["check", "sanitize", "bench", "sweep", "probe", "all"])
     p.add_argument("--shapes", nargs="*")
     p.add_argument("--quick", action="store_true", help="sanitize: one launch per schedule")
     p.add_argument("--only", help="sweep: only these configs (comma-separated names as printed)")
@@ -498,6 +540,8 @@ def main():
         sanitize(lib, args)
     if args.mode in ("bench", "all"):
         bench(lib, args)
+    if args.mode == "probe":
+        probe(lib, args)
     if args.mode == "sweep":
         sweep(lib, args)
 

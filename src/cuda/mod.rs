@@ -473,7 +473,7 @@ fn launch_hopper(
 /// Our kernels: schedule from [`choose_config`], cached split-K workspace.
 fn hopper_gemm(dev: &CudaDevice, ops: &Operands, m: usize, n: usize, k: usize) -> Result<CudaStorage> {
     let mut y = None;
-    hopper_gemm_to(dev, ops, m, n, k, |dev| Ok(y.insert(unsafe { dev.alloc::<bf16>(m * n)? })))?;
+    hopper_gemm_to(dev, ops, m, n, k, |dev| Ok(y.insert(unsafe { dev.alloc::<bf16>(m * n)? }).slice_mut(..)))?;
     let y = y.expect("allocated by the closure");
     Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
 }

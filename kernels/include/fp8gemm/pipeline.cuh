@@ -5,7 +5,8 @@
 // scales of that K block for the tile's tokens (TMA-loaded, MN-major). Per stage a "full"
 // barrier (producer arrive + TMA bytes) and an "empty" barrier (one arrive per consumer warp).
 // After the ring: an optional output staging area (kStoreBytes, 1024-aligned) for the
-// TMA-store epilogue, then the barriers and the per-tile weight-scale cache.
+// TMA-store epilogue, an optional inbox (kInboxBytes) where the other CTA of a split-K
+// cluster pushes its partial sums, then the barriers and the per-tile weight-scale cache.
 #pragma once
 #include <cstdint>
 
@@ -17,7 +18,7 @@ constexpr int kBlockK = 128;  // one FP8 scale block along K = one stage = 4 x w
 
 __host__ __device__ constexpr int round_up_c(int x, int a) { return (x + a - 1) / a * a; }
 
-template <int kStages_, int TM, int TN, int kScaleTokens, int kStoreBytes = 0>
+template <int kStages_, int TM, int TN, int kScaleTokens, int kStoreBytes = 0, int kInboxBytes = 0>
 struct SmemRing {
   static constexpr int kStages = kStages_;
   static constexpr int kABytes = TM * kBlockK;
@@ -28,7 +29,8 @@ struct SmemRing {
   static constexpr int kRingBytes = kStages * (kABytes + kBBytes + kSSlot);
   static constexpr int kBarrierBytes = 2 * kStages * 8;
   static constexpr int kStoreOff = round_up_c(kRingBytes, 1024);
-  static constexpr int kBarrierOff = kStoreOff + kStoreBytes;
+  static constexpr int kInboxOff = kStoreOff + kStoreBytes;
+  static constexpr int kBarrierOff = kInboxOff + round_up_c(kInboxBytes, 1024);
   // Everything but the per-tile weight-scale cache; +1024 for aligning the base.
   static constexpr int kFixedBytes = kBarrierOff + kBarrierBytes + 1024;
 
@@ -61,6 +63,8 @@ struct SmemRing {
   }
   // Output staging of the TMA-store epilogue (kStoreBytes > 0).
   __device__ __forceinline__ uint8_t* store() const { return base + kStoreOff; }
+  // Partial sums pushed by the other CTA of a split-K cluster (kInboxBytes > 0).
+  __device__ __forceinline__ float* inbox() const { return reinterpret_cast<float*>(base + kInboxOff); }
 
   // One thread: full barriers expect 1 producer arrive; empty ones one arrive per consumer warp.
   __device__ __forceinline__ void init(uint32_t consumer_warps) const {

@@ -25,6 +25,36 @@
 
 namespace fp8gemm {
 
+// Development timeline probe (nvcc -DFP8GEMM_PROBE; scripts/dev/harness.py probe): thread 0 of
+// each CTA (a math thread) records %globaltimer at kernel entry, after its griddepcontrol.wait,
+// when its first K block has landed, after its last K block and at the end. One copy per
+// translation unit (read with fp8gemm_probe_read of that unit); tiles per CTA = 1 assumed.
+#ifdef FP8GEMM_PROBE
+constexpr int kProbeSlots = 5, kProbeCtas = 4096;
+static __device__ unsigned long long g_probe[kProbeCtas][kProbeSlots];
+#define FP8GEMM_PROBE_AT(slot)                                                                   \
+  do {                                                                                           \
+    const unsigned cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);         \
+    if (threadIdx.x == 0 && cta < kProbeCtas) {                                                  \
+      unsigned long long t;                                                                      \
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));                                      \
+      g_probe[cta][slot] = t;                                                                    \
+    }                                                                                            \
+  } while (0)
+// Defines extern "C" int NAME(unsigned long long* dst, int ctas): copies ctas x 5 timestamps.
+#define FP8GEMM_PROBE_READER(NAME)                                                               \
+  extern "C" int NAME(unsigned long long* dst, int ctas) {                                       \
+    const size_t n = static_cast<size_t>(ctas < fp8gemm::kProbeCtas ? ctas : fp8gemm::kProbeCtas); \
+    return cudaMemcpyFromSymbol(dst, fp8gemm::g_probe,                                           \
+                                n * fp8gemm::kProbeSlots * sizeof(unsigned long long)) != cudaSuccess; \
+  }
+#else
+#define FP8GEMM_PROBE_READER(NAME)
+#define FP8GEMM_PROBE_AT(slot) \
+  do {                         \
+  } while (0)
+#endif
+
 struct GemmParams {
   int m, n, k;     // problem (y is m x n)
   int kb_total;    // k / 128 = row stride of sw
@@ -53,10 +83,25 @@ enum OutMode : int {
                        // cluster (128 / kGateRows, 1, 1) that exchanges per-token amax via DSMEM
 };
 
+// Split-K over a 2-CTA cluster, small-M schedules (one warpgroup publishes the tile): each CTA
+// owns half of the tile's columns and pushes the other half of its f32 partials into its
+// peer's inbox (fire-and-forget DSMEM stores, one cluster barrier, local reads). The other
+// schedules pull the peer's partials from its idle ring (two barriers): the swap-AB decode
+// tiles keep their footprint (CTAs per SM), the 2-warpgroup tiles have no room.
+template <class T>
+__host__ __device__ constexpr bool cluster_sum_push() {
+  return !T::kSwapAB && !T::kPersistent && !T::kGated && (T::kMathWG == 1 || T::kWgSplitK) &&
+         T::TN >= 16;
+}
+template <class T>
+__host__ __device__ constexpr int cluster_inbox_bytes() {
+  return cluster_sum_push<T>() ? T::kWaves * (T::TN / 4) * 128 * 4 : 0;  // half of TN/2 per thread
+}
+
 // Shared-memory layout of a schedule; with kTmaStore the output staging holds the whole tile.
 template <class T>
 using RingOf = SmemRing<T::kStages, T::TM, T::TN, (T::kSwapAB ? T::TN : T::TM),
-                        T::kTmaStore ? T::TM * T::TN * 2 : 0>;
+                        T::kTmaStore ? T::TM * T::TN * 2 : 0, cluster_inbox_bytes<T>()>;
 
 // Rows of sw (128-row blocks of W) one tile can touch.
 template <class T>
@@ -102,8 +147,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   static_assert(!T::kTmaStore || (!T::kSwapAB && T::TN % 64 == 0),
                 "TMA-store epilogue: tokens on the MMA M side, whole 64-column boxes");
   // Cluster barriers the epilogue runs (every thread of the CTA must take part in each).
-  constexpr int kEpilogueClusterSyncs = (kMode == kOutClusterSum || kMode == kOutSwiGluQuant) ? 2 : 0;
+  constexpr bool kPushSum = kMode == kOutClusterSum && cluster_sum_push<T>();
+  constexpr int kEpilogueClusterSyncs =
+      kPushSum ? 1 : (kMode == kOutClusterSum || kMode == kOutSwiGluQuant) ? 2 : 0;
 
+  FP8GEMM_PROBE_AT(0);
   extern __shared__ uint8_t smem_raw[];
   const Ring ring(smem_raw);
   float* sw_cache = ring.sw_cache();
@@ -122,6 +170,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   }
   __syncthreads();
   if constexpr (T::kCluster > 1) ptx::cluster_sync();  // peer barriers initialised
+  // Push-sum clusters write into the peer's shared memory: the peer must have started. This
+  // arrive is waited for just before the pushes (by then it long has).
+  if constexpr (kPushSum) ptx::cluster_arrive_relaxed();
   const uint32_t cta_rank = T::kCluster > 1 ? ptx::cluster_ctarank() : 0;
   // Programmatic dependent launch: everything up to griddep_wait overlaps the previous kernel
   // (typically the activation quantizer, which triggers at its entry): only the weights
@@ -202,6 +253,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       ptx::griddep_launch_dependents();
     }
     if constexpr (T::kCluster > 1) ptx::cluster_sync();  // peers done arriving on our barriers
+    if constexpr (kPushSum) ptx::cluster_wait();  // the math warpgroups' wait before pushing
     // Match the math warpgroups' epilogue barriers ("published", "done reading").
 #pragma unroll
     for (int i = 0; i < kEpilogueClusterSyncs; ++i) ptx::cluster_sync();
@@ -211,6 +263,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // ---- Math warp-groups: wgmma per K block, promote with scales, store.
   if constexpr (T::kMathRegs > 0) ptx::setmaxnreg_inc<T::kMathRegs>();
   ptx::griddep_wait();  // before writing y / partials, which the previous kernel may still read
+  FP8GEMM_PROBE_AT(1);
   const int warp = tid_wg / 32, lane = threadIdx.x % 32;
   const int r_in = warp * 16 + lane / 4;  // fragment row within an m64 wave (and +8)
   const int c_in = (lane % 4) * 2;        // fragment column within each n8 group (and +1)
@@ -293,6 +346,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         continue;
       }
       ptx::mbarrier_wait(ring.full(st.stage), st.phase);
+      if (i == 0) FP8GEMM_PROBE_AT(2);
       const float* sa_s = ring.scales(st.stage);
 
       // Scales of this K block, read before the stage is handed back.
@@ -401,6 +455,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       st.advance();
     }
 
+    FP8GEMM_PROBE_AT(3);
     // The next kernel (split-K reduce, next layer) may start its prologue once all CTAs are here.
     ptx::griddep_launch_dependents();
     // K-interleaved warpgroups: add the others' accumulators to warpgroup 0's, in warpgroup
@@ -428,7 +483,45 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       ptx::named_barrier_sync(1, kMathThreads);  // the ring may be reused below
     }
     // Epilogue: every in-bounds element of the tile is written (zeros for an empty K split).
-    if constexpr (kMode == kOutClusterSum) {
+    if constexpr (kPushSum) {
+      // Rank 0 owns columns [0, TN/2) of the tile (accumulator registers x < kAcc/2: the n8
+      // groups j < TN/16), rank 1 the rest. Push the peer's half into its inbox, thread-minor;
+      // after the barrier add the peer's values to mine: rank 0 computes acc0 + acc1, rank 1
+      // acc1 + acc0 (the same bits), each stores its half.
+      static_assert(T::kCluster == 1 && kAcc % 8 == 0, "2-CTA split-K: whole n8 groups per half");
+      constexpr int kHalf = kAcc / 2;
+      constexpr int kPub = T::kWgSplitK ? 128 : kMathThreads;  // threads holding the tile
+      static_assert(T::kWaves * kHalf * kPub * 4 == cluster_inbox_bytes<T>(), "inbox size");
+      const int t = threadIdx.x;
+      const uint32_t rank = ptx::cluster_ctarank();
+      auto finish = [&](auto rank_c) {
+        constexpr int r = decltype(rank_c)::value;
+        constexpr int mine = r * kHalf, theirs = (1 - r) * kHalf;  // register offsets
+        ptx::cluster_wait();  // the peer CTA has started (arrived at its entry)
+        if (owner) {
+          const uint32_t remote = ptx::map_shared_to_rank(ring.inbox(), 1 - r);
+#pragma unroll
+          for (int w = 0; w < T::kWaves; ++w)
+#pragma unroll
+            for (int x = 0; x < kHalf; ++x)
+              ptx::st_shared_cluster_f32(remote + 4u * ((w * kHalf + x) * kPub + t), acc[w][theirs + x]);
+        }
+        ptx::cluster_sync();  // both halves pushed and visible
+        if (owner) {
+          const float* in = ring.inbox();
+#pragma unroll
+          for (int w = 0; w < T::kWaves; ++w) {
+#pragma unroll
+            for (int x = 0; x < kHalf; ++x) acc[w][mine + x] += in[(w * kHalf + x) * kPub + t];
+            const int row0 = tile.row0 + (wg_row * T::kWaves + w) * 64;
+            store_fragment<T::TN / 2, T::kSwapAB, false>(acc[w] + mine, row0, tile.col0 + r * (T::TN / 2),
+                                                       p.m, p.n, y, partial, 0);
+          }
+        }
+      };
+      if (rank == 0) finish(std::integral_constant<int, 0>{});
+      else finish(std::integral_constant<int, 1>{});
+    } else if constexpr (kMode == kOutClusterSum) {
       static_assert(!T::kPersistent && T::kCluster == 1, "cluster split-K: one tile per CTA");
       static_assert(T::kWaves * kAcc * kMathThreads * 4 <= Ring::kRingBytes, "partials fit the ring");
       // The ring is idle once every math warpgroup is past its last wgmma (with two, one may
@@ -494,6 +587,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   if constexpr (kStoreTma) {
     if (tid_wg == 0) ptx::tma_store_wait_all();  // y complete before the grid ends
   }
+  FP8GEMM_PROBE_AT(4);
   if constexpr (T::kCluster > 1) ptx::cluster_sync();
 }
 
