@@ -308,7 +308,7 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
             // 64×4096² 7.35 / 8.17 µs hot / cold vs 7.43 / 9.18 for 64 x 128 split 4
             // (session 8, docs/perf/2026-11-30-s8/call2-tail-vs-launch-vs-cluster.txt); with the
             // session-9 push sum 6.06 / 6.88, and at M = 32 6.43 / 7.26 vs 6.42 / 8.51 for
-            // 64 x 128 split 4 (docs/perf/2026-11-30-s9/call8-push-vs-pull.txt).
+            // 64 x 128 split 4 (docs/perf/2026-11-30-s9/call8-push-vs-pull/).
             return cfg(ScheduleKind::SmallM, 64, 64, 8, 2);
         }
         if m > 64 && t128 >= 40 {

@@ -480,6 +480,7 @@ fn hopper_gemm(dev: &CudaDevice, ops: &Operands, m: usize, n: usize, k: usize) -
 
 /// Our GEMM into `out` (bf16, contiguous `[m, n]` from its layout's offset), allocating
 /// nothing but a workspace growth: see [`crate::ops::fp8_block_matmul_into`].
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn hopper_gemm_into(
     qa: (&CudaStorage, &Layout),
     sa: (&CudaStorage, &Layout),
