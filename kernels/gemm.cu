@@ -152,7 +152,7 @@ int effective_split(const fp8gemm_config& c, int64_t k) {
 }
 
 size_t partial_bytes(const ConfigEntry* e, int split, int64_t m, int64_t n) {
-  if (e == nullptr || !split_uses_workspace(split, e->max_cluster_split)) return 0;
+  if (e == nullptr || !split_uses_workspace(split, e->cluster_split)) return 0;
   return static_cast<size_t>(split) * m * n * sizeof(float);
 }
 

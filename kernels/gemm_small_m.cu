@@ -20,11 +20,9 @@ int run_small_m_128(const GemmArgs& a) {
 
 const ConfigEntry* small_m_configs(int* count) {
   static const ConfigEntry kConfigs[] = {
-      config_entry<SmallM<32, 8, false>>(FP8GEMM_KIND_SMALL_M, 64, 32, 8, true),
-      config_entry<SmallM<64, 8, false>>(FP8GEMM_KIND_SMALL_M, 64, 64, 8, true),
-      // Split runs take the one-warpgroup variant: its cluster split-K limit applies.
-      {FP8GEMM_KIND_SMALL_M, 64, 128, 6, true, &run_small_m_128,
-       max_cluster_split<SmallM<128, 6, true, 1>>()},
+      {FP8GEMM_KIND_SMALL_M, 64, 32, 8, true, &run_sm90_fp8_gemm<SmallM<32, 8, false>>, true},
+      {FP8GEMM_KIND_SMALL_M, 64, 64, 8, true, &run_sm90_fp8_gemm<SmallM<64, 8, false>>, true},
+      {FP8GEMM_KIND_SMALL_M, 64, 128, 6, true, &run_small_m_128, true},
   };
   *count = sizeof(kConfigs) / sizeof(kConfigs[0]);
   return kConfigs;

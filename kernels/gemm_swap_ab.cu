@@ -7,10 +7,10 @@ namespace fp8gemm {
 
 const ConfigEntry* swap_ab_configs(int* count) {
   static const ConfigEntry kConfigs[] = {
-      config_entry<SwapAB<8, 8>>(FP8GEMM_KIND_SWAP_AB, 8, 64, 8, true),
-      config_entry<SwapAB<16, 8>>(FP8GEMM_KIND_SWAP_AB, 16, 64, 8, true),
-      config_entry<SwapAB<32, 8>>(FP8GEMM_KIND_SWAP_AB, 32, 64, 8, true),
-      config_entry<SwapAB<64, 8>>(FP8GEMM_KIND_SWAP_AB, 64, 64, 8, true),
+      {FP8GEMM_KIND_SWAP_AB, 8, 64, 8, true, &run_sm90_fp8_gemm<SwapAB<8, 8>>, true},
+      {FP8GEMM_KIND_SWAP_AB, 16, 64, 8, true, &run_sm90_fp8_gemm<SwapAB<16, 8>>, true},
+      {FP8GEMM_KIND_SWAP_AB, 32, 64, 8, true, &run_sm90_fp8_gemm<SwapAB<32, 8>>, true},
+      {FP8GEMM_KIND_SWAP_AB, 64, 64, 8, true, &run_sm90_fp8_gemm<SwapAB<64, 8>>, true},
   };
   *count = sizeof(kConfigs) / sizeof(kConfigs[0]);
   return kConfigs;
@@ -25,12 +25,12 @@ const ConfigEntry* swap_ab_configs(int* count) {
 // launch they save).
 const ConfigEntry* swiglu_configs(int* count) {
   static const ConfigEntry kConfigs[] = {
-      config_entry<SwapAB<8, 8, 32>>(FP8GEMM_KIND_SWAP_AB, 8, 64, 8, false),
-      config_entry<SwapAB<16, 8, 32>>(FP8GEMM_KIND_SWAP_AB, 16, 64, 8, false),
-      config_entry<SwapAB<8, 6, 32>>(FP8GEMM_KIND_SWAP_AB, 8, 64, 6, false),
-      config_entry<SwapAB<16, 6, 32>>(FP8GEMM_KIND_SWAP_AB, 16, 64, 6, false),
-      config_entry<SwapAB<8, 4, 64>>(FP8GEMM_KIND_SWAP_AB, 8, 128, 4, false),
-      config_entry<SwapAB<16, 4, 64>>(FP8GEMM_KIND_SWAP_AB, 16, 128, 4, false),
+      {FP8GEMM_KIND_SWAP_AB, 8, 64, 8, false, &run_sm90_fp8_gemm<SwapAB<8, 8, 32>>, false},
+      {FP8GEMM_KIND_SWAP_AB, 16, 64, 8, false, &run_sm90_fp8_gemm<SwapAB<16, 8, 32>>, false},
+      {FP8GEMM_KIND_SWAP_AB, 8, 64, 6, false, &run_sm90_fp8_gemm<SwapAB<8, 6, 32>>, false},
+      {FP8GEMM_KIND_SWAP_AB, 16, 64, 6, false, &run_sm90_fp8_gemm<SwapAB<16, 6, 32>>, false},
+      {FP8GEMM_KIND_SWAP_AB, 8, 128, 4, false, &run_sm90_fp8_gemm<SwapAB<8, 4, 64>>, false},
+      {FP8GEMM_KIND_SWAP_AB, 16, 128, 4, false, &run_sm90_fp8_gemm<SwapAB<16, 4, 64>>, false},
   };
   *count = sizeof(kConfigs) / sizeof(kConfigs[0]);
   return kConfigs;

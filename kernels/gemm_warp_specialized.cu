@@ -6,8 +6,8 @@ namespace fp8gemm {
 
 const ConfigEntry* warp_specialized_configs(int* count) {
   static const ConfigEntry kConfigs[] = {
-      config_entry<WarpSpecialized<64, 8>>(FP8GEMM_KIND_WARP_SPEC, 128, 64, 8, true),
-      config_entry<WarpSpecialized<128, 6>>(FP8GEMM_KIND_WARP_SPEC, 128, 128, 6, true),
+      {FP8GEMM_KIND_WARP_SPEC, 128, 64, 8, true, &run_sm90_fp8_gemm<WarpSpecialized<64, 8>>, true},
+      {FP8GEMM_KIND_WARP_SPEC, 128, 128, 6, true, &run_sm90_fp8_gemm<WarpSpecialized<128, 6>>, true},
   };
   *count = sizeof(kConfigs) / sizeof(kConfigs[0]);
   return kConfigs;

@@ -41,31 +41,23 @@ bool raise_smem_limit_once(const void* func, std::atomic<uint64_t>& done_mask, i
 
 using RunFn = int (*)(const GemmArgs&);
 
-// Split-K reduced inside a (1, S, 1) cluster (no workspace, no reduce kernel) for S = 2 where a
-// schedule allows it and S = 4 where its cluster sum pushes (max_cluster_split<T>(), small-M);
-// other splits use the f32 workspace and splitk_reduce_kernel. Measured on H200: 2-CTA clusters
-// helped (M=128: 8.98 vs 9.57 us); clusters of 3-8 that pulled every peer's partials through
-// rank 0 were up to 2x slower (session 1).
-inline bool split_uses_workspace(int split, int max_cluster_split) {
-  const bool cluster = split == 2 ? max_cluster_split >= 2 : split == 4 && max_cluster_split >= 4;
-  return split > 1 && !cluster;
+// Split-K with at most this many splits reduces inside a cluster (no workspace, no reduce
+// kernel); more splits use the f32 workspace and splitk_reduce_kernel. Measured on H200:
+// 2-CTA clusters helped (M=128: 8.98 vs 9.57 us), clusters of 3-8 were up to 2x slower
+// (cluster placement), so only S = 2 takes the cluster path.
+constexpr int kMaxClusterSplit = 2;
+
+// Whether a (schedule, split) pair reduces through the workspace.
+inline bool split_uses_workspace(int split, bool cluster_capable) {
+  return split > 1 && !(cluster_capable && split <= kMaxClusterSplit);
 }
 
 struct ConfigEntry {
   int kind, block_m, block_n, stages;
   bool split_ok;
   RunFn run;
-  int max_cluster_split;  // max_cluster_split<T>() of the schedule (0: never a cluster)
+  bool cluster_split;  // split-K may reduce inside a cluster (non-persistent, no multicast)
 };
-
-template <class T>
-int run_sm90_fp8_gemm(const GemmArgs& a);
-
-// The entry of schedule T (its launcher and its cluster split-K limit).
-template <class T>
-ConfigEntry config_entry(int kind, int block_m, int block_n, int stages, bool split_ok) {
-  return {kind, block_m, block_n, stages, split_ok, &run_sm90_fp8_gemm<T>, max_cluster_split<T>()};
-}
 
 template <class T>
 int run_sm90_fp8_gemm(const GemmArgs& a) {
@@ -109,8 +101,8 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   if (smem > a.smem_optin) return FP8GEMM_ERR_SHAPE;  // K per split too long for the scale cache
 
   // One kernel per (schedule, output mode); smem limit raised once per device.
-  constexpr bool kClusterSplitOk = max_cluster_split<T>() > 0;
-  const bool use_ws = split_uses_workspace(a.split, max_cluster_split<T>());
+  constexpr bool kClusterSplitOk = !T::kPersistent && T::kCluster == 1;
+  const bool use_ws = split_uses_workspace(a.split, kClusterSplitOk);
   int mode = a.split == 1 ? kOutBf16 : (use_ws ? kOutWorkspace : kOutClusterSum);
   if (use_ws && a.partial == nullptr) return FP8GEMM_ERR_WORKSPACE;
   decltype(&sm90_fp8_gemm_1d2d_kernel<T, T::kGated ? kOutSwiGluQuant : kOutBf16>) kern;

@@ -83,25 +83,19 @@ enum OutMode : int {
                        // cluster (128 / kGateRows, 1, 1) that exchanges per-token amax via DSMEM
 };
 
-// Split-K over a (1, S, 1) cluster, small-M schedules (one warpgroup publishes the tile),
-// S = 2 or 4: each CTA owns 1/S of the tile's columns and pushes the other slices of its f32
-// partials into their owners' inboxes (fire-and-forget DSMEM stores, one cluster barrier, local
-// reads). The other schedules pull a peer's partials from its idle ring (S = 2, two barriers):
-// the swap-AB decode tiles keep their footprint (CTAs per SM), the 2-warpgroup tiles have no room.
+// Split-K over a 2-CTA cluster, small-M schedules (one warpgroup publishes the tile): each CTA
+// owns half of the tile's columns and pushes the other half of its f32 partials into its
+// peer's inbox (fire-and-forget DSMEM stores, one cluster barrier, local reads). The other
+// schedules pull the peer's partials from its idle ring (two barriers): the swap-AB decode
+// tiles keep their footprint (CTAs per SM), the 2-warpgroup tiles have no room.
 template <class T>
 __host__ __device__ constexpr bool cluster_sum_push() {
   return !T::kSwapAB && !T::kPersistent && !T::kGated && (T::kMathWG == 1 || T::kWgSplitK) &&
-         T::TN % 32 == 0;
+         T::TN >= 16;
 }
-// Inbox: (S - 1) slices of TN / (2 S) registers per thread of the publishing warpgroup, S <= 4.
 template <class T>
 __host__ __device__ constexpr int cluster_inbox_bytes() {
-  return cluster_sum_push<T>() ? T::kWaves * (3 * T::TN / 8) * 128 * 4 : 0;
-}
-// Largest split-K reduced inside a cluster (0: none; splits 2 and, where it is 4, 4).
-template <class T>
-__host__ __device__ constexpr int max_cluster_split() {
-  return (T::kPersistent || T::kCluster > 1 || T::kGated) ? 0 : cluster_sum_push<T>() ? 4 : 2;
+  return cluster_sum_push<T>() ? T::kWaves * (T::TN / 4) * 128 * 4 : 0;  // half of TN/2 per thread
 }
 
 // Shared-memory layout of a schedule; with kTmaStore the output staging holds the whole tile.
@@ -490,69 +484,43 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     }
     // Epilogue: every in-bounds element of the tile is written (zeros for an empty K split).
     if constexpr (kPushSum) {
-      // S = gridDim.y splits of a tile form a (1, S, 1) cluster. Rank r owns columns
-      // [r TN/S, (r+1) TN/S): accumulator registers [r kSlice, (r+1) kSlice), whole n8 groups.
-      // Each rank pushes every other owner's slice of its partials into that owner's inbox
-      // (slot = the sender's rank, the owner's own skipped), thread-minor; after one barrier the
-      // owner adds the S values in rank order, ((p0 + p1) + p2) + p3 — the workspace reduce's
-      // order, so the same bits — and stores its slice.
+      // Rank 0 owns columns [0, TN/2) of the tile (accumulator registers x < kAcc/2: the n8
+      // groups j < TN/16), rank 1 the rest. Push the peer's half into its inbox, thread-minor;
+      // after the barrier add the peer's values to mine: rank 0 computes acc0 + acc1, rank 1
+      // acc1 + acc0 (the same bits), each stores its half.
+      static_assert(T::kCluster == 1 && kAcc % 8 == 0, "2-CTA split-K: whole n8 groups per half");
+      constexpr int kHalf = kAcc / 2;
       constexpr int kPub = T::kWgSplitK ? 128 : kMathThreads;  // threads holding the tile
-      static_assert(T::kCluster == 1 && kPub == 128, "one publishing warpgroup");
+      static_assert(T::kWaves * kHalf * kPub * 4 == cluster_inbox_bytes<T>(), "inbox size");
       const int t = threadIdx.x;
       const uint32_t rank = ptx::cluster_ctarank();
-      auto finish = [&](auto s_c, auto rank_c) {
-        constexpr int S = decltype(s_c)::value, r = decltype(rank_c)::value;
-        constexpr int kSlice = kAcc / S;
-        static_assert(kAcc % (4 * S) == 0, "whole n8 groups per slice");
-        static_assert((S - 1) * T::kWaves * kSlice * kPub * 4 <= cluster_inbox_bytes<T>(), "inbox size");
-        auto at = [&](int slot, int w, int x) { return ((slot * T::kWaves + w) * kSlice + x) * kPub + t; };
-        ptx::cluster_wait();  // every peer CTA has started (arrived at its entry)
+      auto finish = [&](auto rank_c) {
+        constexpr int r = decltype(rank_c)::value;
+        constexpr int mine = r * kHalf, theirs = (1 - r) * kHalf;  // register offsets
+        ptx::cluster_wait();  // the peer CTA has started (arrived at its entry)
         if (owner) {
+          const uint32_t remote = ptx::map_shared_to_rank(ring.inbox(), 1 - r);
 #pragma unroll
-          for (int o = 0; o < S; ++o) {
-            if (o == r) continue;
-            const uint32_t remote = ptx::map_shared_to_rank(ring.inbox(), o);
-            const int slot = r < o ? r : r - 1;  // my slot in o's inbox
+          for (int w = 0; w < T::kWaves; ++w)
 #pragma unroll
-            for (int w = 0; w < T::kWaves; ++w)
-#pragma unroll
-              for (int x = 0; x < kSlice; ++x)
-                ptx::st_shared_cluster_f32(remote + 4u * at(slot, w, x), acc[w][o * kSlice + x]);
-          }
+            for (int x = 0; x < kHalf; ++x)
+              ptx::st_shared_cluster_f32(remote + 4u * ((w * kHalf + x) * kPub + t), acc[w][theirs + x]);
         }
-        ptx::cluster_sync();  // every slice pushed and visible
+        ptx::cluster_sync();  // both halves pushed and visible
         if (owner) {
           const float* in = ring.inbox();
 #pragma unroll
           for (int w = 0; w < T::kWaves; ++w) {
 #pragma unroll
-            for (int x = 0; x < kSlice; ++x) {
-              float v = 0.f;
-#pragma unroll
-              for (int sr = 0; sr < S; ++sr) {
-                const float part = sr == r ? acc[w][r * kSlice + x] : in[at(sr < r ? sr : sr - 1, w, x)];
-                v = sr == 0 ? part : v + part;
-              }
-              acc[w][r * kSlice + x] = v;
-            }
+            for (int x = 0; x < kHalf; ++x) acc[w][mine + x] += in[(w * kHalf + x) * kPub + t];
             const int row0 = tile.row0 + (wg_row * T::kWaves + w) * 64;
-            store_fragment<T::TN / S, T::kSwapAB, false>(acc[w] + r * kSlice, row0, tile.col0 + r * (T::TN / S),
+            store_fragment<T::TN / 2, T::kSwapAB, false>(acc[w] + mine, row0, tile.col0 + r * (T::TN / 2),
                                                        p.m, p.n, y, partial, 0);
           }
         }
       };
-      using I0 = std::integral_constant<int, 0>;
-      using I1 = std::integral_constant<int, 1>;
-      if (gridDim.y == 2) {
-        using S2 = std::integral_constant<int, 2>;
-        if (rank == 0) finish(S2{}, I0{}); else finish(S2{}, I1{});
-      } else {
-        using S4 = std::integral_constant<int, 4>;
-        if (rank == 0) finish(S4{}, I0{});
-        else if (rank == 1) finish(S4{}, I1{});
-        else if (rank == 2) finish(S4{}, std::integral_constant<int, 2>{});
-        else finish(S4{}, std::integral_constant<int, 3>{});
-      }
+      if (rank == 0) finish(std::integral_constant<int, 0>{});
+      else finish(std::integral_constant<int, 1>{});
     } else if constexpr (kMode == kOutClusterSum) {
       static_assert(!T::kPersistent && T::kCluster == 1, "cluster split-K: one tile per CTA");
       static_assert(T::kWaves * kAcc * kMathThreads * 4 <= Ring::kRingBytes, "partials fit the ring");
