@@ -67,11 +67,13 @@ struct GemmParams {
 };
 
 // Traits every schedule provides:
-//   kMathWG, kWaves, TM (= kMathWG * kWaves * 64), TN, kStages, kSwapAB, kThreads,
-//   kMathRegs/kProducerRegs (0 = no setmaxnreg), Scheduler, kSplitN (keep two units of MMA work
-//   in flight: the N halves of a wave, or for narrow tiles two waves), kGated / kGateRows
-//   (swap-AB tile of kGateRows gate rows + the same features' up rows, for kOutSwiGluQuant;
-//   schedules/swap_ab.cuh), kTmaStore (kOutBf16 through shared memory and TMA stores)
+//   kMathWG, kWaves, TM (= kMathWG * kWaves * 64, or kWaves * 64 with kWgSplitK), TN, kStages,
+//   kSwapAB, kThreads, kMathRegs/kProducerRegs (0 = no setmaxnreg), Scheduler, kSplitN (keep
+//   two units of MMA work in flight: the N halves of a wave, or for narrow tiles two waves),
+//   kWgSplitK (the math warpgroups share the tile's rows and take alternate K blocks),
+//   kGated / kGateRows (swap-AB tile of kGateRows gate rows + the same features' up rows, for
+//   kOutSwiGluQuant; schedules/swap_ab.cuh), kTmaStore (kOutBf16 through shared memory and
+//   TMA stores), kPrefetchScales, kPersistent, kCluster
 // Output modes of one kernel instantiation.
 enum OutMode : int {
   kOutBf16 = 0,        // store y directly
