@@ -28,7 +28,8 @@ namespace fp8gemm {
 // Development timeline probe (nvcc -DFP8GEMM_PROBE; scripts/dev/harness.py probe): thread 0 of
 // each CTA (a math thread) records %globaltimer at kernel entry, after its griddepcontrol.wait,
 // when its first K block has landed, after its last K block and at the end. One copy per
-// translation unit (read with fp8gemm_probe_read of that unit); tiles per CTA = 1 assumed.
+// translation unit, read by the function FP8GEMM_PROBE_READER defines there (gemm_small_m.cu,
+// gemm_swap_ab.cu); one tile per CTA assumed.
 #ifdef FP8GEMM_PROBE
 constexpr int kProbeSlots = 5, kProbeCtas = 4096;
 static __device__ unsigned long long g_probe[kProbeCtas][kProbeSlots];
