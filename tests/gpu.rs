@@ -22,7 +22,7 @@ use gpu::{poison, usable, PROVIDERS};
 use candle_core::{DType, Device, Result, Tensor};
 use candle_fp8::dispatch::{BackendRequest, Provider, BACKEND_ENV};
 use candle_fp8::format::{act_scale_m_stride, e4m3_to_f32, num_blocks, BLOCK, F8E4M3};
-use candle_fp8::ops::{device_caps, fp8_block_matmul, fp8_block_matmul_with};
+use candle_fp8::ops::{device_caps, fp8_block_matmul, fp8_block_matmul_into, fp8_block_matmul_with};
 use candle_fp8::quant::{act_scales_view, quantize_activation};
 use candle_fp8::reference::{calc_diff, reference_matmul, rel_err};
 use candle_fp8::testing::{random_operands, Operands, Rng};
@@ -256,6 +256,39 @@ fn quantize_then_gemm_matches_cpu_pipeline() -> Result<()> {
     Ok(())
 }
 
+/// bf16 bits of a tensor, on the host.
+fn bits(t: &Tensor) -> Result<Vec<u16>> {
+    Ok(t.to_device(&Device::Cpu)?.flatten_all()?.to_vec1::<half::bf16>()?.iter().map(|v| v.to_bits()).collect())
+}
+
+#[test]
+fn into_preallocated_output_equals_the_op() -> Result<()> {
+    // Our kernels into a NaN-filled buffer and into rows 3.. of a bigger NaN-filled one (a view
+    // with an offset): the allocating op's bits (every schedule family: swap-AB split, small-M
+    // cluster split, split-K through the workspace, warp-specialized, persistent), the rows
+    // around the view left as they were.
+    let dev = gpu_or_skip!("into_preallocated_output_equals_the_op");
+    if !usable(&dev, "into_preallocated_output_equals_the_op")?.contains(&Provider::Hopper) {
+        println!("SKIP into_preallocated_output_equals_the_op: our kernels cannot run on this device");
+        return Ok(());
+    }
+    let shapes: &[(usize, usize, usize)] =
+        &[(1, 4096, 4096), (48, 4096, 4096), (1, 5120, 8192), (100, 1024, 2048), (129, 1024, 5120), (300, 4096, 512)];
+    for &(m, n, k) in shapes {
+        let op = random_operands(m, n, k, 7 + m as u64, &dev)?;
+        let want = bits(&fp8_block_matmul_with(BackendRequest::Force(Provider::Hopper), &op.qa, &op.sa, &op.w, &op.sw)?)?;
+        let out = Tensor::full(half::bf16::NAN, (m, n), &dev)?;
+        fp8_block_matmul_into(&op.qa, &op.sa, &op.w, &op.sw, &out)?;
+        assert!(bits(&out)? == want, "m={m} n={n} k={k}: into a fresh buffer differs from the op");
+        let big = Tensor::full(half::bf16::NAN, (m + 5, n), &dev)?;
+        fp8_block_matmul_into(&op.qa, &op.sa, &op.w, &op.sw, &big.narrow(0, 3, m)?)?;
+        assert!(bits(&big.narrow(0, 3, m)?)? == want, "m={m} n={n} k={k}: into an offset view differs");
+        let around = bits(&Tensor::cat(&[big.narrow(0, 0, 3)?, big.narrow(0, 3 + m, 2)?], 0)?)?;
+        assert!(around.iter().all(|&b| half::bf16::from_bits(b).is_nan()), "m={m} n={n} k={k}: wrote outside the view");
+    }
+    Ok(())
+}
+
 #[test]
 fn repeated_calls_are_bitwise_identical() -> Result<()> {
     let dev = gpu_or_skip!("repeated_calls_are_bitwise_identical");
@@ -266,22 +299,10 @@ fn repeated_calls_are_bitwise_identical() -> Result<()> {
         let op = random_operands(m, n, k, 99, &dev)?;
         for &p in &providers {
             let req = BackendRequest::Force(p);
-            let first: Vec<u16> = fp8_block_matmul_with(req, &op.qa, &op.sa, &op.w, &op.sw)?
-                .to_device(&Device::Cpu)?
-                .flatten_all()?
-                .to_vec1::<half::bf16>()?
-                .iter()
-                .map(|v| v.to_bits())
-                .collect();
+            let first = bits(&fp8_block_matmul_with(req, &op.qa, &op.sa, &op.w, &op.sw)?)?;
             for i in 1..20 {
                 poison(&dev, m * n)?;
-                let y: Vec<u16> = fp8_block_matmul_with(req, &op.qa, &op.sa, &op.w, &op.sw)?
-                    .to_device(&Device::Cpu)?
-                    .flatten_all()?
-                    .to_vec1::<half::bf16>()?
-                    .iter()
-                    .map(|v| v.to_bits())
-                    .collect();
+                let y = bits(&fp8_block_matmul_with(req, &op.qa, &op.sa, &op.w, &op.sw)?)?;
                 assert!(first == y, "{p} m={m} n={n} k={k}: call {i} differs from call 0");
             }
         }
