@@ -1,0 +1,195 @@
+// How fast can one SM fill its shared memory from L2 (and HBM)? TMA boxes, cp.async, or both.
+//
+// Why (session 9, docs/PERF.md): a mid-M GEMM's main loop ingests A + B at ~67-79 GB/s per SM
+// whatever its ring depth (8, 12, 16 stages) and CTA count (64 or 128). Is that the TMA path's
+// per-SM limit, the L2 -> SM port, or something of our kernel's? This measures the copy alone:
+// a producer warpgroup fills a ring of `stages` buffers of `rows` x 128 B, one consumer thread
+// waits for each stage and frees it (no math), and the kernel time gives bytes per second.
+//
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I ../../kernels/include \
+//        ingest_bench.cu -o ingest_bench && ./ingest_bench
+//
+// (from bundle/kdev on the H200: -I kernels/include). Prints one row per (mode, box rows,
+// stages, CTAs, hot|cold): microseconds, GB/s in total and per CTA. Modes: tma (one thread
+// issues 2-D boxes with the 128-byte swizzle, like the GEMM's operands), cpasync (128 threads,
+// 16 bytes each, completion through cp.async.mbarrier.arrive), both (half of each stage each).
+// hot: a 16 MB source read over and over (L2-resident); cold: 1 GB, each CTA its own region,
+// L2 flushed before the launch.
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "fp8gemm/ptx/tma.cuh"
+
+namespace ptx = fp8gemm::ptx;
+
+constexpr int kRowBytes = 128;
+constexpr int kProducers = 128;
+
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(ptx::smem_addr(dst)), "l"(src) : "memory");
+}
+
+// The barrier counts one arrival of this thread once its earlier cp.async copies have landed.
+__device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(ptx::smem_addr(bar)) : "memory");
+}
+
+enum Mode : int { kTma = 0, kCpAsync = 1, kBoth = 2 };
+
+template <int kMode>
+__global__ void __launch_bounds__(256, 1)
+    ingest_kernel(const __grid_constant__ CUtensorMap map, const uint8_t* __restrict__ src,
+                  int64_t src_rows, int rows, int stages, int iters, unsigned long long* sink) {
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* ring = smem_raw + ((1024u - (ptx::smem_addr(smem_raw) & 1023u)) & 1023u);
+  const int stage_bytes = rows * kRowBytes;
+  uint64_t* full = reinterpret_cast<uint64_t*>(ring + stages * stage_bytes);
+  uint64_t* empty = full + stages;
+  const int tid = threadIdx.x;
+  // TMA part of a stage (rows), cp.async part (rows), per mode.
+  const int tma_rows = kMode == kTma ? rows : kMode == kBoth ? rows / 2 : 0;
+  const int cp_rows = rows - tma_rows;
+  if (tid == 0) {
+    for (int s = 0; s < stages; ++s) {
+      ptx::mbarrier_init(&full[s], (tma_rows > 0 ? 1 : 0) + (cp_rows > 0 ? kProducers : 0));
+      ptx::mbarrier_init(&empty[s], 1);
+    }
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * iters * rows;
+  if (tid < kProducers) {
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int it = 0; it < iters; ++it) {
+      ptx::mbarrier_wait(&empty[stage], phase ^ 1);
+      const int64_t r = (row0 + static_cast<int64_t>(it) * rows) % src_rows;
+      uint8_t* dst = ring + stage * stage_bytes;
+      if (tma_rows > 0 && tid == 0) {
+        ptx::mbarrier_arrive_expect_tx(&full[stage], tma_rows * kRowBytes);
+        ptx::tma_load_2d(dst, &map, &full[stage], 0, static_cast<int32_t>(r));
+      }
+      if (cp_rows > 0) {
+        const uint8_t* g = src + (r + tma_rows) * kRowBytes;
+        uint8_t* d = dst + tma_rows * kRowBytes;
+        for (int c = tid; c < cp_rows * (kRowBytes / 16); c += kProducers) cp_async_16(d + 16 * c, g + 16 * c);
+        cp_async_arrive_noinc(&full[stage]);
+      }
+      if (++stage == stages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+  } else if (tid == kProducers) {
+    int stage = 0;
+    uint32_t phase = 0;
+    unsigned long long acc = 0;
+    for (int it = 0; it < iters; ++it) {
+      ptx::mbarrier_wait(&full[stage], phase);
+      acc += ring[stage * stage_bytes + (it & 127)];  // touch the data
+      ptx::mbarrier_arrive(&empty[stage]);
+      if (++stage == stages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+    if (acc == 0x5eed5eedULL) sink[blockIdx.x] = acc;  // never true; keeps the reads
+  }
+}
+
+#define CHECK(x)                                                                  \
+  do {                                                                            \
+    cudaError_t e_ = (x);                                                         \
+    if (e_ != cudaSuccess) {                                                      \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                               \
+    }                                                                             \
+  } while (0)
+
+static CUtensorMap make_map(const void* base, uint64_t rows, uint32_t box_rows) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q;
+  CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
+  auto enc = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {kRowBytes, rows};
+  const cuuint64_t strides[1] = {kRowBytes};
+  const cuuint32_t box[2] = {kRowBytes, box_rows};
+  const cuuint32_t estr[2] = {1, 1};
+  if (enc(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, estr,
+          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled failed (rows %llu, box %u)\n", (unsigned long long)rows, box_rows);
+    std::exit(1);
+  }
+  return map;
+}
+
+template <int kMode>
+static float run(const uint8_t* src, int64_t src_rows, int rows, int stages, int ctas, int iters,
+                 unsigned long long* sink, uint8_t* flush, size_t flush_bytes, bool cold) {
+  const int tma_rows = kMode == kTma ? rows : kMode == kBoth ? rows / 2 : 0;
+  const CUtensorMap map = make_map(src, src_rows, std::max(tma_rows, 1));
+  const int smem = stages * rows * kRowBytes + 2 * stages * 8 + 1024;
+  CHECK(cudaFuncSetAttribute(ingest_kernel<kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  float best = 1e30f;
+  for (int rep = 0; rep < 4; ++rep) {  // rep 0 warms up (and, hot, loads the source into L2)
+    if (cold) CHECK(cudaMemsetAsync(flush, rep, flush_bytes));
+    CHECK(cudaEventRecord(e0));
+    ingest_kernel<kMode><<<ctas, 256, smem>>>(map, src, src_rows, rows, stages, iters, sink);
+    CHECK(cudaEventRecord(e1));
+    CHECK(cudaEventSynchronize(e1));
+    CHECK(cudaGetLastError());
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    if (rep > 0) best = std::min(best, ms);
+  }
+  CHECK(cudaEventDestroy(e0));
+  CHECK(cudaEventDestroy(e1));
+  return best * 1e3f;  // us
+}
+
+int main() {
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const size_t hot_bytes = size_t(16) << 20, cold_bytes = size_t(1) << 30, flush_bytes = size_t(256) << 20;
+  uint8_t *hot, *cold, *flush;
+  unsigned long long* sink;
+  CHECK(cudaMalloc(&hot, hot_bytes));
+  CHECK(cudaMalloc(&cold, cold_bytes));
+  CHECK(cudaMalloc(&flush, flush_bytes));
+  CHECK(cudaMalloc(&sink, 4096 * sizeof(unsigned long long)));
+  CHECK(cudaMemset(hot, 1, hot_bytes));
+  CHECK(cudaMemset(cold, 1, cold_bytes));
+  const char* names[] = {"tma", "cpasync", "both"};
+  std::printf("INGEST mode rows stages ctas temp us GBps_total GBps_per_cta\n");
+  for (int mode = 0; mode < 3; ++mode)
+    for (int rows : {32, 64, 128})
+      for (int stages : {2, 4, 8, 16})
+        for (int ctas : {1, sms / 2, sms})
+          for (int c = 0; c < 2; ++c) {
+            if (stages * rows * kRowBytes > 200 * 1024) continue;
+            const bool is_cold = c == 1;
+            const size_t per_cta = size_t(4) << 20;  // bytes each CTA copies
+            const int iters = static_cast<int>(per_cta / (rows * kRowBytes));
+            const uint8_t* src = is_cold ? cold : hot;
+            const int64_t src_rows = static_cast<int64_t>((is_cold ? cold_bytes : hot_bytes) / kRowBytes);
+            float us = 0;
+            if (mode == kTma) us = run<kTma>(src, src_rows, rows, stages, ctas, iters, sink, flush, flush_bytes, is_cold);
+            if (mode == kCpAsync) us = run<kCpAsync>(src, src_rows, rows, stages, ctas, iters, sink, flush, flush_bytes, is_cold);
+            if (mode == kBoth) us = run<kBoth>(src, src_rows, rows, stages, ctas, iters, sink, flush, flush_bytes, is_cold);
+            const double bytes = double(per_cta) * ctas;
+            std::printf("INGEST %s %d %d %d %s %.2f %.1f %.2f\n", names[mode], rows, stages, ctas,
+                        is_cold ? "cold" : "hot", us, bytes / us * 1e-3, bytes / ctas / us * 1e-3);
+          }
+  return 0;
+}
