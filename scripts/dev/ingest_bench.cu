@@ -12,7 +12,10 @@
 // (from bundle/kdev on the H200: -I kernels/include). Prints one row per (mode, box rows,
 // stages, CTAs, hot|cold): microseconds, GB/s in total and per CTA. Modes: tma (one thread
 // issues 2-D boxes with the 128-byte swizzle, like the GEMM's operands), cpasync (128 threads,
-// 16 bytes each, completion through cp.async.mbarrier.arrive), both (half of each stage each).
+// 16 bytes each, completion through cp.async.mbarrier.arrive), both (half of each stage each),
+// tma_mc2 (2-CTA clusters reading the same rows: each CTA loads half of every stage and
+// multicasts it to both, so each SM issues half the requests for the same bytes received —
+// tells a request-side limit from a receive-side one).
 // hot: a 16 MB source read over and over (L2-resident); cold: 1 GB, each CTA its own region,
 // L2 flushed before the launch.
 #include <cuda.h>
@@ -40,7 +43,7 @@ __device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(ptx::smem_addr(bar)) : "memory");
 }
 
-enum Mode : int { kTma = 0, kCpAsync = 1, kBoth = 2 };
+enum Mode : int { kTma = 0, kCpAsync = 1, kBoth = 2, kTmaMc2 = 3 };
 
 template <int kMode>
 __global__ void __launch_bounds__(256, 1)
@@ -53,17 +56,21 @@ __global__ void __launch_bounds__(256, 1)
   uint64_t* empty = full + stages;
   const int tid = threadIdx.x;
   // TMA part of a stage (rows), cp.async part (rows), per mode.
-  const int tma_rows = kMode == kTma ? rows : kMode == kBoth ? rows / 2 : 0;
+  const int tma_rows = kMode == kTma || kMode == kTmaMc2 ? rows : kMode == kBoth ? rows / 2 : 0;
   const int cp_rows = rows - tma_rows;
+  constexpr bool kMc = kMode == kTmaMc2;
+  const uint32_t rank = kMc ? ptx::cluster_ctarank() : 0;
   if (tid == 0) {
     for (int s = 0; s < stages; ++s) {
       ptx::mbarrier_init(&full[s], (tma_rows > 0 ? 1 : 0) + (cp_rows > 0 ? kProducers : 0));
-      ptx::mbarrier_init(&empty[s], 1);
+      ptx::mbarrier_init(&empty[s], kMc ? 2 : 1);  // multicast: both CTAs' consumers free a stage
     }
     ptx::fence_barrier_init();
   }
   __syncthreads();
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * iters * rows;
+  if constexpr (kMc) ptx::cluster_sync();  // the peer's barriers are initialised
+  // Multicast: the two CTAs of a cluster read the same rows.
+  const int64_t row0 = static_cast<int64_t>(kMc ? blockIdx.x / 2 : blockIdx.x) * iters * rows;
   if (tid < kProducers) {
     int stage = 0;
     uint32_t phase = 0;
@@ -73,7 +80,13 @@ __global__ void __launch_bounds__(256, 1)
       uint8_t* dst = ring + stage * stage_bytes;
       if (tma_rows > 0 && tid == 0) {
         ptx::mbarrier_arrive_expect_tx(&full[stage], tma_rows * kRowBytes);
-        ptx::tma_load_2d(dst, &map, &full[stage], 0, static_cast<int32_t>(r));
+        if constexpr (kMc) {  // my half of the stage, into both CTAs (the box is rows / 2)
+          const int half = rows / 2;
+          ptx::tma_load_2d_multicast(dst + rank * half * kRowBytes, &map, &full[stage], 0,
+                                     static_cast<int32_t>(r + rank * half), 0x3);
+        } else {
+          ptx::tma_load_2d(dst, &map, &full[stage], 0, static_cast<int32_t>(r));
+        }
       }
       if (cp_rows > 0) {
         const uint8_t* g = src + (r + tma_rows) * kRowBytes;
@@ -94,6 +107,7 @@ __global__ void __launch_bounds__(256, 1)
       ptx::mbarrier_wait(&full[stage], phase);
       acc += ring[stage * stage_bytes + (it & 127)];  // touch the data
       ptx::mbarrier_arrive(&empty[stage]);
+      if constexpr (kMc) ptx::mbarrier_arrive_cluster(&empty[stage], rank ^ 1);
       if (++stage == stages) {
         stage = 0;
         phase ^= 1;
@@ -101,6 +115,7 @@ __global__ void __launch_bounds__(256, 1)
     }
     if (acc == 0x5eed5eedULL) sink[blockIdx.x] = acc;  // never true; keeps the reads
   }
+  if constexpr (kMc) ptx::cluster_sync();  // no CTA leaves while its peer may still write to it
 }
 
 #define CHECK(x)                                                                  \
@@ -134,8 +149,8 @@ static CUtensorMap make_map(const void* base, uint64_t rows, uint32_t box_rows) 
 template <int kMode>
 static float run(const uint8_t* src, int64_t src_rows, int rows, int stages, int ctas, int iters,
                  unsigned long long* sink, uint8_t* flush, size_t flush_bytes, bool cold) {
-  const int tma_rows = kMode == kTma ? rows : kMode == kBoth ? rows / 2 : 0;
-  const CUtensorMap map = make_map(src, src_rows, std::max(tma_rows, 1));
+  const int box_rows = kMode == kTma ? rows : kMode == kBoth || kMode == kTmaMc2 ? rows / 2 : 1;
+  const CUtensorMap map = make_map(src, src_rows, box_rows);
   const int smem = stages * rows * kRowBytes + 2 * stages * 8 + 1024;
   CHECK(cudaFuncSetAttribute(ingest_kernel<kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   cudaEvent_t e0, e1;
@@ -145,7 +160,18 @@ static float run(const uint8_t* src, int64_t src_rows, int rows, int stages, int
   for (int rep = 0; rep < 4; ++rep) {  // rep 0 warms up (and, hot, loads the source into L2)
     if (cold) CHECK(cudaMemsetAsync(flush, rep, flush_bytes));
     CHECK(cudaEventRecord(e0));
-    ingest_kernel<kMode><<<ctas, 256, smem>>>(map, src, src_rows, rows, stages, iters, sink);
+    cudaLaunchConfig_t lc = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = kMode == kTmaMc2 ? 2 : 1;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    lc.gridDim = dim3(ctas);
+    lc.blockDim = dim3(256);
+    lc.dynamicSmemBytes = smem;
+    lc.attrs = attr;
+    lc.numAttrs = 1;
+    CHECK(cudaLaunchKernelEx(&lc, ingest_kernel<kMode>, map, src, src_rows, rows, stages, iters, sink));
     CHECK(cudaEventRecord(e1));
     CHECK(cudaEventSynchronize(e1));
     CHECK(cudaGetLastError());
@@ -170,12 +196,12 @@ int main() {
   CHECK(cudaMalloc(&sink, 4096 * sizeof(unsigned long long)));
   CHECK(cudaMemset(hot, 1, hot_bytes));
   CHECK(cudaMemset(cold, 1, cold_bytes));
-  const char* names[] = {"tma", "cpasync", "both"};
+  const char* names[] = {"tma", "cpasync", "both", "tma_mc2"};
   std::printf("INGEST mode rows stages ctas temp us GBps_total GBps_per_cta\n");
-  for (int mode = 0; mode < 3; ++mode)
+  for (int mode = 0; mode < 4; ++mode)
     for (int rows : {32, 64, 128})
       for (int stages : {2, 4, 8, 16})
-        for (int ctas : {1, sms / 2, sms})
+        for (int ctas : {2, sms / 2, sms})
           for (int c = 0; c < 2; ++c) {
             if (stages * rows * kRowBytes > 200 * 1024) continue;
             const bool is_cold = c == 1;
@@ -187,6 +213,7 @@ int main() {
             if (mode == kTma) us = run<kTma>(src, src_rows, rows, stages, ctas, iters, sink, flush, flush_bytes, is_cold);
             if (mode == kCpAsync) us = run<kCpAsync>(src, src_rows, rows, stages, ctas, iters, sink, flush, flush_bytes, is_cold);
             if (mode == kBoth) us = run<kBoth>(src, src_rows, rows, stages, ctas, iters, sink, flush, flush_bytes, is_cold);
+            if (mode == kTmaMc2) us = run<kTmaMc2>(src, src_rows, rows, stages, ctas, iters, sink, flush, flush_bytes, is_cold);
             const double bytes = double(per_cta) * ctas;
             std::printf("INGEST %s %d %d %d %s %.2f %.1f %.2f\n", names[mode], rows, stages, ctas,
                         is_cold ? "cold" : "hot", us, bytes / us * 1e-3, bytes / ctas / us * 1e-3);
