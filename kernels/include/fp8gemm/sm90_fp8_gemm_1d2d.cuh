@@ -526,31 +526,29 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       else finish(std::integral_constant<int, 1>{});
     } else if constexpr (kMode == kOutClusterSum) {
       static_assert(!T::kPersistent && T::kCluster == 1, "cluster split-K: one tile per CTA");
+      static_assert(!T::kWgSplitK, "K-interleaved warpgroups sum by push (cluster_sum_push)");
       static_assert(T::kWaves * kAcc * kMathThreads * 4 <= Ring::kRingBytes, "partials fit the ring");
       // The ring is idle once every math warpgroup is past its last wgmma (with two, one may
       // still be reading its last stage's A tile, which the partials below overwrite: found by
       // racecheck as NaN outputs of the 128-row schedule at split 2). Then publish my
       // accumulators there, thread-minor.
-      if constexpr (T::kMathWG > 1 && !T::kWgSplitK) ptx::named_barrier_sync(1, kMathThreads);
-      constexpr int kPub = T::kWgSplitK ? 128 : kMathThreads;  // threads holding partials
+      if constexpr (T::kMathWG > 1) ptx::named_barrier_sync(1, kMathThreads);
       float* red = reinterpret_cast<float*>(ring.a(0));
       const int t = threadIdx.x;
-      if (owner) {
 #pragma unroll
-        for (int w = 0; w < T::kWaves; ++w)
+      for (int w = 0; w < T::kWaves; ++w)
 #pragma unroll
-          for (int x = 0; x < kAcc; ++x) red[(w * kAcc + x) * kPub + t] = acc[w][x];
-      }
+        for (int x = 0; x < kAcc; ++x) red[(w * kAcc + x) * kMathThreads + t] = acc[w][x];
       ptx::cluster_sync();  // partials published
       const uint32_t rank = ptx::cluster_ctarank();
-      if (rank == 0 && owner) {
+      if (rank == 0) {
         for (uint32_t r = 1; r < gridDim.y; ++r) {  // fixed order: deterministic
           const uint32_t base = ptx::map_shared_to_rank(red, r);
 #pragma unroll
           for (int w = 0; w < T::kWaves; ++w)
 #pragma unroll
             for (int x = 0; x < kAcc; ++x)
-              acc[w][x] += ptx::ld_shared_cluster_f32(base + 4u * ((w * kAcc + x) * kPub + t));
+              acc[w][x] += ptx::ld_shared_cluster_f32(base + 4u * ((w * kAcc + x) * kMathThreads + t));
         }
 #pragma unroll
         for (int w = 0; w < T::kWaves; ++w) {
