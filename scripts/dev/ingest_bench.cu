@@ -45,7 +45,32 @@ __device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
 
 enum Mode : int { kTma = 0, kCpAsync = 1, kBoth = 2, kTmaMc2 = 3 };
 
-template <int kMode>
+// Waits: kTryWait = mbarrier.try_wait loop (may suspend the thread until the phase completes,
+// as the GEMM's waits do); kTestWait = mbarrier.test_wait loop (never suspends: pure polling).
+enum Wait : int { kTryWait = 0, kTestWait = 1 };
+
+__device__ __forceinline__ bool test_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile(
+      "{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+      : "=r"(ok)
+      : "r"(ptx::smem_addr(bar)), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+
+template <int kWait>
+__device__ __forceinline__ void wait_phase(uint64_t* bar, uint32_t parity) {
+  if constexpr (kWait == kTestWait) {
+    while (!test_wait(bar, parity)) {
+    }
+  } else {
+    ptx::mbarrier_wait(bar, parity);
+  }
+}
+
+// kBoxes: TMA boxes per stage (rows / kBoxes rows each, one barrier): per-op vs per-stage cost.
+template <int kMode, int kWait = kTryWait, int kBoxes = 1>
 __global__ void __launch_bounds__(256, 1)
     ingest_kernel(const __grid_constant__ CUtensorMap map, const uint8_t* __restrict__ src,
                   int64_t src_rows, int rows, int stages, int iters, unsigned long long* sink) {
@@ -75,7 +100,7 @@ __global__ void __launch_bounds__(256, 1)
     int stage = 0;
     uint32_t phase = 0;
     for (int it = 0; it < iters; ++it) {
-      ptx::mbarrier_wait(&empty[stage], phase ^ 1);
+      wait_phase<kWait>(&empty[stage], phase ^ 1);
       const int64_t r = (row0 + static_cast<int64_t>(it) * rows) % src_rows;
       uint8_t* dst = ring + stage * stage_bytes;
       if (tma_rows > 0 && tid == 0) {
@@ -85,7 +110,10 @@ __global__ void __launch_bounds__(256, 1)
           ptx::tma_load_2d_multicast(dst + rank * half * kRowBytes, &map, &full[stage], 0,
                                      static_cast<int32_t>(r + rank * half), 0x3);
         } else {
-          ptx::tma_load_2d(dst, &map, &full[stage], 0, static_cast<int32_t>(r));
+          const int box = tma_rows / kBoxes;
+#pragma unroll
+          for (int b = 0; b < kBoxes; ++b)
+            ptx::tma_load_2d(dst + b * box * kRowBytes, &map, &full[stage], 0, static_cast<int32_t>(r + b * box));
         }
       }
       if (cp_rows > 0) {
@@ -104,7 +132,7 @@ __global__ void __launch_bounds__(256, 1)
     uint32_t phase = 0;
     unsigned long long acc = 0;
     for (int it = 0; it < iters; ++it) {
-      ptx::mbarrier_wait(&full[stage], phase);
+      wait_phase<kWait>(&full[stage], phase);
       acc += ring[stage * stage_bytes + (it & 127)];  // touch the data
       ptx::mbarrier_arrive(&empty[stage]);
       if constexpr (kMc) ptx::mbarrier_arrive_cluster(&empty[stage], rank ^ 1);
@@ -146,13 +174,13 @@ static CUtensorMap make_map(const void* base, uint64_t rows, uint32_t box_rows) 
   return map;
 }
 
-template <int kMode>
+template <int kMode, int kWait = kTryWait, int kBoxes = 1>
 static float run(const uint8_t* src, int64_t src_rows, int rows, int stages, int ctas, int iters,
                  unsigned long long* sink, uint8_t* flush, size_t flush_bytes, bool cold) {
-  const int box_rows = kMode == kTma ? rows : kMode == kBoth || kMode == kTmaMc2 ? rows / 2 : 1;
+  const int box_rows = kMode == kTma ? rows / kBoxes : kMode == kBoth || kMode == kTmaMc2 ? rows / 2 : 1;
   const CUtensorMap map = make_map(src, src_rows, box_rows);
   const int smem = stages * rows * kRowBytes + 2 * stages * 8 + 1024;
-  CHECK(cudaFuncSetAttribute(ingest_kernel<kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CHECK(cudaFuncSetAttribute(ingest_kernel<kMode, kWait, kBoxes>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
@@ -171,7 +199,7 @@ static float run(const uint8_t* src, int64_t src_rows, int rows, int stages, int
     lc.dynamicSmemBytes = smem;
     lc.attrs = attr;
     lc.numAttrs = 1;
-    CHECK(cudaLaunchKernelEx(&lc, ingest_kernel<kMode>, map, src, src_rows, rows, stages, iters, sink));
+    CHECK(cudaLaunchKernelEx(&lc, ingest_kernel<kMode, kWait, kBoxes>, map, src, src_rows, rows, stages, iters, sink));
     CHECK(cudaEventRecord(e1));
     CHECK(cudaEventSynchronize(e1));
     CHECK(cudaGetLastError());
@@ -184,7 +212,29 @@ static float run(const uint8_t* src, int64_t src_rows, int rows, int stages, int
   return best * 1e3f;  // us
 }
 
-int main() {
+// Session 10: is the ~200 ns per stage of the first table a per-stage cost (the barrier
+// hand-off: try_wait's suspend and wake-up), a per-TMA-op cost, or bytes? Stage sizes up to 32 KB,
+// 1/2/4 boxes per stage, try_wait vs test_wait (polling) on both sides.
+template <int kWait, int kBoxes>
+static void table2(const uint8_t* hot, const uint8_t* cold, size_t hot_bytes, size_t cold_bytes, unsigned long long* sink,
+                   uint8_t* flush, size_t flush_bytes, int sms) {
+  for (int rows : {64, 128, 256})
+    for (int stages : {2, 4, 6})
+      for (int ctas : {2, sms})
+        for (int c = 0; c < 2; ++c) {
+          if (stages * rows * kRowBytes > 200 * 1024 || rows / kBoxes > 256) continue;
+          const bool is_cold = c == 1;
+          const size_t per_cta = size_t(4) << 20;
+          const int iters = static_cast<int>(per_cta / (rows * kRowBytes));
+          const float us = run<kTma, kWait, kBoxes>(is_cold ? cold : hot,
+                                                    static_cast<int64_t>((is_cold ? cold_bytes : hot_bytes) / kRowBytes),
+                                                    rows, stages, ctas, iters, sink, flush, flush_bytes, is_cold);
+          std::printf("INGEST2 %s %d %d %d %d %s %.2f %.1f %.2f\n", kWait == kTestWait ? "test_wait" : "try_wait", kBoxes,
+                      rows, stages, ctas, is_cold ? "cold" : "hot", us, us * 1e3 / iters, double(per_cta) / us * 1e-3);
+        }
+}
+
+int main(int argc, char** argv) {
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const size_t hot_bytes = size_t(16) << 20, cold_bytes = size_t(1) << 30, flush_bytes = size_t(256) << 20;
@@ -196,6 +246,15 @@ int main() {
   CHECK(cudaMalloc(&sink, 4096 * sizeof(unsigned long long)));
   CHECK(cudaMemset(hot, 1, hot_bytes));
   CHECK(cudaMemset(cold, 1, cold_bytes));
+  if (argc > 1 && argv[1][0] == '2') {
+    std::printf("INGEST2 wait boxes rows stages ctas temp us ns_per_stage GBps_per_cta\n");
+    table2<kTryWait, 1>(hot, cold, hot_bytes, cold_bytes, sink, flush, flush_bytes, sms);
+    table2<kTestWait, 1>(hot, cold, hot_bytes, cold_bytes, sink, flush, flush_bytes, sms);
+    table2<kTryWait, 2>(hot, cold, hot_bytes, cold_bytes, sink, flush, flush_bytes, sms);
+    table2<kTryWait, 4>(hot, cold, hot_bytes, cold_bytes, sink, flush, flush_bytes, sms);
+    table2<kTestWait, 4>(hot, cold, hot_bytes, cold_bytes, sink, flush, flush_bytes, sms);
+    return 0;
+  }
   const char* names[] = {"tma", "cpasync", "both", "tma_mc2"};
   std::printf("INGEST mode rows stages ctas temp us GBps_total GBps_per_cta\n");
   for (int mode = 0; mode < 4; ++mode)
