@@ -103,11 +103,10 @@ fp8gemm_config auto_config(int64_t m, int64_t n, int64_t k, int sms) {
   };
   const int64_t kb = k / 128, t128 = (n + 127) / 128, m64 = (m + 63) / 64;
   if (m <= 16) {
-    // Swap-AB; memory-bound: >= 1 tile per SM is not split, and then runs three CTAs per SM
-    // (8 tokens x 8 stages, 16 tokens x 7 stages: ~74 KB each); split K keeps 8 stages.
+    // Swap-AB, ~74 KB smem per CTA (2 per SM); memory-bound: >= 1 tile per SM is not split.
     const int64_t tiles = (n + 63) / 64;
-    if (tiles >= sms) return make(FP8GEMM_KIND_SWAP_AB, m <= 8 ? 8 : 16, 64, m <= 8 ? 8 : 7, 1);
-    return make(FP8GEMM_KIND_SWAP_AB, m <= 8 ? 8 : 16, 64, 8, swap_split(tiles, kb, sms));
+    return make(FP8GEMM_KIND_SWAP_AB, m <= 8 ? 8 : 16, 64, 8,
+                tiles >= sms ? 1 : swap_split(tiles, kb, sms));
   }
   if (m <= 128) {
     const int64_t t64 = (n + 63) / 64;

@@ -9,8 +9,6 @@ const ConfigEntry* swap_ab_configs(int* count) {
   static const ConfigEntry kConfigs[] = {
       {FP8GEMM_KIND_SWAP_AB, 8, 64, 8, true, &run_sm90_fp8_gemm<SwapAB<8, 8>>, true},
       {FP8GEMM_KIND_SWAP_AB, 16, 64, 8, true, &run_sm90_fp8_gemm<SwapAB<16, 8>>, true},
-      // 7 stages: 73 KB, three CTAs per SM like 8 x 64 x 8 (16 x 64 x 8 fits twice).
-      {FP8GEMM_KIND_SWAP_AB, 16, 64, 7, true, &run_sm90_fp8_gemm<SwapAB<16, 7>>, true},
       {FP8GEMM_KIND_SWAP_AB, 32, 64, 8, true, &run_sm90_fp8_gemm<SwapAB<32, 8>>, true},
       {FP8GEMM_KIND_SWAP_AB, 64, 64, 8, true, &run_sm90_fp8_gemm<SwapAB<64, 8>>, true},
   };

@@ -271,7 +271,7 @@ pub fn config_override() -> Option<GemmConfig> {
 /// | M | schedule | tile (block_m × block_n) | stages | split-K |
 /// |---|---|---|---|---|
 /// | 1–8 | swap-AB | 8 tokens × 64 weight rows | 8 | none if N/64 ≥ S, else `swap_split` |
-/// | 9–16 | swap-AB | 16 × 64 | 7 if N/64 ≥ S (3 CTAs per SM), else 8 | same |
+/// | 9–16 | swap-AB | 16 × 64 | 8 | same |
 /// | 65–128 with t128 ≥ 40 | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split |
 /// | 17–64 with S/4 < ⌈N/64⌉ ≤ S/2, K ≥ 1024 | small-M | 64 × 64 | 8 | 2 (a 2-CTA cluster sums) |
 /// | other 17–128 | small-M | 64 × 128 | 6 | one wave, ≥ 4 K blocks per split |
@@ -299,16 +299,8 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
         // Memory-bound: with >= 1 tile per SM every tile is resident at once and a split only
         // adds the reduction (measured 1×10240×5120: split 1 15.8 µs, split 2 17.1, split 3 17.3).
         let tiles = n.div_ceil(64);
-        if tiles >= sms {
-            // Wide N: as many tiles in flight per SM as fit. 16 tokens x 8 stages (83 KB) fit
-            // twice per SM, x 7 stages (73 KB) three times, like 8 tokens x 8 stages: 16×51200×5120
-            // 66.3 / 66.2 µs cold / hot vs 67.4 / 67.2, 16×10240×5120 18.0 / 17.5 vs 19.5 / 18.5
-            // (docs/perf/2026-11-30-s10/call1-tests-ingest-swap16/).
-            return cfg(ScheduleKind::SwapAb, if m <= 8 { 8 } else { 16 }, 64, if m <= 8 { 8 } else { 7 }, 1);
-        }
-        // Narrow N (split K): the deeper ring keeps long K splits faster (16×5120×25600 split 3:
-        // 36.9 µs with 8 stages, 39.0 with 7).
-        cfg(ScheduleKind::SwapAb, if m <= 8 { 8 } else { 16 }, 64, 8, swap_split(tiles, kb, sms))
+        let split = if tiles >= sms { 1 } else { swap_split(tiles, kb, sms) };
+        cfg(ScheduleKind::SwapAb, if m <= 8 { 8 } else { 16 }, 64, 8, split)
     } else if m <= 128 {
         let t64 = n.div_ceil(64);
         if m <= 64 && 2 * t64 <= sms && 4 * t64 > sms && kb >= 8 {
@@ -404,10 +396,6 @@ mod tests {
         assert_eq!(tile(8, 4096, 4096), (8, 64));
         assert_eq!(tile(9, 4096, 4096), (16, 64));
         assert_eq!(kind(16, 4096, 4096), ScheduleKind::SwapAb);
-        // 16 tokens: 7 stages (three CTAs per SM) when the tiles fill the SMs without a split.
-        assert_eq!((c(16, 51200, 5120).stages, c(16, 51200, 5120).split_k), (7, 1));
-        assert_eq!((c(9, 8448, 5120).stages, c(16, 8384, 5120).stages), (7, 8)); // 132 / 131 tiles
-        assert_eq!((c(8, 51200, 5120).stages, c(16, 5120, 25600).stages), (8, 8));
         assert_eq!((kind(17, 4096, 4096), tile(17, 4096, 4096)), (ScheduleKind::SmallM, (64, 64)));
         assert_eq!((kind(17, 5120, 8192), tile(17, 5120, 8192)), (ScheduleKind::SmallM, (64, 128)));
         assert_eq!((kind(128, 4096, 4096), tile(128, 4096, 4096)), (ScheduleKind::SmallM, (64, 128)));
