@@ -8,7 +8,10 @@ namespace fp8gemm {
 const ConfigEntry* swap_ab_configs(int* count) {
   static const ConfigEntry kConfigs[] = {
       {FP8GEMM_KIND_SWAP_AB, 8, 64, 8, true, &run_sm90_fp8_gemm<SwapAB<8, 8>>, true},
-      {FP8GEMM_KIND_SWAP_AB, 16, 64, 8, true, &run_sm90_fp8_gemm<SwapAB<16, 8>>, true},
+      // 16 tokens: one full-width m64n16 wgmma per K block. Two m64n8 halves (one promoted
+      // while the other runs) each read the 64-row weight tile from shared memory: decode b16
+      // 10.58 -> 10.43 ms (docs/PERF.md, session 10).
+      {FP8GEMM_KIND_SWAP_AB, 16, 64, 8, true, &run_sm90_fp8_gemm<SwapAB<16, 8, 0, false>>, true},
       {FP8GEMM_KIND_SWAP_AB, 32, 64, 8, true, &run_sm90_fp8_gemm<SwapAB<32, 8>>, true},
       {FP8GEMM_KIND_SWAP_AB, 64, 64, 8, true, &run_sm90_fp8_gemm<SwapAB<64, 8>>, true},
   };

@@ -14,13 +14,15 @@
 
 namespace fp8gemm {
 
-template <int TOKENS, int kStages_, int kGateRows_ = 0>
+// kHalves_ = false: one full-width wgmma per K block instead of two N halves (TN >= 16), which
+// each read the 64-row weight tile from shared memory.
+template <int TOKENS, int kStages_, int kGateRows_ = 0, bool kHalves_ = true>
 struct SwapAB {
   static_assert(kGateRows_ == 0 || kGateRows_ == 32 || kGateRows_ == 64, "gate rows per tile");
   static constexpr int kMathWG = 1, kWaves = kGateRows_ == 64 ? 2 : 1, TM = 64 * kWaves,
                        TN = TOKENS, kStages = kStages_;
   static constexpr int kGateRows = kGateRows_;
-  static constexpr bool kSplitN = true;  // keep two units in flight (N halves, or the two waves)
+  static constexpr bool kSplitN = kHalves_;  // keep two units in flight (N halves, or the two waves)
   static constexpr bool kWgSplitK = false;  // math warpgroups own distinct rows
   static constexpr bool kSwapAB = true, kPersistent = false;
   static constexpr bool kGated = kGateRows_ > 0;
