@@ -103,10 +103,15 @@ fp8gemm_config auto_config(int64_t m, int64_t n, int64_t k, int sms) {
   };
   const int64_t kb = k / 128, t128 = (n + 127) / 128, m64 = (m + 63) / 64;
   if (m <= 16) {
-    // Swap-AB, ~74 KB smem per CTA (2 per SM); memory-bound: >= 1 tile per SM is not split.
+    // Swap-AB; memory-bound: >= 1 tile per SM is not split. The 8-token tile (74 KB) runs
+    // three CTAs per SM: its split also fills those slots in one wave (>= 16 K blocks each).
     const int64_t tiles = (n + 63) / 64;
-    return make(FP8GEMM_KIND_SWAP_AB, m <= 8 ? 8 : 16, 64, 8,
-                tiles >= sms ? 1 : swap_split(tiles, kb, sms));
+    int64_t split = tiles >= sms ? 1 : swap_split(tiles, kb, sms);
+    if (m <= 8 && tiles < sms) {
+      const int64_t fill = split_for(tiles, kb, 3 * int64_t(sms), 16);
+      if (fill > split) split = fill;
+    }
+    return make(FP8GEMM_KIND_SWAP_AB, m <= 8 ? 8 : 16, 64, 8, split);
   }
   if (m <= 128) {
     const int64_t t64 = (n + 63) / 64;

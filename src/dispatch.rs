@@ -270,8 +270,8 @@ pub fn config_override() -> Option<GemmConfig> {
 ///
 /// | M | schedule | tile (block_m × block_n) | stages | split-K |
 /// |---|---|---|---|---|
-/// | 1–8 | swap-AB | 8 tokens × 64 weight rows | 8 | none if N/64 ≥ S, else `swap_split` |
-/// | 9–16 | swap-AB | 16 × 64 | 8 | same |
+/// | 1–8 | swap-AB | 8 tokens × 64 weight rows | 8 | none if N/64 ≥ S, else the larger of `swap_split` and `split_for(N/64, kb, 3·S, 16)` (three CTAs per SM) |
+/// | 9–16 | swap-AB | 16 × 64 | 8 | none if N/64 ≥ S, else `swap_split` |
 /// | 65–128 with t128 ≥ 40 | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split |
 /// | 17–64 with S/4 < ⌈N/64⌉ ≤ S/2, K ≥ 1024 | small-M | 64 × 64 | 8 | 2 (a 2-CTA cluster sums) |
 /// | other 17–128 | small-M | 64 × 128 | 6 | one wave, ≥ 4 K blocks per split |
@@ -299,7 +299,17 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
         // Memory-bound: with >= 1 tile per SM every tile is resident at once and a split only
         // adds the reduction (measured 1×10240×5120: split 1 15.8 µs, split 2 17.1, split 3 17.3).
         let tiles = n.div_ceil(64);
-        let split = if tiles >= sms { 1 } else { swap_split(tiles, kb, sms) };
+        let split = if tiles >= sms {
+            1
+        } else if m <= 8 {
+            // 8-token tiles (74 KB) run three per SM: fill those slots in one wave when each
+            // split keeps >= 16 K blocks. 1×5120×8192: split 4, 13.2 µs cold vs 15.5 for
+            // swap_split's 3; decode b1 9.529-9.557 ms vs 9.601-9.623 (o projection;
+            // docs/perf/2026-11-30-s10/call4-decode-shapes/, call9-decode-b1-splits/).
+            swap_split(tiles, kb, sms).max(split_for(tiles, kb, 3 * sms, 16))
+        } else {
+            swap_split(tiles, kb, sms)
+        };
         cfg(ScheduleKind::SwapAb, if m <= 8 { 8 } else { 16 }, 64, 8, split)
     } else if m <= 128 {
         let t64 = n.div_ceil(64);
@@ -429,8 +439,10 @@ mod tests {
         assert_eq!(c(16, 5120, 8192).split_k, 3);
         assert_eq!(c(16, 5120, 25600).split_k, 3);
         assert_eq!(c(1, 10240, 5120).split_k, 1);
-        assert_eq!(c(1, 5120, 8192).split_k, 3);
-        assert_eq!(c(1, 5120, 25600).split_k, 3);
+        assert_eq!(c(1, 5120, 8192).split_k, 4); // 320 CTAs: three per SM, one wave
+        assert_eq!(c(1, 5120, 25600).split_k, 4);
+        assert_eq!(c(8, 4096, 16384).split_k, 6); // 384 CTAs
+        assert_eq!(c(1, 1024, 1024).split_k, 2); // swap_split's pick where it is larger
         assert_eq!(c(1, 51200, 5120).split_k, 1);
         assert_eq!(c(32, 4096, 4096).split_k, 2);
         // 17-64 at N = 4096: 64 x 64 tiles, split 2 (128 CTAs); not when that is > 1 wave
