@@ -227,7 +227,9 @@ impl GemmConfig {
 /// reduce kernel; 2 splits reduce inside a 2-CTA cluster); at most 8 splits, at least 4 K
 /// blocks per split, ties to the smaller split. Fitted to the 2026-11-30 sweep
 /// (docs/perf/2026-11-30-s3/): 1×4096² → 2 (8.0 µs cold vs 9.0 at the old rule's 4),
-/// 1×5120×8192 and 1×5120×25600 → 3 (both the fastest of 1–8).
+/// 1×5120×8192 and 1×5120×25600 → 3 at M = 16. It counts one CTA per SM; the 8-token tile runs
+/// three, so at M ≤ 8 [`choose_config`] takes a larger split where one fits in one wave of those
+/// (session 10: 1×5120×8192 → 4, 13.2 µs cold vs 15.5).
 fn swap_split(tiles: usize, kb: usize, num_sms: usize) -> i32 {
     let sms = num_sms.max(1);
     let max_s = (kb / 4).clamp(1, 8);
