@@ -62,6 +62,10 @@ const char* fp8gemm_status_string(int32_t status);
 // Bytes of workspace fp8gemm_gemm needs for this config and shape (0 when none).
 size_t fp8gemm_workspace_bytes(const fp8gemm_config* cfg, int64_t m, int64_t n, int64_t k);
 
+// The configuration FP8GEMM_KIND_AUTO resolves to for an m x n x k GEMM on `sms` SMs (0: 132),
+// the rule src/dispatch.rs `choose_config` mirrors (a test compares the two). Host-only.
+int32_t fp8gemm_auto_config(int64_t m, int64_t n, int64_t k, int32_t sms, fp8gemm_config* out);
+
 // The compiled configurations (split_k = 1 for those that cannot split, 0 for those that can;
 // num_sms = 0): writes min(count, capacity) entries to `out` (may be NULL when capacity is 0)
 // and returns the count. For tuning tools (examples/bench.rs --sweep).

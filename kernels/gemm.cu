@@ -371,6 +371,14 @@ extern "C" int32_t fp8gemm_reduce_partials(const float* partials, void* y, int64
                        static_cast<cudaStream_t>(stream));
 }
 
+extern "C" int32_t fp8gemm_auto_config(int64_t m, int64_t n, int64_t k, int32_t sms,
+                                       fp8gemm_config* out) {
+  if (out == nullptr) return FP8GEMM_ERR_ALIGN;
+  if (m < 1 || n < 1 || k < 128) return FP8GEMM_ERR_SHAPE;
+  *out = fp8gemm::auto_config(m, n, k, sms > 0 ? sms : 132);
+  return FP8GEMM_OK;
+}
+
 extern "C" int32_t fp8gemm_compiled_configs(fp8gemm_config* out, int32_t capacity) {
   using namespace fp8gemm;
   using Lister = const ConfigEntry* (*)(int*);

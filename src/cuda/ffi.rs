@@ -28,6 +28,8 @@ mod sys {
         pub fn fp8gemm_status_string(status: i32) -> *const std::ffi::c_char;
         pub fn fp8gemm_workspace_bytes(cfg: *const GemmConfig, m: i64, n: i64, k: i64) -> usize;
         pub fn fp8gemm_compiled_configs(out: *mut GemmConfig, capacity: i32) -> i32;
+        #[allow(dead_code)] // the kernels' own default rule: compared with choose_config in tests
+        pub fn fp8gemm_auto_config(m: i64, n: i64, k: i64, sms: i32, out: *mut GemmConfig) -> i32;
         pub fn fp8gemm_quantize_act(
             x: *const c_void,
             x_dtype: i32,
@@ -107,6 +109,10 @@ mod sys {
     }
     pub unsafe fn fp8gemm_compiled_configs(_: *mut GemmConfig, _: i32) -> i32 {
         0
+    }
+    #[allow(dead_code)]
+    pub unsafe fn fp8gemm_auto_config(_: i64, _: i64, _: i64, _: i32, _: *mut GemmConfig) -> i32 {
+        FP8GEMM_ERR_CONFIG
     }
     pub unsafe fn fp8gemm_quantize_act(
         _: *const c_void,
@@ -190,5 +196,53 @@ pub fn check(what: &str, status: i32) -> candle_core::Result<()> {
         Ok(())
     } else {
         candle_core::bail!("candle-fp8 {what}: {} (status {status})", status_string(status))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dispatch::choose_config;
+
+    /// `auto_config` (kernels/gemm.cu, what the C API's FP8GEMM_KIND_AUTO and the dev harness
+    /// run) and `choose_config` (what the crate runs) are one rule written twice: they must pick
+    /// the same configuration at every boundary. Host code only: runs without a GPU.
+    #[test]
+    fn kernels_auto_config_mirrors_choose_config() {
+        if !HAVE_KERNELS {
+            println!("SKIP kernels_auto_config_mirrors_choose_config: this build has no compiled kernels");
+            return;
+        }
+        let ms = [1, 2, 7, 8, 9, 15, 16, 17, 24, 32, 33, 48, 64, 65, 96, 128, 129, 160, 192, 255, 256, 257, 300, 512, 1024, 2048, 4096];
+        let nks = [
+            (128, 128),
+            (256, 1536),
+            (1024, 1024),
+            (2048, 4096),
+            (4096, 4096),
+            (4096, 16384),
+            (5120, 8192),
+            (5120, 25600),
+            (6144, 4096),
+            (8384, 5120),
+            (8448, 5120),
+            (10240, 5120),
+            (51200, 5120),
+        ];
+        let mut compared = 0;
+        for sms in [132, 114, 78] {
+            for &m in &ms {
+                for &(n, k) in &nks {
+                    let want = choose_config(m, n, k, sms);
+                    let mut got = GemmConfig { kind: -1, block_m: 0, block_n: 0, stages: 0, split_k: 0, num_sms: 0 };
+                    // SAFETY: `got` is a valid, writable GemmConfig (repr(C) = fp8gemm_config).
+                    let st = unsafe { fp8gemm_auto_config(m as i64, n as i64, k as i64, sms as i32, &mut got) };
+                    assert_eq!(st, FP8GEMM_OK, "{m}x{n}x{k} on {sms} SMs: {}", status_string(st));
+                    assert_eq!(got, want, "{m}x{n}x{k} on {sms} SMs: kernels' auto_config vs choose_config");
+                    compared += 1;
+                }
+            }
+        }
+        assert_eq!(compared, 3 * ms.len() * nks.len());
     }
 }
