@@ -9,7 +9,8 @@
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I ../../kernels/include \
 //        ingest_bench.cu -o ingest_bench && ./ingest_bench
 //
-// (from bundle/kdev on the H200: -I kernels/include). Prints one row per (mode, box rows,
+// (from bundle/kdev on the H200: -I kernels/include); `./ingest_bench 2` prints table 2 instead
+// (below). Prints one row per (mode, box rows,
 // stages, CTAs, hot|cold): microseconds, GB/s in total and per CTA. Modes: tma (one thread
 // issues 2-D boxes with the 128-byte swizzle, like the GEMM's operands), cpasync (128 threads,
 // 16 bytes each, completion through cp.async.mbarrier.arrive), both (half of each stage each),
@@ -212,9 +213,10 @@ static float run(const uint8_t* src, int64_t src_rows, int rows, int stages, int
   return best * 1e3f;  // us
 }
 
-// Session 10: is the ~200 ns per stage of the first table a per-stage cost (the barrier
-// hand-off: try_wait's suspend and wake-up), a per-TMA-op cost, or bytes? Stage sizes up to 32 KB,
-// 1/2/4 boxes per stage, try_wait vs test_wait (polling) on both sides.
+// Table 2 (session 10): is the ~200 ns per stage of the first table a per-stage cost, a
+// per-TMA-op cost, or bytes? Stage sizes up to 32 KB, 1/2/4 boxes per stage, try_wait vs
+// test_wait (polling) on both sides. Measured (docs/PERF.md, session 10): ~200 ns per stage +
+// ~35 ns per extra box + ~2 ns per KB; polling is slower.
 template <int kWait, int kBoxes>
 static void table2(const uint8_t* hot, const uint8_t* cold, size_t hot_bytes, size_t cold_bytes, unsigned long long* sink,
                    uint8_t* flush, size_t flush_bytes, int sms) {
