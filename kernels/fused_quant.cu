@@ -16,6 +16,7 @@
 #include "api.h"
 #include "fp8gemm/launch_pdl.cuh"
 #include "fp8gemm/act_quant.cuh"
+#include "fp8gemm/rmsnorm.cuh"
 #include "fused_quant.h"
 
 namespace fp8gemm {
@@ -29,56 +30,6 @@ namespace fused {
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void griddep_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-
-// Quantizes one 128-wide group spread over 16 lanes (8 consecutive values each, lane `sub`
-// holds columns sub*8 .. sub*8+7) exactly as quant.cu does. All 32 lanes of the warp must
-// call it (the amax shuffles stay inside each 16-lane half); lanes of an invalid group pass
-// zeros and store nothing. `q` points at the lane's 8 output bytes, `sa_slot` at the group's
-// scale.
-__device__ __forceinline__ void quantize_group(const float (&v)[8], bool valid, int sub,
-                                               uint8_t* q, float* sa_slot) {
-  float amax = 0.f;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) amax = max_nan(amax, fabsf(v[i]));
-#pragma unroll
-  for (int o = 8; o > 0; o /= 2) amax = max_nan(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float s = act_scale(amax);
-  if (valid) {
-    uint16_t packed[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      packed[i] = ptx::cvt_e4m3x2(ptx::div_rn(v[2 * i], s), ptx::div_rn(v[2 * i + 1], s));
-    uint2 out;
-    out.x = packed[0] | (uint32_t(packed[1]) << 16);
-    out.y = packed[2] | (uint32_t(packed[3]) << 16);
-    *reinterpret_cast<uint2*>(q) = out;
-    if (sub == 0) *sa_slot = s;
-  }
-}
-
-// Eight bf16 values of a split-K GEMM output that was left unreduced: its f32 partials
-// [splits][count] at element `i` (a multiple of 8), added in split order and rounded once —
-// splitk_reduce_kernel's result (epilogue.cuh), bit for bit.
-__device__ __forceinline__ uint4 reduce_partials8(const float* __restrict__ p, int splits,
-                                                  int64_t count, int64_t i) {
-  float4 lo = *reinterpret_cast<const float4*>(p + i);
-  float4 hi = *reinterpret_cast<const float4*>(p + i + 4);
-  for (int s = 1; s < splits; ++s) {
-    const float4 l = *reinterpret_cast<const float4*>(p + s * count + i);
-    const float4 h = *reinterpret_cast<const float4*>(p + s * count + i + 4);
-    lo.x += l.x;
-    lo.y += l.y;
-    lo.z += l.z;
-    lo.w += l.w;
-    hi.x += h.x;
-    hi.y += h.y;
-    hi.z += h.z;
-    hi.w += h.w;
-  }
-  __nv_bfloat162 r[4] = {__floats2bfloat162_rn(lo.x, lo.y), __floats2bfloat162_rn(lo.z, lo.w),
-                         __floats2bfloat162_rn(hi.x, hi.y), __floats2bfloat162_rn(hi.z, hi.w)};
-  return *reinterpret_cast<const uint4*>(r);
 }
 
 // One CTA per row, kThreads = candle's rmsnorm block size for this k (32 when k < 1024, else
@@ -117,16 +68,13 @@ __global__ void __launch_bounds__(kThreads)
   // Wait for our inputs (and for the previous grid to stop reading anything we overwrite).
   griddep_wait();
 
-  // 1. h, 8 values per step. __hadd2 on bf16x2 is what candle's vectorized badd_bf16 runs.
+  // 1. h, 8 values per step.
   for (int v = tid; v < nvec; v += kThreads) {
     uint4 a = reinterpret_cast<const uint4*>(x + base)[v];
     if (residual != nullptr || rpart != nullptr) {
-      const uint4 b = rpart != nullptr ? reduce_partials8(rpart, splits, m * ncols, base + 8 * v)
+      const uint4 b = rpart != nullptr ? reduce_partials8<4>(rpart, splits, m * ncols, base + 8 * v)
                                        : reinterpret_cast<const uint4*>(residual + base)[v];
-      __nv_bfloat162* a2 = reinterpret_cast<__nv_bfloat162*>(&a);
-      const __nv_bfloat162* b2 = reinterpret_cast<const __nv_bfloat162*>(&b);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) a2[j] = __hadd2(a2[j], b2[j]);
+      a = add_bf16x8(a, b);
       reinterpret_cast<uint4*>(x_sum + base)[v] = a;
     }
     reinterpret_cast<uint4*>(h_s)[v] = a;
@@ -134,23 +82,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
 
   // 2. candle's rmsnorm, expression by expression (reduce.cu).
-  float tmp = 0.0f;
-  for (int col = tid; col < ncols; col += kThreads) {
-    const float xi = static_cast<float>(h_s[col]);
-    tmp += xi * xi;  // contracted to fma.rn.f32 exactly as in candle's build
-  }
-#pragma unroll
-  for (int mask = 16; mask > 0; mask >>= 1) tmp += __shfl_xor_sync(0xffffffff, tmp, mask, 32);
-  if (kThreads > 32) {
-    const int warp_id = tid / 32, lane_id = tid % 32;
-    if (lane_id == 0) s_sum[warp_id] = tmp;
-    __syncthreads();
-    tmp = s_sum[lane_id];  // kThreads == 1024: all 32 slots are written
-#pragma unroll
-    for (int mask = 16; mask > 0; mask >>= 1) tmp += __shfl_xor_sync(0xffffffff, tmp, mask, 32);
-  }
-  const float mean = tmp / ncols;
-  const float scale = rsqrtf(mean + eps);
+  const float scale = rms_scale<kThreads, kThreads>(h_s, ncols, eps, s_sum);
 
   // 3. Normalize and quantize, one 128-wide group per half-warp.
   constexpr int kWarps = kThreads / 32;
@@ -163,16 +95,8 @@ __global__ void __launch_bounds__(kThreads)
     const int col = (valid ? g : 0) * 128 + sub * 8;
     float v[8];
     if (valid) {
-      const uint4 hv = *reinterpret_cast<const uint4*>(h_s + col);
-      const uint4 gv = *reinterpret_cast<const uint4*>(g_s + col);
-      const __nv_bfloat16* hp = reinterpret_cast<const __nv_bfloat16*>(&hv);
-      const __nv_bfloat16* gp = reinterpret_cast<const __nv_bfloat16*>(&gv);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const float a = static_cast<float>(gp[i]);
-        const __nv_bfloat16 y = static_cast<__nv_bfloat16>(scale * static_cast<float>(hp[i]) * a);
-        v[i] = __bfloat162float(y);
-      }
+      rmsnorm8(scale, *reinterpret_cast<const uint4*>(h_s + col),
+               *reinterpret_cast<const uint4*>(g_s + col), v);
     } else {
 #pragma unroll
       for (int i = 0; i < 8; ++i) v[i] = 0.f;
