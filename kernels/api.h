@@ -121,6 +121,11 @@ int32_t fp8gemm_reduce_partials(const float* partials, void* y, int64_t m, int64
 int32_t fp8gemm_dequant_weight(const uint8_t* w, const float* sw, void* out, int64_t n,
                                int64_t k, void* stream);
 
+// n random e4m3 codes into `out` (device): cvt.rn.satfinite.e4m3(u * 448) with u uniform in
+// [-1, 1), a pure function of (seed, element index). For random-weight models built on the
+// device without f32 transients.
+int32_t fp8gemm_random_e4m3(uint8_t* out, int64_t n, uint64_t seed, void* stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -123,6 +123,31 @@ __global__ void __launch_bounds__(256) dequant_weight_kernel(const uint8_t* __re
   }
 }
 
+// Random e4m3 codes for model weights generated on the device (`--random-weights`): element i
+// is cvt.rn.satfinite.e4m3(u * 448), u uniform in [-1, 1) from a splitmix64 hash of (seed, i)
+// — written straight into the weight's final buffer, so that a 33 GB model builds without
+// device-side f32 transients (whose freed holes stayed in the memory pool).
+__device__ __forceinline__ uint64_t splitmix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+__global__ void __launch_bounds__(256) random_e4m3_kernel(uint8_t* __restrict__ out, int64_t n,
+                                                         uint64_t seed) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 2; i < n; i += stride * 2) {
+    const uint64_t h = splitmix64(seed ^ (static_cast<uint64_t>(i) * 0xD1B54A32D192ED03ull));
+    // Two 24-bit uniforms in [-1, 1): exact in f32.
+    const float u0 = static_cast<float>(static_cast<int32_t>(h & 0xFFFFFF) - 0x800000) * (1.f / 0x800000);
+    const float u1 = static_cast<float>(static_cast<int32_t>((h >> 32) & 0xFFFFFF) - 0x800000) * (1.f / 0x800000);
+    const uint16_t pair = ptx::cvt_e4m3x2(u0 * kE4M3Max, u1 * kE4M3Max);
+    out[i] = static_cast<uint8_t>(pair & 0xff);
+    if (i + 1 < n) out[i + 1] = static_cast<uint8_t>(pair >> 8);
+  }
+}
+
 }  // namespace fp8gemm
 
 using namespace fp8gemm;
@@ -166,5 +191,12 @@ extern "C" int32_t fp8gemm_dequant_weight(const uint8_t* w, const float* sw, voi
   else
     dequant_weight_kernel<false><<<grid_for(n * k, 256), 256, 0, s>>>(
         w, sw, static_cast<__nv_bfloat16*>(out), n, k);
+  return cudaGetLastError() == cudaSuccess ? FP8GEMM_OK : FP8GEMM_ERR_LAUNCH;
+}
+
+extern "C" int32_t fp8gemm_random_e4m3(uint8_t* out, int64_t n, uint64_t seed, void* stream) {
+  if (n < 1) return FP8GEMM_ERR_SHAPE;
+  if (!out) return FP8GEMM_ERR_ALIGN;
+  random_e4m3_kernel<<<grid_for((n + 1) / 2, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(out, n, seed);
   return cudaGetLastError() == cudaSuccess ? FP8GEMM_OK : FP8GEMM_ERR_LAUNCH;
 }

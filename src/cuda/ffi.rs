@@ -94,6 +94,7 @@ mod sys {
             k: i64,
             stream: *mut c_void,
         ) -> i32;
+        pub fn fp8gemm_random_e4m3(out: *mut u8, n: i64, seed: u64, stream: *mut c_void) -> i32;
     }
 }
 
@@ -171,6 +172,9 @@ mod sys {
         _: i64,
         _: *mut c_void,
     ) -> i32 {
+        FP8GEMM_ERR_CONFIG
+    }
+    pub unsafe fn fp8gemm_random_e4m3(_: *mut u8, _: i64, _: u64, _: *mut c_void) -> i32 {
         FP8GEMM_ERR_CONFIG
     }
 }

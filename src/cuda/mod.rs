@@ -655,6 +655,30 @@ pub(crate) fn hopper_gemm_swiglu_quant(
     Ok((CudaStorage::wrap_cuda_slice(q, dev.clone()), CudaStorage::wrap_cuda_slice(sa_q, dev)))
 }
 
+/// `[n, k]` random e4m3 codes on `dev`, `cvt(u * 448)` with `u` uniform in [-1, 1), a pure
+/// function of `seed` and the element index, generated in place (no transient buffers). `None`
+/// in a build without our kernels.
+pub(crate) fn random_e4m3(dev: &Device, n: usize, k: usize, seed: u64) -> Result<Option<candle_core::Tensor>> {
+    use candle_core::{op::BackpropOp, Storage, Tensor};
+    let Device::Cuda(cdev) = dev else { bail!("candle-fp8 random_e4m3: {dev:?} is not a CUDA device") };
+    if n * k == 0 {
+        bail!("candle-fp8 random_e4m3: empty shape [{n}, {k}]")
+    }
+    let stream = cdev.cuda_stream();
+    // SAFETY: the kernel writes all n * k bytes.
+    let mut w = unsafe { cdev.alloc::<F8E4M3>(n * k)? };
+    let status = {
+        let (p, _g) = w.device_ptr_mut(&stream);
+        unsafe { ffi::fp8gemm_random_e4m3(p as *mut u8, (n * k) as i64, seed, raw_stream(cdev)) }
+    };
+    if status == ffi::FP8GEMM_ERR_CONFIG {
+        return Ok(None);
+    }
+    ffi::check(&format!("random_e4m3 ([{n}, {k}])"), status)?;
+    let st = CudaStorage::wrap_cuda_slice(w, cdev.clone());
+    Ok(Some(Tensor::from_storage(Storage::Cuda(st), (n, k), BackpropOp::none(), false)))
+}
+
 /// bf16 `[m, n]` = the f32 `partials` `[splits, m, n]` added in split order and rounded once:
 /// exactly what our GEMM's own split-K reduction writes.
 pub(crate) fn reduce_partials(partials: (&CudaStorage, &Layout), splits: usize, m: usize, n: usize) -> Result<CudaStorage> {

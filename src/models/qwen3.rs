@@ -23,7 +23,7 @@
 //!   through [`quantize_weight`](crate::quant::quantize_weight), for tests and the example.
 //! - [`compare_greedy`]: top-1 agreement and max |Δlogit| of two models over greedy steps.
 
-use crate::format::{f32_to_e4m3, num_blocks};
+use crate::format::{f32_to_e4m3, num_blocks, BLOCK};
 use crate::linear::{AnyLinear, Fp8BlockLinear, Unreduced};
 use candle_core::{bail, DType, Device, Module, Result, Tensor, D};
 use candle_nn::VarBuilder;
@@ -848,6 +848,18 @@ impl Source<'_> {
         }
     }
 
+    /// Random weights on a GPU, `fuse` on: the projections of output widths `outs` (multiples of
+    /// 128) sharing one input of width `in_dim`, generated as one fused FP8 layer — what
+    /// [`Proj::build`] makes of the parts, without the parts and their concatenation as device
+    /// transients (the memory pool kept their holes: docs/PERF.md, peak memory). `None` elsewhere.
+    fn random_fused(&mut self, in_dim: usize, outs: &[usize], bias: bool, fuse: bool, device: &Device) -> Result<Option<Fp8BlockLinear>> {
+        let Self::Random { rng } = self else { return Ok(None) };
+        if !fuse || bias || device.is_cpu() || outs.len() < 2 || outs.iter().any(|o| o % BLOCK != 0) {
+            return Ok(None);
+        }
+        random_fp8(outs.iter().sum(), in_dim, 1.0, device, rng).map(Some)
+    }
+
     /// A 1-D norm weight (ones ± small noise for random weights).
     fn norm(&mut self, name: &str, dim: usize, device: &Device, dtype: DType) -> Result<Tensor> {
         match self {
@@ -863,16 +875,27 @@ fn random_fp8(n: usize, k: usize, gain: f64, device: &Device, rng: &mut Rng) -> 
         let v: Vec<crate::F8E4M3> = (0..n * k).map(|_| f32_to_e4m3(rng.uniform_f32() * 448.0)).collect();
         Tensor::from_vec(v, (n, k), device)?
     } else {
-        // On the device, no host traffic: uniform values in ±448 through our activation
-        // quantizer (candle has no e4m3 cast on CUDA); each group's scale is ≈ 1, so the codes
-        // are uniform e4m3 values and the group scales are dropped.
-        crate::quant::quantize_activation(&Tensor::rand(-448f32, 448f32, (n, k), device)?)?.0
+        random_codes_on_device(n, k, device, rng)?
     };
     let (nb, kb) = (num_blocks(n), num_blocks(k));
     // Block scales vary log-uniformly over [base/√2, base·√2] so that a wrong scale index
     // changes the output.
     let s: Vec<f32> = (0..nb * kb).map(|_| (base * (rng.uniform_f32() as f64 * 0.5f64.ln().abs() / 2.0).exp()) as f32).collect();
     Fp8BlockLinear::new(w, Tensor::from_vec(s, (nb, kb), device)?, None)
+}
+
+/// `[n, k]` uniform e4m3 codes (values uniform in ±448, rounded) generated on the device.
+#[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
+fn random_codes_on_device(n: usize, k: usize, device: &Device, rng: &mut Rng) -> Result<Tensor> {
+    // Our kernel writes the codes in place: no transient buffer.
+    #[cfg(feature = "cuda")]
+    if let Some(w) = crate::cuda::random_e4m3(device, n, k, rng.next_u64())? {
+        return Ok(w);
+    }
+    // Without it: uniform f32 values through our activation quantizer (candle has no e4m3 cast
+    // on CUDA); each group's scale is ≈ 1, so the codes are uniform e4m3 values and the group
+    // scales are dropped. The f32 buffer is a 4x transient.
+    Ok(crate::quant::quantize_activation(&Tensor::rand(-448f32, 448f32, (n, k), device)?)?.0)
 }
 
 impl Qwen3Model {
@@ -936,25 +959,31 @@ impl Qwen3Model {
             let p = format!("model.layers.{l}");
             let ab = cfg.attention_bias;
             let lin = |src: &mut Source, name: &str, i_, o_, b_, g| src.linear(&format!("{p}.{name}"), i_, o_, b_, g, device, dtype);
-            let q = lin(&mut src, "self_attn.q_proj", h, hq * d, ab, 1.0)?;
-            let k = lin(&mut src, "self_attn.k_proj", h, hkv * d, ab, 1.0)?;
-            let v = lin(&mut src, "self_attn.v_proj", h, hkv * d, ab, 1.0)?;
+            let m = |x: AnyLinear| to_mode(x, opts.mode, dtype);
+            // Projections sharing an input: random weights on a GPU are generated fused (one
+            // buffer, no concatenation transients); otherwise part by part, then fused.
+            let proj = |src: &mut Source, names: [&str; 3], outs: &[usize], bias: bool| -> Result<Proj> {
+                if let Some(fused) = src.random_fused(h, outs, bias, opts.fuse, device)? {
+                    return Ok(Proj::Fused(m(AnyLinear::Fp8(fused))?, outs.to_vec()));
+                }
+                let parts = (0..outs.len()).map(|j| m(lin(src, names[j], h, outs[j], bias, 1.0)?)).collect::<Result<Vec<_>>>()?;
+                Proj::build(parts, opts.fuse)
+            };
+            let qkv = proj(&mut src, ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"], &[hq * d, hkv * d, hkv * d], ab)?;
             let o = lin(&mut src, "self_attn.o_proj", hq * d, h, false, out_gain)?;
-            let g = lin(&mut src, "mlp.gate_proj", h, i, false, 1.0)?;
-            let u = lin(&mut src, "mlp.up_proj", h, i, false, 1.0)?;
+            let gate_up = proj(&mut src, ["mlp.gate_proj", "mlp.up_proj", ""], &[i, i], false)?;
             let dn = lin(&mut src, "mlp.down_proj", i, h, false, out_gain)?;
             let q_norm = src.norm(&format!("{p}.self_attn.q_norm.weight"), d, device, dtype)?;
             let k_norm = src.norm(&format!("{p}.self_attn.k_norm.weight"), d, device, dtype)?;
             let input_norm = src.norm(&format!("{p}.input_layernorm.weight"), h, device, dtype)?;
             let post_norm = src.norm(&format!("{p}.post_attention_layernorm.weight"), h, device, dtype)?;
-            let m = |x: AnyLinear| to_mode(x, opts.mode, dtype);
             let layer = DecoderLayer {
                 input_norm,
                 post_norm,
-                qkv: Proj::build(vec![m(q)?, m(k)?, m(v)?], opts.fuse)?,
+                qkv,
                 o: m(o)?,
                 qk_norm: DecoderLayer::new_norm_weights(&q_norm, &k_norm, dims)?,
-                gate_up: Proj::build(vec![m(g)?, m(u)?], opts.fuse)?,
+                gate_up,
                 down: m(dn)?,
             };
             layers.push(layer);
