@@ -962,16 +962,16 @@ impl Qwen3Model {
             let m = |x: AnyLinear| to_mode(x, opts.mode, dtype);
             // Projections sharing an input: random weights on a GPU are generated fused (one
             // buffer, no concatenation transients); otherwise part by part, then fused.
-            let proj = |src: &mut Source, names: [&str; 3], outs: &[usize], bias: bool| -> Result<Proj> {
+            let proj = |src: &mut Source, names: &[&str], outs: &[usize], bias: bool| -> Result<Proj> {
                 if let Some(fused) = src.random_fused(h, outs, bias, opts.fuse, device)? {
                     return Ok(Proj::Fused(m(AnyLinear::Fp8(fused))?, outs.to_vec()));
                 }
-                let parts = (0..outs.len()).map(|j| m(lin(src, names[j], h, outs[j], bias, 1.0)?)).collect::<Result<Vec<_>>>()?;
+                let parts = names.iter().zip(outs).map(|(name, &o)| m(lin(src, name, h, o, bias, 1.0)?)).collect::<Result<Vec<_>>>()?;
                 Proj::build(parts, opts.fuse)
             };
-            let qkv = proj(&mut src, ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"], &[hq * d, hkv * d, hkv * d], ab)?;
+            let qkv = proj(&mut src, &["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"], &[hq * d, hkv * d, hkv * d], ab)?;
             let o = lin(&mut src, "self_attn.o_proj", hq * d, h, false, out_gain)?;
-            let gate_up = proj(&mut src, ["mlp.gate_proj", "mlp.up_proj", ""], &[i, i], false)?;
+            let gate_up = proj(&mut src, &["mlp.gate_proj", "mlp.up_proj"], &[i, i], false)?;
             let dn = lin(&mut src, "mlp.down_proj", i, h, false, out_gain)?;
             let q_norm = src.norm(&format!("{p}.self_attn.q_norm.weight"), d, device, dtype)?;
             let k_norm = src.norm(&format!("{p}.self_attn.k_norm.weight"), d, device, dtype)?;
