@@ -111,8 +111,7 @@ fp8gemm_config auto_config(int64_t m, int64_t n, int64_t k, int sms) {
       const int64_t fill = split_for(tiles, kb, 3 * int64_t(sms), 16);
       if (fill > split) split = fill;
     }
-    // Wide N at 9-16 tokens: 7 stages (73 KB) fit three 16-token CTAs per SM (8 fit two).
-    return make(FP8GEMM_KIND_SWAP_AB, m <= 8 ? 8 : 16, 64, m > 8 && tiles >= sms ? 7 : 8, split);
+    return make(FP8GEMM_KIND_SWAP_AB, m <= 8 ? 8 : 16, 64, 8, split);
   }
   if (m <= 128) {
     const int64_t t64 = (n + 63) / 64;

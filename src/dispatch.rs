@@ -273,7 +273,7 @@ pub fn config_override() -> Option<GemmConfig> {
 /// | M | schedule | tile (block_m × block_n) | stages | split-K |
 /// |---|---|---|---|---|
 /// | 1–8 | swap-AB | 8 tokens × 64 weight rows | 8 | none if N/64 ≥ S, else the larger of `swap_split` and `split_for(N/64, kb, 3·S, 16)` (three CTAs per SM) |
-/// | 9–16 | swap-AB | 16 × 64 | 7 if N/64 ≥ S (three CTAs per SM), else 8 | none if N/64 ≥ S, else `swap_split` |
+/// | 9–16 | swap-AB | 16 × 64 | 8 | none if N/64 ≥ S, else `swap_split` |
 /// | 65–128 with t128 ≥ 40 | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split |
 /// | 17–64 with S/4 < ⌈N/64⌉ ≤ S/2, K ≥ 1024 | small-M | 64 × 64 | 8 | 2 (a 2-CTA cluster sums) |
 /// | other 17–128 | small-M | 64 × 128 | 6 | one wave, ≥ 4 K blocks per split |
@@ -312,10 +312,7 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
         } else {
             swap_split(tiles, kb, sms)
         };
-        // Wide N at 9-16 tokens: 7 stages (73 KB) fit three 16-token CTAs per SM, as the 8-token
-        // tile's 8 stages do (8 stages fit two).
-        let stages = if m > 8 && tiles >= sms { 7 } else { 8 };
-        cfg(ScheduleKind::SwapAb, if m <= 8 { 8 } else { 16 }, 64, stages, split)
+        cfg(ScheduleKind::SwapAb, if m <= 8 { 8 } else { 16 }, 64, 8, split)
     } else if m <= 128 {
         let t64 = n.div_ceil(64);
         if m <= 64 && 2 * t64 <= sms && 4 * t64 > sms && kb >= 8 {

@@ -29,7 +29,7 @@ KNAME = {v: k for k, v in KIND.items()}
 
 # Compiled configs: (kind, block_m, block_n, stages, split_capable)
 CONFIGS = [
-    ("swap_ab", 8, 64, 8, True), ("swap_ab", 16, 64, 8, True), ("swap_ab", 16, 64, 7, True), ("swap_ab", 32, 64, 8, True),
+    ("swap_ab", 8, 64, 8, True), ("swap_ab", 16, 64, 8, True), ("swap_ab", 32, 64, 8, True),
     ("swap_ab", 64, 64, 8, True),
     ("small_m", 64, 32, 8, True), ("small_m", 64, 64, 8, True), ("small_m", 64, 128, 6, True),
     ("warp_spec", 128, 64, 8, True), ("warp_spec", 128, 128, 6, True),
