@@ -657,12 +657,15 @@ pub(crate) fn hopper_gemm_swiglu_quant(
 
 /// `[n, k]` random e4m3 codes on `dev`, `cvt(u * 448)` with `u` uniform in [-1, 1), a pure
 /// function of `seed` and the element index, generated in place (no transient buffers). `None`
-/// in a build without our kernels.
+/// where our kernels cannot run (a build without them, a GPU other than sm_90).
 pub(crate) fn random_e4m3(dev: &Device, n: usize, k: usize, seed: u64) -> Result<Option<candle_core::Tensor>> {
     use candle_core::{op::BackpropOp, Storage, Tensor};
     let Device::Cuda(cdev) = dev else { bail!("candle-fp8 random_e4m3: {dev:?} is not a CUDA device") };
     if n * k == 0 {
         bail!("candle-fp8 random_e4m3: empty shape [{n}, {k}]")
+    }
+    if device_info(cdev)?.caps.unusable_reason(Provider::Hopper).is_some() {
+        return Ok(None);
     }
     let stream = cdev.cuda_stream();
     // SAFETY: the kernel writes all n * k bytes.
