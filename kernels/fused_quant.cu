@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int v = tid; v < nvec; v += kThreads) {
     uint4 a = reinterpret_cast<const uint4*>(x + base)[v];
     if (residual != nullptr || rpart != nullptr) {
-      const uint4 b = rpart != nullptr ? reduce_partials8<4>(rpart, splits, m * ncols, base + 8 * v)
+      const uint4 b = rpart != nullptr ? reduce_partials8(rpart, splits, m * ncols, base + 8 * v)
                                        : reinterpret_cast<const uint4*>(residual + base)[v];
       a = add_bf16x8(a, b);
       reinterpret_cast<uint4*>(x_sum + base)[v] = a;

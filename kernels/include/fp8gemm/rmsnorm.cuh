@@ -38,12 +38,12 @@ __device__ __forceinline__ void quantize_group(const float (&v)[8], bool valid, 
 
 // Eight bf16 values of a split-K GEMM output that was left unreduced: its f32 partials
 // [splits][count] at element `i` (a multiple of 8), added in split order and rounded once —
-// splitk_reduce_kernel's result (epilogue.cuh), bit for bit. The first kBatch splits' loads
-// are issued together (one L2 round trip instead of kBatch, for 8 * kBatch registers); the adds
-// keep split order.
-template <int kBatch = 1>
+// splitk_reduce_kernel's result (epilogue.cuh), bit for bit. The first four splits' loads are
+// issued together (one L2 round trip instead of four: decode b1 -0.08 ms, docs/PERF.md session
+// 11); the adds keep split order.
 __device__ __forceinline__ uint4 reduce_partials8(const float* __restrict__ p, int splits,
                                                   int64_t count, int64_t i) {
+  constexpr int kBatch = 4;
   float4 l[kBatch], h[kBatch];
 #pragma unroll
   for (int s = 0; s < kBatch; ++s) {
