@@ -15,7 +15,7 @@ use candle_core::{DType, Device, Tensor};
 use candle_fp8::checkpoint::{open_model, Checkpoint};
 use candle_fp8::models::byte_tokenizer::ByteTokenizer;
 use candle_fp8::models::qwen3::{
-    compare_greedy, generate, write_toy_lm_checkpoint, LinearMode, Qwen3Config, Qwen3Model, Qwen3Options, Sampler,
+    compare_greedy, generate, launches_ahead, write_toy_lm_checkpoint, LinearMode, Qwen3Config, Qwen3Model, Qwen3Options, Sampler,
     StepAttention,
 };
 use clap::Parser;
@@ -373,10 +373,25 @@ fn main() -> Result<()> {
     // load and after the warm-up, this splits the peak into weights, KV cache and the rest.
     let mut mem_steps: [Option<u64>; 2] = [None, None];
     let dev2 = device.clone();
-    let profile = args.profile_step.filter(|&n| n >= 1 && n < args.max_new_tokens);
+    // The profiler window is opened and closed from on_step (after a step's ids are read).
+    // Synchronous reads: step N is launched between on_step(N - 1) and on_step(N). Launch-ahead
+    // (greedy on CUDA): between on_step(N - 2) and on_step(N - 1), for N >= 3 (steps 1 and 2
+    // are launched in the same window).
+    let ahead = launches_ahead(&device, &sampler);
+    let first = if ahead { 3 } else { 1 };
+    let profile = args.profile_step.filter(|&n| n >= first && n < args.max_new_tokens);
     if args.profile_step.is_some() && profile.is_none() {
-        bail!("--profile-step must be in 1..{} (a decode step of the measured run)", args.max_new_tokens)
+        bail!(
+            "--profile-step must be in {first}..{} (a decode step of the measured run{})",
+            args.max_new_tokens,
+            if ahead { ", launched ahead: steps 1 and 2 share a launch window" } else { "" }
+        )
     }
+    let (open_at, close_at) = match profile {
+        Some(n) if ahead => (n - 2, n - 1),
+        Some(n) => (n - 1, n),
+        None => (usize::MAX, usize::MAX),
+    };
     let gen = generate(&mut model, &prompt_ids, args.batch, args.max_new_tokens, &mut sampler, &eos, &mut |step, _| {
         if step < 2 || step % 64 == 63 {
             let m = memory_in_use(&dev2);
@@ -385,13 +400,10 @@ fn main() -> Result<()> {
             }
             mem_peak = mem_peak.max(m);
         }
-        // on_step(s) runs after step s: open the window before step N, close it after.
-        if let Some(n) = profile {
-            if step + 1 == n {
-                profiler(&dev2, true);
-            } else if step == n {
-                profiler(&dev2, false);
-            }
+        if step == open_at {
+            profiler(&dev2, true);
+        } else if step == close_at {
+            profiler(&dev2, false);
         }
     })?;
     let mem_end = memory_in_use(&device);
@@ -477,6 +489,14 @@ fn main() -> Result<()> {
     if !device.is_cpu() {
         // On the CPU the "launches" compute synchronously: the line would just repeat the TPOT.
         println!("host enqueue     mean {enqueue_mean:.3} ms per step (launching the step's kernels; near TPOT = host-bound)");
+        println!(
+            "id readback      {}",
+            if gen.launched_ahead {
+                "launch-ahead (step s+1 enqueued before step s's ids are read)"
+            } else {
+                "synchronous (each step launched after the previous ids were read)"
+            }
+        );
     }
     let tps = if decode_total > 0.0 { (args.batch * steps.len()) as f64 / (decode_total / 1e3) } else { f64::NAN };
     println!("throughput       {tps:.1} tokens/s (decode, all sequences)");
@@ -562,6 +582,7 @@ fn main() -> Result<()> {
             "load_s": load_time.as_secs_f64(), "ttft_ms": ms(gen.ttft),
             "tpot_ms": {"mean": tpot_mean, "p50": percentile(&steps, 50.0), "p99": percentile(&steps, 99.0), "steps": steps.len()},
             "host_enqueue_ms_mean": enqueue_mean,
+            "launched_ahead": gen.launched_ahead,
             "tokens_per_s": tps, "peak_memory_bytes": mem_peak,
             "memory_bytes": {"after_load": mem_after_load, "after_warmup": mem_after_warmup, "after_prefill": mem_steps[0], "after_step1": mem_steps[1], "pool": pool}, "weights_bytes": {"fp8": fp8_b, "dense": dense_b, "embeddings_norms": other_b},
             "kv_cache_bytes": kv_b, "memory_budget_bytes": budget, "accuracy": acc_json,

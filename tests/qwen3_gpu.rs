@@ -14,7 +14,7 @@ mod gpu;
 use candle_core::{DType, Device, Result, Tensor};
 use candle_fp8::checkpoint::Checkpoint;
 use candle_fp8::models::qwen3::{
-    compare_greedy, generate, write_random_checkpoint, LinearMode, Qwen3Config, Qwen3Model, Qwen3Options, Sampler,
+    compare_greedy, generate, launches_ahead, write_random_checkpoint, LinearMode, Qwen3Config, Qwen3Model, Qwen3Options, Sampler,
 };
 use std::path::Path;
 
@@ -155,5 +155,53 @@ fn cuda_random_weights_are_deterministic_per_seed() -> Result<()> {
     let mean = a.iter().sum::<f32>() / a.len() as f32;
     let var = a.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / a.len() as f32;
     assert!(var > 1e-6, "logits spread (variance {var})");
+    Ok(())
+}
+
+/// Greedy decoding with launch-ahead (the next step enqueued before the ids are read back
+/// asynchronously) produces exactly the tokens of a plain synchronous loop, and stops at an EOS
+/// id although one more step was already on the device.
+#[test]
+fn cuda_launch_ahead_generation_equals_a_synchronous_loop() -> Result<()> {
+    let dev = gpu_or_skip!("cuda_launch_ahead_generation_equals_a_synchronous_loop");
+    let dir = checkpoint(&small_cfg())?;
+    let mut model = load(dir.path(), &dev, &Qwen3Options::default())?;
+    let (batch, steps) = (3usize, 10usize);
+    let mut greedy = Sampler::greedy();
+    if !launches_ahead(&dev, &greedy) {
+        eprintln!("SKIP cuda_launch_ahead_generation_equals_a_synchronous_loop: launch-ahead is off (CANDLE_FP8_LAUNCH_AHEAD)");
+        return Ok(());
+    }
+    let gen = generate(&mut model, &prompt(), batch, steps, &mut greedy, &[], &mut |_, _| {})?;
+    assert!(gen.launched_ahead, "greedy decoding on CUDA launches ahead");
+    assert_eq!(gen.step_times.len(), steps - 1);
+    assert_eq!(gen.enqueue_times.len(), steps - 1);
+
+    // Reference: forward, argmax, read, feed — one step at a time.
+    model.clear_kv_cache();
+    let ids: Vec<u32> = (0..batch).flat_map(|_| prompt()).collect();
+    let mut next = Tensor::from_vec(ids, (batch, prompt().len()), &dev)?;
+    let mut pos = 0;
+    let mut want = vec![Vec::new(); batch];
+    for _ in 0..steps {
+        let logits = model.forward(&next, pos)?;
+        pos += next.dim(1)?;
+        let sampled = Sampler::greedy().sample(&logits)?;
+        for (b, id) in sampled.to_vec1::<u32>()?.into_iter().enumerate() {
+            want[b].push(id);
+        }
+        next = sampled.unsqueeze(1)?;
+    }
+    assert_eq!(gen.tokens, want, "launch-ahead tokens equal the synchronous loop's");
+
+    // Stop at the id of step 3: four tokens per sequence (greedy sequences are identical).
+    let eos = want[0][3];
+    let first = want[0].iter().position(|&t| t == eos).expect("present");
+    let mut seen = Vec::new();
+    let stopped = generate(&mut model, &prompt(), batch, steps, &mut greedy, &[eos], &mut |s, _| seen.push(s))?;
+    for toks in &stopped.tokens {
+        assert_eq!(toks[..], want[0][..=first], "stops after the first EOS id");
+    }
+    assert_eq!(seen, (0..=first).collect::<Vec<_>>(), "on_step once per read step");
     Ok(())
 }

@@ -5,6 +5,8 @@
 //! - [`fused`]: residual add + RMSNorm and SiLU·up fused with the activation quantization
 //!   (`kernels/fused_quant.h`).
 //! - [`sampling`]: greedy sampling, the argmax of each row of f32 logits (`kernels/sampling.h`).
+//! - [`readback`]: sampled ids copied to the host asynchronously (the decode loop launches the
+//!   next step before it waits for them).
 //! - [`cublaslt`]: cuBLASLt with `VEC128_32F` (activations) × `BLK128x128_32F` (weights) scales.
 //! - the `dequant` provider: portable helper kernels (`dequant.cu`, PTX for compute_80, loaded
 //!   at run time) + candle's own cuBLAS f32 GEMM.
@@ -18,6 +20,7 @@ pub mod attention;
 pub(crate) mod cublaslt;
 pub(crate) mod ffi;
 pub(crate) mod fused;
+pub mod readback;
 pub mod sampling;
 
 use std::collections::HashMap;

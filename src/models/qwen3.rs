@@ -1437,21 +1437,81 @@ pub struct Generation {
     pub tokens: Vec<Vec<u32>>,
     /// Prompt length.
     pub prompt_len: usize,
-    /// Prefill plus the first sampled token on the host.
+    /// From the call until the first sampled ids are on the host (prefill + sampling + read).
     pub ttft: Duration,
-    /// One entry per later step: forward + sampling + reading the token on the host.
+    /// One entry per later step: the time between the previous step's ids and this step's ids
+    /// reaching the host (the inter-token latency a consumer of the stream sees).
     pub step_times: Vec<Duration>,
-    /// Per later step, the host time until every launch of the step was enqueued (before the
-    /// read of the sampled ids blocks). Close to the step time means the host, not the GPU,
-    /// sets the pace.
+    /// Per later step, the host time spent enqueuing that step's launches (forward and
+    /// sampling). Close to the step time means the host, not the GPU, sets the pace.
     pub enqueue_times: Vec<Duration>,
+    /// Whether the steps were launched ahead (see [`launches_ahead`]).
+    pub launched_ahead: bool,
+}
+
+/// Environment switch of the decode loop's launch-ahead (`0`/`off`/`false` disables it; the
+/// default is on where it applies, see [`launches_ahead`]).
+pub const LAUNCH_AHEAD_ENV: &str = "CANDLE_FP8_LAUNCH_AHEAD";
+
+/// Whether [`generate`] launches step `s + 1` before it waits for step `s`'s ids: on a CUDA
+/// device with a greedy sampler (the ids are produced on the device and feed the next step
+/// there, so only their copy to the host has to wait), unless `CANDLE_FP8_LAUNCH_AHEAD=0`.
+/// Reading the ids synchronously instead leaves the GPU idle while the host wakes up and
+/// launches the next step (~40–50 µs per step on an H200, docs/PERF.md, session 12).
+///
+/// With launch-ahead, `on_step(s, ..)` runs after step `s + 1` has been enqueued (from `s =
+/// 1` on; the first ids are read before anything else is launched, so TTFT is the prefill's),
+/// and when every sequence has stopped one extra step has run on the device and is dropped.
+pub fn launches_ahead(device: &Device, sampler: &Sampler) -> bool {
+    let off = std::env::var(LAUNCH_AHEAD_ENV).is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "0" | "off" | "false"));
+    cfg!(feature = "cuda") && device.is_cuda() && sampler.is_greedy() && !off
+}
+
+/// How the sampled ids of a step reach the host.
+enum IdReader {
+    /// `to_vec1` when asked: waits for everything enqueued before it.
+    Sync(std::collections::VecDeque<Tensor>),
+    /// Asynchronous copies into page-locked memory, enqueued right after the sampling.
+    #[cfg(feature = "cuda")]
+    Ahead(crate::cuda::readback::IdReadback),
+}
+
+impl IdReader {
+    fn new(device: &Device, batch: usize, ahead: bool) -> Result<Self> {
+        #[cfg(feature = "cuda")]
+        if ahead {
+            return Ok(Self::Ahead(crate::cuda::readback::IdReadback::new(device, batch)?));
+        }
+        let _ = (device, batch, ahead);
+        Ok(Self::Sync(Default::default()))
+    }
+
+    fn start(&mut self, ids: &Tensor) -> Result<()> {
+        match self {
+            Self::Sync(q) => q.push_back(ids.clone()),
+            #[cfg(feature = "cuda")]
+            Self::Ahead(r) => r.start(ids)?,
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<Vec<u32>> {
+        match self {
+            Self::Sync(q) => match q.pop_front() {
+                Some(t) => t.to_vec1::<u32>(),
+                None => bail!("generate: no sampled ids to read"),
+            },
+            #[cfg(feature = "cuda")]
+            Self::Ahead(r) => r.finish(),
+        }
+    }
 }
 
 /// Generates up to `max_new_tokens` for `batch` copies of `prompt` (independent sequences:
 /// with a sampler they diverge). Stops early when every sequence produced one of `eos` (pass
 /// `&[]` to always run `max_new_tokens` steps). `on_step(step, ids)` sees each step's ids.
 /// The KV cache is cleared first. Sampled ids stay on the device and feed the next step; the
-/// only host synchronization per step is reading them.
+/// host reads a copy of them — with [`launches_ahead`], after it has launched the next step.
 pub fn generate(
     model: &mut Qwen3Model,
     prompt: &[u32],
@@ -1466,32 +1526,57 @@ pub fn generate(
     }
     model.clear_kv_cache();
     let dev = model.device().clone();
+    let ahead = launches_ahead(&dev, sampler);
+    let mut gen = Generation {
+        tokens: vec![Vec::new(); batch],
+        prompt_len: prompt.len(),
+        ttft: Duration::ZERO,
+        step_times: Vec::new(),
+        enqueue_times: Vec::new(),
+        launched_ahead: ahead,
+    };
+    if max_new_tokens == 0 {
+        return Ok(gen);
+    }
+    let mut reader = IdReader::new(&dev, batch, ahead)?;
     let ids: Vec<u32> = (0..batch).flat_map(|_| prompt.iter().copied()).collect();
     let input = Tensor::from_vec(ids, (batch, prompt.len()), &dev)?;
-    let mut tokens = vec![Vec::new(); batch];
+    let t0 = Instant::now();
     let mut done = vec![false; batch];
-    let mut step_times = Vec::new();
-    let mut enqueue_times = Vec::new();
-    let mut ttft = Duration::ZERO;
     let mut pos = 0;
-    let mut next = input;
-    for step in 0..max_new_tokens {
-        let t0 = Instant::now();
-        let logits = model.forward(&next, pos)?;
-        pos += next.dim(1)?;
+    // Forward + sampling of one step, its ids' copy started; returns the ids (on the device).
+    let mut launch = |input: &Tensor, pos: &mut usize, reader: &mut IdReader| -> Result<(Tensor, Duration)> {
+        let te = Instant::now();
+        let logits = model.forward(input, *pos)?;
+        *pos += input.dim(1)?;
         let sampled = sampler.sample(&logits)?;
-        let enqueued = t0.elapsed();
-        let host = sampled.to_vec1::<u32>()?;
-        let dt = t0.elapsed();
-        if step == 0 {
-            ttft = dt;
-        } else {
-            step_times.push(dt);
-            enqueue_times.push(enqueued);
+        reader.start(&sampled)?;
+        Ok((sampled, te.elapsed()))
+    };
+    let (mut sampled, e0) = launch(&input, &mut pos, &mut reader)?;
+    // Host enqueue time of every launched step, by step.
+    let mut enqueue = vec![e0];
+    let mut last = t0;
+    for step in 0..max_new_tokens {
+        // Ahead: step + 1 goes to the device before this step's ids are awaited (from step 1:
+        // the first ids are read before anything else is launched).
+        if ahead && step >= 1 && enqueue.len() < max_new_tokens {
+            let (s, e) = launch(&sampled.unsqueeze(1)?, &mut pos, &mut reader)?;
+            sampled = s;
+            enqueue.push(e);
         }
+        let host = reader.finish()?;
+        let now = Instant::now();
+        if step == 0 {
+            gen.ttft = now - t0;
+        } else {
+            gen.step_times.push(now - last);
+            gen.enqueue_times.push(enqueue[step]);
+        }
+        last = now;
         for (bi, &id) in host.iter().enumerate() {
             if !done[bi] {
-                tokens[bi].push(id);
+                gen.tokens[bi].push(id);
                 done[bi] = eos.contains(&id);
             }
         }
@@ -1499,9 +1584,13 @@ pub fn generate(
         if done.iter().all(|d| *d) {
             break;
         }
-        next = sampled.unsqueeze(1)?;
+        if enqueue.len() == step + 1 && enqueue.len() < max_new_tokens {
+            let (s, e) = launch(&sampled.unsqueeze(1)?, &mut pos, &mut reader)?;
+            sampled = s;
+            enqueue.push(e);
+        }
     }
-    Ok(Generation { tokens, prompt_len: prompt.len(), ttft, step_times, enqueue_times })
+    Ok(gen)
 }
 
 /// Agreement of two models (e.g. FP8 kernels vs the dequantized reference) over greedy steps.
