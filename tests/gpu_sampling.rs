@@ -381,3 +381,47 @@ fn argmax_is_faster_than_candle_cuda() -> Result<()> {
     }
     Ok(())
 }
+
+/// `IdReadback::finish` returns the ids only once their copy has run: ids computed after tens of
+/// milliseconds of queued GPU work (f32 matmuls), read without any other synchronization, equal
+/// what a synchronous `to_vec1` reads, in both slots of the double buffer, which hold poison
+/// (u32::MAX) from a first round. Also its errors.
+#[test]
+fn id_readback_waits_for_the_copy() -> Result<()> {
+    use candle_fp8::cuda::readback::IdReadback;
+    let dev = gpu_or_skip!("id_readback_waits_for_the_copy");
+    let n = 2048;
+    let mut rb = IdReadback::new(&dev, n)?;
+    let poison = Tensor::full(u32::MAX, n, &dev)?;
+    for _ in 0..2 {
+        rb.start(&poison)?;
+        assert!(rb.finish()?.iter().all(|&v| v == u32::MAX));
+    }
+    let a = (Tensor::randn(0f32, 1.0, (n, n), &dev)? / (n as f64).sqrt())?;
+    let mut want = Vec::new();
+    let mut x = a.clone();
+    for _ in 0..2 {
+        // ~20 x 17 GFLOP of f32 GEMMs queued ahead of the ids.
+        for _ in 0..20 {
+            x = x.matmul(&a)?;
+        }
+        let ids = x.argmax(D::Minus1)?.to_dtype(DType::U32)?;
+        rb.start(&ids)?;
+        want.push(ids);
+    }
+    assert_eq!(rb.in_flight(), 2);
+    assert!(rb.start(&poison).is_err(), "a third copy in flight is refused");
+    for ids in want {
+        let got = rb.finish()?;
+        assert_eq!(got, ids.to_vec1::<u32>()?, "readback equals a synchronous read");
+        assert!(got.iter().any(|&v| v != 0) && got.iter().all(|&v| (v as usize) < n));
+    }
+    let e = rb.finish().unwrap_err().to_string();
+    assert!(e.contains("without a started copy"), "{e}");
+    let e = rb.start(&Tensor::zeros(n, DType::F32, &dev)?).unwrap_err().to_string();
+    assert!(e.contains("expected 2048 u32 ids") && e.contains("F32"), "{e}");
+    let e = rb.start(&Tensor::zeros(n + 1, DType::U32, &dev)?).unwrap_err().to_string();
+    assert!(e.contains("[2049]"), "{e}");
+    assert!(IdReadback::new(&Device::Cpu, 4).unwrap_err().to_string().contains("needs a CUDA device"));
+    Ok(())
+}

@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use candle_core::cuda_backend::cudarc::driver::{CudaStream, PinnedHostSlice};
+use candle_core::cuda_backend::cudarc::driver::{CudaEvent, CudaStream, PinnedHostSlice};
 use candle_core::cuda_backend::WrapErr;
 use candle_core::{bail, DType, Device, Result, Storage, Tensor};
 
@@ -23,6 +23,10 @@ const SLOTS: usize = 2;
 pub struct IdReadback {
     stream: Arc<CudaStream>,
     bufs: Vec<PinnedHostSlice<u32>>,
+    /// Recorded after each slot's copy. Our own: the pinned slices' built-in events are only
+    /// recorded when the context tracks events, which candle turns off — waiting on them
+    /// returned before the copy had run (found on the H200: a TTFT shorter than the prefill).
+    done: Vec<CudaEvent>,
     len: usize,
     /// Slots whose copy was started and not yet finished, oldest first.
     pending: VecDeque<usize>,
@@ -47,12 +51,14 @@ impl IdReadback {
         let stream = dev.cuda_stream();
         let ctx = stream.context().clone();
         let mut bufs = Vec::with_capacity(SLOTS);
+        let mut done = Vec::with_capacity(SLOTS);
         for _ in 0..SLOTS {
             // SAFETY: the buffer is only read after a copy into it has completed (`finish`).
             // Flags 0: ordinary page-locked memory (write-combined memory is slow to read).
             bufs.push(unsafe { ctx.alloc_pinned_with_flags::<u32>(len, 0) }.w()?);
+            done.push(ctx.new_event(None).w()?);
         }
-        Ok(Self { stream, bufs, len, pending: VecDeque::with_capacity(SLOTS), next: 0 })
+        Ok(Self { stream, bufs, done, len, pending: VecDeque::with_capacity(SLOTS), next: 0 })
     }
 
     /// Enqueues a copy of `ids` (u32, `len` elements, contiguous, on this readback's device) on
@@ -78,8 +84,9 @@ impl IdReadback {
         };
         let src = cs.as_cuda_slice::<u32>()?.slice(start..end);
         let slot = self.next;
-        // Stream-ordered after the kernels that wrote `ids`; records the buffer's event.
+        // Stream-ordered after the kernels that wrote `ids`.
         self.stream.memcpy_dtoh(&src, &mut self.bufs[slot]).w()?;
+        self.done[slot].record(&self.stream).w()?;
         self.pending.push_back(slot);
         self.next = (slot + 1) % SLOTS;
         Ok(())
@@ -90,6 +97,7 @@ impl IdReadback {
         let Some(slot) = self.pending.pop_front() else {
             bail!("candle-fp8 IdReadback: finish without a started copy")
         };
+        self.done[slot].synchronize().w()?;
         Ok(self.bufs[slot].as_slice().w()?.to_vec())
     }
 
