@@ -21,14 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define CK(x)                                                                                   \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) {                                                                    \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                             \
-    }                                                                                           \
-  } while (0)
+#include "cuda_check.cuh"
 
 template <bool kPdl, bool kTriggerEarly>
 __global__ void __launch_bounds__(128) step_kernel(unsigned* counter) {
@@ -80,35 +73,35 @@ float chain_us(int grid, int n, unsigned* counter, cudaStream_t s) {
   lc.numAttrs = 1;
   cudaGraph_t g;
   cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < n; ++i) CK(cudaLaunchKernelEx(&lc, step_kernel<kPdl, kTriggerEarly>, counter));
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  CK(cudaGraphLaunch(ge, s));  // warm-up
-  CK(cudaStreamSynchronize(s));
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < n; ++i) CHECK(cudaLaunchKernelEx(&lc, step_kernel<kPdl, kTriggerEarly>, counter));
+  CHECK(cudaStreamEndCapture(s, &g));
+  CHECK(cudaGraphInstantiate(&ge, g, 0));
+  CHECK(cudaGraphLaunch(ge, s));  // warm-up
+  CHECK(cudaStreamSynchronize(s));
   cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
   const int reps = 10;
-  CK(cudaEventRecord(a, s));
-  for (int r = 0; r < reps; ++r) CK(cudaGraphLaunch(ge, s));
-  CK(cudaEventRecord(b, s));
-  CK(cudaEventSynchronize(b));
+  CHECK(cudaEventRecord(a, s));
+  for (int r = 0; r < reps; ++r) CHECK(cudaGraphLaunch(ge, s));
+  CHECK(cudaEventRecord(b, s));
+  CHECK(cudaEventSynchronize(b));
   float ms = 0;
-  CK(cudaEventElapsedTime(&ms, a, b));
-  CK(cudaGraphExecDestroy(ge));
-  CK(cudaGraphDestroy(g));
+  CHECK(cudaEventElapsedTime(&ms, a, b));
+  CHECK(cudaGraphExecDestroy(ge));
+  CHECK(cudaGraphDestroy(g));
   return ms * 1e3f / (reps * n);
 }
 
 int main() {
   cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   unsigned* counter;
-  CK(cudaMalloc(&counter, 64));
-  CK(cudaMemset(counter, 0, 64));
+  CHECK(cudaMalloc(&counter, 64));
+  CHECK(cudaMemset(counter, 0, 64));
   int sms = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int n = 400;
   std::printf("chain of %d trivial kernels in one graph: us per kernel (= per boundary)\n", n);
   std::printf("%8s %10s %14s %14s\n", "grid", "no PDL", "PDL trig start", "PDL trig end");
@@ -119,27 +112,27 @@ int main() {
     std::printf("%8d %10.3f %14.3f %14.3f\n", grid, a, b, c);
   }
   unsigned expect = 0;
-  CK(cudaMemcpy(&expect, counter, 4, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(&expect, counter, 4, cudaMemcpyDeviceToHost));
   std::printf("counter %u (expected %u: every launch saw its predecessor's write)\n", expect,
               4u * 3u * 11u * n);
 
   // Flag handoff: two CTAs on different SMs (one per SM forced by shared memory).
-  CK(cudaFuncSetAttribute(handoff_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+  CHECK(cudaFuncSetAttribute(handoff_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
   const int rounds = 20000;
   for (int peer : {1, sms / 2, sms - 1}) {
-    CK(cudaMemset(counter, 0, 4));
+    CHECK(cudaMemset(counter, 0, 4));
     cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    CK(cudaEventRecord(a, s));
+    CHECK(cudaEventCreate(&a));
+    CHECK(cudaEventCreate(&b));
+    CHECK(cudaEventRecord(a, s));
     handoff_kernel<<<sms, 32, 200 * 1024, s>>>(counter, rounds, peer);
-    CK(cudaGetLastError());
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
+    CHECK(cudaGetLastError());
+    CHECK(cudaEventRecord(b, s));
+    CHECK(cudaEventSynchronize(b));
     float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
+    CHECK(cudaEventElapsedTime(&ms, a, b));
     unsigned v = 0;
-    CK(cudaMemcpy(&v, counter, 4, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(&v, counter, 4, cudaMemcpyDeviceToHost));
     std::printf("handoff CTA 0 <-> CTA %3d: %.3f us per one-way handoff (flag %u, expected %u)\n", peer,
                 ms * 1e3f / (2.0f * rounds), v, 2u * rounds);
   }

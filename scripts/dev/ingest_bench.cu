@@ -147,14 +147,7 @@ __global__ void __launch_bounds__(256, 1)
   if constexpr (kMc) ptx::cluster_sync();  // no CTA leaves while its peer may still write to it
 }
 
-#define CHECK(x)                                                                  \
-  do {                                                                            \
-    cudaError_t e_ = (x);                                                         \
-    if (e_ != cudaSuccess) {                                                      \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                               \
-    }                                                                             \
-  } while (0)
+#include "cuda_check.cuh"
 
 static CUtensorMap make_map(const void* base, uint64_t rows, uint32_t box_rows) {
   void* fn = nullptr;
