@@ -1,10 +1,12 @@
-// Greedy sampling: the index of the largest f32 logit of each row (declarations: sampling.h).
+// Greedy sampling: the index of the largest f32 or bf16 logit of each row (declarations:
+// sampling.h).
 //
 // candle 0.11's CUDA argmax (reduce.cu fast_argmax) computes a strided index with 64-bit
 // divisions for every element and reduces through shared memory one __syncthreads per step:
 // 108 us per Qwen3 decode step (f32 [B, 151936], B = 1 or 16) on an H200. A row is 600 KB,
 // just written by the f32 cast of the logits (L2-resident): one CTA streams it at the SM's
 // load bandwidth with 16-byte loads, then reduces with shuffles.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -33,15 +35,35 @@ __device__ __forceinline__ void scan1(float& bv, uint32_t& bi, float v, uint32_t
   }
 }
 
-// Four consecutive columns: one comparison on their maximum (a new maximum is rare after the
-// first few vectors), then the first column holding it. fmaxf drops NaNs (four NaNs give NaN,
+// kVec consecutive columns: one comparison on their maximum (a new maximum is rare after the
+// first few vectors), then the first column holding it. fmaxf drops NaNs (all NaNs give NaN,
 // which loses the comparison); == finds the column (-0.0 == +0.0, like candle's `<`).
-__device__ __forceinline__ void scan4(float& bv, uint32_t& bi, const float4 a, uint32_t i) {
-  const float m = fmaxf(fmaxf(a.x, a.y), fmaxf(a.z, a.w));
+template <int kVec>
+__device__ __forceinline__ void scan_vec(float& bv, uint32_t& bi, const float (&a)[kVec], uint32_t i) {
+  float m = a[0];
+#pragma unroll
+  for (int j = 1; j < kVec; ++j) m = fmaxf(m, a[j]);
   if (m > bv) {
     bv = m;
-    bi = i + (a.x == m ? 0 : a.y == m ? 1 : a.z == m ? 2 : 3);
+    uint32_t at = kVec - 1;
+#pragma unroll
+    for (int j = kVec - 2; j >= 0; --j) at = a[j] == m ? j : at;
+    bi = i + at;
   }
+}
+
+// Element types of the logits: f32, or bf16 (the lm_head's own output: no f32 cast launch).
+// Every bf16 value converts exactly to f32, so both give the index candle's CPU argmax gives
+// for the same values.
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// A 16-byte vector of T as floats.
+template <typename T>
+__device__ __forceinline__ void unpack(const uint4& u, float (&a)[16 / sizeof(T)]) {
+  const T* t = reinterpret_cast<const T*>(&u);
+#pragma unroll
+  for (int j = 0; j < int(16 / sizeof(T)); ++j) a[j] = to_f32(t[j]);
 }
 
 // Merging two threads' candidates: larger value, or equal value at a smaller index. A total
@@ -63,31 +85,33 @@ __device__ __forceinline__ void warp_reduce(float& bv, uint32_t& bi) {
   }
 }
 
-// One CTA per row. The row is split into a head of 0-3 columns up to its first 16-byte
-// boundary, a body of float4s, and a tail of 0-3 columns, so that any row start (a view with an
-// odd offset, an odd row stride) still takes the vector path. Each thread scans the float4s
+// One CTA per row. The row is split into a head of columns up to its first 16-byte boundary, a
+// body of 16-byte vectors (4 f32 / 8 bf16), and a tail, so that any row start (a view with an
+// odd offset, an odd row stride) still takes the vector path. Each thread scans the vectors
 // tid, tid + kThreads, ... kUnroll at a time (predicated loads: no serialized remainder loop).
+template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    argmax_rows_f32_kernel(const float* __restrict__ x, const int cols, const int64_t row_stride,
-                           uint32_t* __restrict__ out) {
+    argmax_rows_kernel(const T* __restrict__ x, const int cols, const int64_t row_stride,
+                       uint32_t* __restrict__ out) {
+  constexpr int kVec = 16 / sizeof(T);
   // The logits are the previous kernel's output; the next kernel may start its prologue now.
   ptx::griddep_launch_dependents();
   ptx::griddep_wait();
 
   const int tid = threadIdx.x;
-  const float* row = x + int64_t(blockIdx.x) * row_stride;
+  const T* row = x + int64_t(blockIdx.x) * row_stride;
   float bv = -INFINITY;
   uint32_t bi = kNoIndex;
 
-  const int past = static_cast<int>((reinterpret_cast<uintptr_t>(row) >> 2) & 3);
-  const int head = min(cols, (4 - past) & 3);
-  const int nvec = (cols - head) / 4;
-  const int tail = head + nvec * 4;  // first column of the tail
-  if (tid < head) scan1(bv, bi, row[tid], tid);
+  const int past = static_cast<int>((reinterpret_cast<uintptr_t>(row) / sizeof(T)) & (kVec - 1));
+  const int head = min(cols, (kVec - past) & (kVec - 1));
+  const int nvec = (cols - head) / kVec;
+  const int tail = head + nvec * kVec;  // first column of the tail
+  if (tid < head) scan1(bv, bi, to_f32(row[tid]), tid);
 
-  const float4* vec = reinterpret_cast<const float4*>(row + head);
+  const uint4* vec = reinterpret_cast<const uint4*>(row + head);
   for (int v0 = tid; v0 < nvec; v0 += kUnroll * kThreads) {
-    float4 a[kUnroll];
+    uint4 a[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int v = v0 + u * kThreads;
@@ -96,10 +120,14 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int v = v0 + u * kThreads;
-      if (v < nvec) scan4(bv, bi, a[u], static_cast<uint32_t>(head + 4 * v));
+      if (v < nvec) {
+        float f[kVec];
+        unpack<T>(a[u], f);
+        scan_vec<kVec>(bv, bi, f, static_cast<uint32_t>(head + kVec * v));
+      }
     }
   }
-  if (tid < cols - tail) scan1(bv, bi, row[tail + tid], tail + tid);  // after the body: in order
+  if (tid < cols - tail) scan1(bv, bi, to_f32(row[tail + tid]), tail + tid);  // after the body: in order
 
   // Block reduction: warps by shuffles, then warp 0 over the warps' results.
   __shared__ float s_v[kWarps];
@@ -117,25 +145,33 @@ __global__ void __launch_bounds__(kThreads)
     warp_reduce(bv, bi);
     // candle starts from column 0 and never replaces a NaN there. kNoIndex: no column beat the
     // -inf start, so every non-NaN value is -inf and candle keeps column 0 too.
-    if (lane == 0) out[blockIdx.x] = (isnan(row[0]) || bi == kNoIndex) ? 0u : bi;
+    if (lane == 0) out[blockIdx.x] = (isnan(to_f32(row[0])) || bi == kNoIndex) ? 0u : bi;
   }
 }
 
+template <typename T>
+int32_t launch_argmax(const T* x, int64_t rows, int64_t cols, int64_t row_stride, uint32_t* out,
+                      void* stream) {
+  // One CTA per row (gridDim.x < 2^31); columns are indexed with int and returned as u32.
+  if (rows < 1 || rows > 0x7fffffff || cols < 1 || cols > 0x7fffffff || row_stride < 0)
+    return FP8GEMM_ERR_SHAPE;
+  // Element alignment is all the kernel needs (it finds the 16-byte boundary of each row).
+  if (x == nullptr || out == nullptr || (reinterpret_cast<uintptr_t>(x) % sizeof(T)) != 0 ||
+      (reinterpret_cast<uintptr_t>(out) & 3) != 0)
+    return FP8GEMM_ERR_ALIGN;
+  return launch_pdl(argmax_rows_kernel<T>, dim3(static_cast<unsigned>(rows)), dim3(kThreads), 0,
+                    static_cast<cudaStream_t>(stream), x, static_cast<int>(cols), row_stride, out);
+}
 
 }  // namespace fp8gemm::sampling
 
 extern "C" int32_t fp8gemm_argmax_rows_f32(const float* x, int64_t rows, int64_t cols,
                                            int64_t row_stride, uint32_t* out, void* stream) {
-  using namespace fp8gemm::sampling;
-  // One CTA per row (gridDim.x < 2^31); columns are indexed with int and returned as u32.
-  if (rows < 1 || rows > 0x7fffffff || cols < 1 || cols > 0x7fffffff || row_stride < 0)
-    return FP8GEMM_ERR_SHAPE;
-  // f32 / u32 elements: 4-byte alignment is all the kernel needs (it finds the 16-byte
-  // boundary of each row itself).
-  if (x == nullptr || out == nullptr || (reinterpret_cast<uintptr_t>(x) & 3) != 0 ||
-      (reinterpret_cast<uintptr_t>(out) & 3) != 0)
-    return FP8GEMM_ERR_ALIGN;
-  return fp8gemm::launch_pdl(argmax_rows_f32_kernel, dim3(static_cast<unsigned>(rows)),
-                             dim3(kThreads), 0, static_cast<cudaStream_t>(stream), x,
-                             static_cast<int>(cols), row_stride, out);
+  return fp8gemm::sampling::launch_argmax(x, rows, cols, row_stride, out, stream);
+}
+
+extern "C" int32_t fp8gemm_argmax_rows_bf16(const void* x, int64_t rows, int64_t cols,
+                                            int64_t row_stride, uint32_t* out, void* stream) {
+  return fp8gemm::sampling::launch_argmax(static_cast<const __nv_bfloat16*>(x), rows, cols,
+                                          row_stride, out, stream);
 }

@@ -22,6 +22,12 @@ extern "C" {
 int32_t fp8gemm_argmax_rows_f32(const float* x, int64_t rows, int64_t cols, int64_t row_stride,
                                 uint32_t* out, void* stream);
 
+// fp8gemm_argmax_rows_f32 on bf16 logits (x: __nv_bfloat16, 2-byte aligned): the index candle's
+// CPU argmax returns for the same values (each bf16 converts exactly to f32), without an f32
+// copy of the logits.
+int32_t fp8gemm_argmax_rows_bf16(const void* x, int64_t rows, int64_t cols, int64_t row_stride,
+                                 uint32_t* out, void* stream);
+
 #ifdef __cplusplus
 }
 #endif

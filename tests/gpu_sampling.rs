@@ -3,8 +3,8 @@
 //! device can be opened).
 //!
 //! `argmax_last_dim` must return what candle's CPU `argmax(D::Minus1)` returns for the same
-//! values, index for index: rows 1, 3, 16 × columns 1, 5, 1000, 151936 (Qwen3's vocabulary)
-//! and 151937 (odd: every row but the first starts off a 16-byte boundary), with random rows,
+//! values (f32, and bf16 — the lm_head's own output), index for index: rows 1, 3, 16 ×
+//! columns 1, 5, 1000, 151936 (Qwen3's vocabulary) and 151937 (odd: every row but the first starts off a 16-byte boundary), with random rows,
 //! planted ties (the first index must win, also when a later index sits in a lower thread),
 //! constant rows, -inf and +inf, NaNs (column 0 and elsewhere), signed zeros; views with an
 //! unaligned start offset, a row stride wider than the row, more leading dimensions, a
@@ -196,9 +196,13 @@ fn argmax_matches_candle_cpu() -> Result<()> {
                     (rows, cols),
                     &Device::Cpu,
                 )?;
-                check(&format!("{kind:?} [{rows}, {cols}]"), &base, &dev, |t| {
-                    Ok(t.clone())
-                })?;
+                // bf16: the lm_head's own output (rounding makes more ties); candle's CPU
+                // argmax of the same bf16 values is the reference.
+                for dt in [DType::F32, DType::BF16] {
+                    check(&format!("{kind:?} {dt:?} [{rows}, {cols}]"), &base.to_dtype(dt)?, &dev, |t| {
+                        Ok(t.clone())
+                    })?;
+                }
             }
         }
     }
@@ -222,6 +226,13 @@ fn argmax_of_views_matches_candle_cpu() -> Result<()> {
                 check(&format!("{what} at offset 1"), &flat, &dev, |t| {
                     t.narrow(0, 1, rows * cols)?.reshape((rows, cols))
                 })?;
+                // bf16 at offsets 1 and 3 (2 and 6 bytes past a 16-byte boundary).
+                let flat16 = flat.to_dtype(DType::BF16)?;
+                for off in [1, 3] {
+                    check(&format!("{what} bf16 at offset {off}"), &flat16, &dev, |t| {
+                        t.narrow(0, off, rows * cols)?.reshape((rows, cols))
+                    })?;
+                }
                 // Columns 1..=cols of [rows, cols + 3]: offset 1, row stride cols + 3.
                 let wide = Tensor::from_vec(
                     values(kind, rows * (cols + 3), cols + 3, seed),
@@ -229,6 +240,9 @@ fn argmax_of_views_matches_candle_cpu() -> Result<()> {
                     &Device::Cpu,
                 )?;
                 check(&format!("{what} of a wider row"), &wide, &dev, |t| {
+                    t.narrow(1, 1, cols)
+                })?;
+                check(&format!("{what} bf16 of a wider row"), &wide.to_dtype(DType::BF16)?, &dev, |t| {
                     t.narrow(1, 1, cols)
                 })?;
             }
@@ -285,13 +299,13 @@ fn argmax_rejects_what_it_cannot_read() -> Result<()> {
     )?;
     let g = x.to_device(&dev)?;
     expect_err(
-        "bf16",
-        argmax_last_dim(&g.to_dtype(DType::BF16)?),
+        "f16",
+        argmax_last_dim(&g.to_dtype(DType::F16)?),
         &[
             "argmax_last_dim",
             "logits",
-            "must be f32",
-            "BF16",
+            "must be f32 or bf16",
+            "F16",
             "[4, 6, 10]",
         ],
     );
@@ -334,13 +348,16 @@ fn greedy_sampler_on_cuda_matches_the_cpu() -> Result<()> {
                 (rows, cols),
                 &Device::Cpu,
             )?;
-            let want = Sampler::greedy().sample(&logits)?.to_vec1::<u32>()?;
-            let got = Sampler::greedy().sample(&logits.to_device(&dev)?)?;
-            assert!(
-                got.device().same_device(&dev),
-                "{kind:?}: the ids must stay on the device"
-            );
-            assert_eq!(got.to_vec1::<u32>()?, want, "{kind:?} [{rows}, {cols}]");
+            for dt in [DType::F32, DType::BF16] {
+                let logits = logits.to_dtype(dt)?;
+                let want = Sampler::greedy().sample(&logits)?.to_vec1::<u32>()?;
+                let got = Sampler::greedy().sample(&logits.to_device(&dev)?)?;
+                assert!(
+                    got.device().same_device(&dev),
+                    "{kind:?}: the ids must stay on the device"
+                );
+                assert_eq!(got.to_vec1::<u32>()?, want, "{kind:?} {dt:?} [{rows}, {cols}]");
+            }
         }
     }
     Ok(())

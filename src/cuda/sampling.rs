@@ -1,5 +1,6 @@
 //! Greedy sampling on the GPU (`kernels/sampling.h`): the index of the largest logit of each
-//! row in one launch, one CTA per row streaming the row with 16-byte loads.
+//! row in one launch, one CTA per row streaming the row with 16-byte loads, on f32 or bf16
+//! logits.
 //!
 //! candle 0.11's CUDA argmax spends ~108 µs on the f32 logits `[B, 151936]` of a Qwen3 decode
 //! step on an H200 (a strided index with 64-bit divisions per element). [`argmax_last_dim`]
@@ -26,6 +27,14 @@ mod sys {
             out: *mut u32,
             stream: *mut c_void,
         ) -> i32;
+        pub fn fp8gemm_argmax_rows_bf16(
+            x: *const c_void,
+            rows: i64,
+            cols: i64,
+            row_stride: i64,
+            out: *mut u32,
+            stream: *mut c_void,
+        ) -> i32;
     }
 }
 
@@ -37,6 +46,16 @@ mod sys {
     use std::ffi::c_void;
     pub unsafe fn fp8gemm_argmax_rows_f32(
         _: *const f32,
+        _: i64,
+        _: i64,
+        _: i64,
+        _: *mut u32,
+        _: *mut c_void,
+    ) -> i32 {
+        FP8GEMM_ERR_CONFIG
+    }
+    pub unsafe fn fp8gemm_argmax_rows_bf16(
+        _: *const c_void,
         _: i64,
         _: i64,
         _: i64,
@@ -110,7 +129,9 @@ fn row_geometry(dims: &[usize], stride: &[usize]) -> Result<(usize, usize, usize
 /// `logits.argmax(D::Minus1)` (first index of the maximum; a NaN in column 0 gives 0, any other
 /// NaN is ignored).
 ///
-/// `logits`: f32 on a CUDA sm_90 device, shape `[.., cols]` with a contiguous last dimension
+/// `logits`: f32 or bf16 (a bf16 lm_head's own output: no f32 copy needed; every bf16 value is
+/// an f32 value, so the index is the one of the f32 cast) on a CUDA sm_90 device, shape
+/// `[.., cols]` with a contiguous last dimension
 /// and leading dimensions that flatten into rows of one stride (e.g. any contiguous tensor, or a
 /// narrowed view of one); any start offset. Returns shape `logits.dims()[..rank - 1]`.
 /// Launches on candle's stream for the device and never synchronizes.
@@ -123,9 +144,9 @@ pub fn argmax_last_dim(logits: &Tensor) -> Result<Tensor> {
             logits.dims()
         )
     };
-    if logits.dtype() != DType::F32 {
+    if !matches!(logits.dtype(), DType::F32 | DType::BF16) {
         bail!(
-            "candle-fp8 argmax_last_dim: logits must be f32, got {:?} (shape {:?})",
+            "candle-fp8 argmax_last_dim: logits must be f32 or bf16, got {:?} (shape {:?})",
             logits.dtype(),
             logits.dims()
         )
@@ -142,18 +163,19 @@ pub fn argmax_last_dim(logits: &Tensor) -> Result<Tensor> {
         let Storage::Cuda(cs) = &*st else {
             bail!("candle-fp8 argmax_last_dim: logits are not in CUDA storage")
         };
-        let xv = view::<f32>("logits", cs, l, (rows - 1) * row_stride + cols)?;
-        let (x_ptr, _gx) = xv.device_ptr(&stream);
+        let len = (rows - 1) * row_stride + cols;
         let (out_ptr, _go) = out.device_ptr_mut(&stream);
-        let status = unsafe {
-            sys::fp8gemm_argmax_rows_f32(
-                x_ptr as *const f32,
-                rows as i64,
-                cols as i64,
-                row_stride as i64,
-                out_ptr as *mut u32,
-                raw_stream(dev),
-            )
+        let (rows_i, cols_i, stride_i) = (rows as i64, cols as i64, row_stride as i64);
+        let status = if logits.dtype() == DType::BF16 {
+            let xv = view::<half::bf16>("logits", cs, l, len)?;
+            let (x_ptr, _gx) = xv.device_ptr(&stream);
+            unsafe {
+                sys::fp8gemm_argmax_rows_bf16(x_ptr as *const std::ffi::c_void, rows_i, cols_i, stride_i, out_ptr as *mut u32, raw_stream(dev))
+            }
+        } else {
+            let xv = view::<f32>("logits", cs, l, len)?;
+            let (x_ptr, _gx) = xv.device_ptr(&stream);
+            unsafe { sys::fp8gemm_argmax_rows_f32(x_ptr as *const f32, rows_i, cols_i, stride_i, out_ptr as *mut u32, raw_stream(dev)) }
         };
         ffi::check(
             &format!("argmax_last_dim (rows {rows}, cols {cols}, row stride {row_stride})"),

@@ -1231,6 +1231,12 @@ impl Qwen3Model {
     /// Runs `input_ids` `[B, T]` (u32, any device) at positions `seqlen_offset..+T` and returns
     /// the logits of the last position, f32 `[B, vocab]`.
     pub fn forward(&mut self, input_ids: &Tensor, seqlen_offset: usize) -> Result<Tensor> {
+        self.forward_logits(input_ids, seqlen_offset)?.to_dtype(DType::F32)
+    }
+
+    /// [`Self::forward`] with the logits in the lm_head's output dtype (bf16 on CUDA): a greedy
+    /// sampler can take their argmax directly, without an f32 copy of `[B, vocab]`.
+    pub fn forward_logits(&mut self, input_ids: &Tensor, seqlen_offset: usize) -> Result<Tensor> {
         let (b, t) = input_ids.dims2()?;
         if t == 0 || b == 0 {
             bail!("Qwen3: input_ids must be non-empty, got shape [{b}, {t}]")
@@ -1280,7 +1286,7 @@ impl Qwen3Model {
         }
         let x = if t > 1 { x.reshape((b, t, cfg.hidden_size))?.narrow(1, t - 1, 1)?.squeeze(1)?.contiguous()? } else { x };
         let x = candle_nn::ops::rms_norm(&x, &self.norm, dims.eps)?;
-        self.lm_head.forward(&x)?.to_dtype(DType::F32)
+        self.lm_head.forward(&x)
     }
 }
 
@@ -1390,7 +1396,7 @@ impl Sampler {
             // Our one-launch argmax (candle's CPU argmax semantics) where it can run: candle's
             // CUDA argmax costs ~100 µs per step on f32 [B, 151936] logits.
             #[cfg(feature = "cuda")]
-            if logits.dtype() == DType::F32 && crate::cuda::sampling::is_available(logits.device()) {
+            if matches!(logits.dtype(), DType::F32 | DType::BF16) && crate::cuda::sampling::is_available(logits.device()) {
                 return crate::cuda::sampling::argmax_last_dim(&logits.contiguous()?);
             }
             return logits.argmax(D::Minus1)?.to_dtype(DType::U32);
@@ -1548,7 +1554,8 @@ pub fn generate(
     // Forward + sampling of one step, its ids' copy started; returns the ids (on the device).
     let mut launch = |input: &Tensor, pos: &mut usize, reader: &mut IdReader| -> Result<(Tensor, Duration)> {
         let te = Instant::now();
-        let logits = model.forward(input, *pos)?;
+        // The lm_head's own dtype: the sampler reads bf16 as well (no f32 cast launch).
+        let logits = model.forward_logits(input, *pos)?;
         *pos += input.dim(1)?;
         let sampled = sampler.sample(&logits)?;
         reader.start(&sampled)?;
