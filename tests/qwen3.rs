@@ -284,3 +284,45 @@ fn top1_outcome_counts_reference_ties() {
     // A real disagreement: the test's choice is 0.25 below the reference's best.
     assert_eq!(top1_outcome(&[0.1, 0.5, 0.9], &[0.0, 1.5, 1.25]), (false, false, 0.25));
 }
+
+/// `generate`'s loop on the CPU (synchronous reads): greedy tokens equal a plain
+/// forward/argmax loop, one step time and one enqueue time per step after the first, `on_step`
+/// once per step in order, an EOS id stops every sequence after it, and no tokens are asked for
+/// nothing.
+#[test]
+fn generate_matches_a_plain_loop_and_stops_at_eos() -> Result<()> {
+    let dir = write(&small_cfg(), &[])?;
+    let mut model = load(dir.path(), &Qwen3Options::default())?;
+    let steps = 6;
+    let mut seen = Vec::new();
+    let gen = generate(&mut model, &prompt(), 2, steps, &mut Sampler::greedy(), &[], &mut |s, ids| {
+        assert_eq!(ids.len(), 2);
+        seen.push(s)
+    })?;
+    assert!(!gen.launched_ahead, "the CPU reads each step's ids before the next launch");
+    assert_eq!(seen, (0..steps).collect::<Vec<_>>());
+    assert_eq!((gen.step_times.len(), gen.enqueue_times.len()), (steps - 1, steps - 1));
+    assert_eq!(gen.prompt_len, prompt().len());
+
+    model.clear_kv_cache();
+    let mut next = Tensor::new(prompt(), &Device::Cpu)?.unsqueeze(0)?;
+    let (mut pos, mut want) = (0, Vec::new());
+    for _ in 0..steps {
+        let logits = model.forward(&next, pos)?;
+        pos += next.dim(1)?;
+        let id = logits.squeeze(0)?.argmax(0)?.to_scalar::<u32>()?;
+        want.push(id);
+        next = Tensor::new(&[id], &Device::Cpu)?.unsqueeze(0)?;
+    }
+    assert_eq!(gen.tokens, vec![want.clone(), want.clone()]);
+
+    let eos = want[2];
+    let first = want.iter().position(|&t| t == eos).unwrap();
+    let stopped = generate(&mut model, &prompt(), 2, steps, &mut Sampler::greedy(), &[eos], &mut |_, _| {})?;
+    assert_eq!(stopped.tokens, vec![want[..=first].to_vec(); 2], "stops after the first EOS id");
+    assert_eq!(stopped.step_times.len(), first);
+
+    let none = generate(&mut model, &prompt(), 2, 0, &mut Sampler::greedy(), &[], &mut |_, _| panic!("no step"))?;
+    assert!(none.tokens.iter().all(|t| t.is_empty()) && none.step_times.is_empty());
+    Ok(())
+}
