@@ -165,13 +165,13 @@ int32_t launch_argmax(const T* x, int64_t rows, int64_t cols, int64_t row_stride
 
 }  // namespace fp8gemm::sampling
 
-extern "C" int32_t fp8gemm_argmax_rows_f32(const float* x, int64_t rows, int64_t cols,
-                                           int64_t row_stride, uint32_t* out, void* stream) {
-  return fp8gemm::sampling::launch_argmax(x, rows, cols, row_stride, out, stream);
-}
-
-extern "C" int32_t fp8gemm_argmax_rows_bf16(const void* x, int64_t rows, int64_t cols,
-                                            int64_t row_stride, uint32_t* out, void* stream) {
-  return fp8gemm::sampling::launch_argmax(static_cast<const __nv_bfloat16*>(x), rows, cols,
-                                          row_stride, out, stream);
+extern "C" int32_t fp8gemm_argmax_rows(const void* x, int32_t x_dtype, int64_t rows, int64_t cols,
+                                       int64_t row_stride, uint32_t* out, void* stream) {
+  using fp8gemm::sampling::launch_argmax;
+  switch (x_dtype) {
+    case FP8GEMM_F32: return launch_argmax(static_cast<const float*>(x), rows, cols, row_stride, out, stream);
+    case FP8GEMM_BF16:
+      return launch_argmax(static_cast<const __nv_bfloat16*>(x), rows, cols, row_stride, out, stream);
+    default: return FP8GEMM_ERR_DTYPE;
+  }
 }

@@ -19,16 +19,9 @@ use super::{ffi, raw_stream, view};
 mod sys {
     use std::ffi::c_void;
     extern "C" {
-        pub fn fp8gemm_argmax_rows_f32(
-            x: *const f32,
-            rows: i64,
-            cols: i64,
-            row_stride: i64,
-            out: *mut u32,
-            stream: *mut c_void,
-        ) -> i32;
-        pub fn fp8gemm_argmax_rows_bf16(
+        pub fn fp8gemm_argmax_rows(
             x: *const c_void,
+            x_dtype: i32,
             rows: i64,
             cols: i64,
             row_stride: i64,
@@ -38,30 +31,13 @@ mod sys {
     }
 }
 
-/// Stand-ins of a kernel-less build (same signatures, `FP8GEMM_ERR_CONFIG`).
+/// Stand-in of a kernel-less build (same signature, `FP8GEMM_ERR_CONFIG`).
 #[cfg(not(fp8gemm_kernels))]
 #[allow(clippy::missing_safety_doc)]
 mod sys {
     use super::ffi::FP8GEMM_ERR_CONFIG;
     use std::ffi::c_void;
-    pub unsafe fn fp8gemm_argmax_rows_f32(
-        _: *const f32,
-        _: i64,
-        _: i64,
-        _: i64,
-        _: *mut u32,
-        _: *mut c_void,
-    ) -> i32 {
-        FP8GEMM_ERR_CONFIG
-    }
-    pub unsafe fn fp8gemm_argmax_rows_bf16(
-        _: *const c_void,
-        _: i64,
-        _: i64,
-        _: i64,
-        _: *mut u32,
-        _: *mut c_void,
-    ) -> i32 {
+    pub unsafe fn fp8gemm_argmax_rows(_: *const c_void, _: i32, _: i64, _: i64, _: i64, _: *mut u32, _: *mut c_void) -> i32 {
         FP8GEMM_ERR_CONFIG
     }
 }
@@ -166,16 +142,18 @@ pub fn argmax_last_dim(logits: &Tensor) -> Result<Tensor> {
         let len = (rows - 1) * row_stride + cols;
         let (out_ptr, _go) = out.device_ptr_mut(&stream);
         let (rows_i, cols_i, stride_i) = (rows as i64, cols as i64, row_stride as i64);
-        let status = if logits.dtype() == DType::BF16 {
-            let xv = view::<half::bf16>("logits", cs, l, len)?;
-            let (x_ptr, _gx) = xv.device_ptr(&stream);
-            unsafe {
-                sys::fp8gemm_argmax_rows_bf16(x_ptr as *const std::ffi::c_void, rows_i, cols_i, stride_i, out_ptr as *mut u32, raw_stream(dev))
-            }
+        let bf16 = logits.dtype() == DType::BF16;
+        let (xv_bf16, xv_f32);
+        let (x_ptr, _gx) = if bf16 {
+            xv_bf16 = view::<half::bf16>("logits", cs, l, len)?;
+            xv_bf16.device_ptr(&stream)
         } else {
-            let xv = view::<f32>("logits", cs, l, len)?;
-            let (x_ptr, _gx) = xv.device_ptr(&stream);
-            unsafe { sys::fp8gemm_argmax_rows_f32(x_ptr as *const f32, rows_i, cols_i, stride_i, out_ptr as *mut u32, raw_stream(dev)) }
+            xv_f32 = view::<f32>("logits", cs, l, len)?;
+            xv_f32.device_ptr(&stream)
+        };
+        let dtype = if bf16 { ffi::FP8GEMM_BF16 } else { ffi::FP8GEMM_F32 };
+        let status = unsafe {
+            sys::fp8gemm_argmax_rows(x_ptr as *const std::ffi::c_void, dtype, rows_i, cols_i, stride_i, out_ptr as *mut u32, raw_stream(dev))
         };
         ffi::check(
             &format!("argmax_last_dim (rows {rows}, cols {cols}, row stride {row_stride})"),
