@@ -5,6 +5,9 @@
 //!   (10240×5120, 5120×8192, 51200×5120, 5120×25600) over M ∈ {1, 2, …, 2048}.
 //! - Timing: CUDA-graph replay (a captured loop of launches, replayed, timed with events),
 //!   median of many samples; falls back to event-timed direct launches if capture fails.
+//!   Each measurement first replays its graph for `--settle-ms` (250): large-M FP8 GEMMs drive
+//!   the H200 into its power cap within ~0.1 s (SM clock 1980 → ~1500 MHz), so without it the
+//!   first timing after an idle moment runs at boost clock and the next ones do not.
 //!   "hot" = one input set; "cold" = a rotation of ≥ 8 weight copies totalling > 60 MB.
 //!   "ours" allocates its output per call like the other providers (in a captured graph each
 //!   allocation is a memory node, which also stops consecutive launches from overlapping);
@@ -81,6 +84,10 @@ mod imp {
         /// Timed samples per measurement (median reported).
         #[arg(long, default_value_t = 25)]
         samples: usize,
+        /// Graph replays for this long (ms) before the timed samples, so that every
+        /// measurement starts at the clock the power cap settles to (0: off).
+        #[arg(long, default_value_t = 250)]
+        settle_ms: u64,
         /// Launches captured per graph in hot mode.
         #[arg(long, default_value_t = 20)]
         reps: usize,
@@ -125,7 +132,7 @@ mod imp {
                 for s in splits {
                     let opts = DecodeAttentionOptions { quantized: true, bf16: false, splits: Some(s) };
                     let reps = copies.max(args.reps.min(2 * copies));
-                    let (us, _) = time_us(stream, reps, args.samples, &mut |i| {
+                    let (us, _) = time_us(stream, reps, args, &mut |i| {
                         let (k, v) = &caches[i % copies];
                         decode_attention(&q, k, v, len, opts).map(drop).map_err(Into::into)
                     })?;
@@ -259,9 +266,9 @@ mod imp {
                         Some(r) => Some(rel_err(&run(0)?.to_device(&Device::Cpu)?, r)?),
                         None => None,
                     };
-                    let (hot, _) = time_us(stream, args.reps, args.samples, &mut |_| run(0).map(drop))?;
+                    let (hot, _) = time_us(stream, args.reps, args, &mut |_| run(0).map(drop))?;
                     let reps = copies.max(args.reps.min(2 * copies));
-                    let (cold, _) = time_us(stream, reps, args.samples, &mut |i| run(i).map(drop))?;
+                    let (cold, _) = time_us(stream, reps, args, &mut |i| run(i).map(drop))?;
                     Ok((hot, cold, err))
                 })();
                 set_config_override(None);
@@ -320,9 +327,10 @@ mod imp {
     fn time_us(
         stream: &std::sync::Arc<CudaStream>,
         reps: usize,
-        samples: usize,
+        args: &Args,
         f: &mut dyn FnMut(usize) -> Result<()>,
     ) -> Result<(f64, &'static str)> {
+        let samples = args.samples;
         // Warm up outside capture: module loads, handles, workspaces, heuristics.
         for i in 0..reps.min(3) {
             f(i)?;
@@ -350,6 +358,16 @@ mod imp {
                 graph.upload()?;
                 for _ in 0..2 {
                     graph.launch()?;
+                }
+                // Settle: under sustained FP8 tensor-core load the H200 reaches its power cap
+                // within ~0.1 s and lowers the SM clock from 1980 to ~1450-1600 MHz (session 13:
+                // nvidia-smi's sw_power_cap). Replaying first makes every measurement start in
+                // that steady state instead of favouring whichever runs right after an idle gap.
+                let settle = std::time::Duration::from_millis(args.settle_ms);
+                let t0 = std::time::Instant::now();
+                while t0.elapsed() < settle {
+                    graph.launch()?;
+                    stream.synchronize()?;
                 }
                 for _ in 0..samples {
                     e0.record(stream)?;
@@ -517,19 +535,31 @@ mod imp {
                     let nw = if cold { copies } else { 1 };
                     let reps = if cold { copies.max(args.reps.min(2 * copies)) } else { args.reps };
                     let gemm = |p: Provider| -> Result<f64> {
-                        let (t, _) = time_us(&stream, reps, args.samples, &mut |i| {
+                        let (t, _) = time_us(&stream, reps, &args, &mut |i| {
                             let (wq, sw) = &w.w[i % nw];
                             drop(fp8_block_matmul_with(BackendRequest::Force(p), &a.qa, &a.sa, wq, sw)?);
                             Ok(())
                         })?;
                         Ok(t)
                     };
+                    // BENCH_STAMPS=1: wall-clock stamps on stderr before each timing, to line the
+                    // measurements up with an `nvidia-smi -lms` log of clocks and power.
+                    let stamp = |what: &str| {
+                        if std::env::var_os("BENCH_STAMPS").is_some() {
+                            let ms = std::time::SystemTime::now()
+                                .duration_since(std::time::UNIX_EPOCH)
+                                .map_or(0, |d| d.as_millis());
+                            eprintln!("STAMP {ms} {m}x{n}x{k} {} {what}", if cold { "cold" } else { "hot" });
+                        }
+                    };
+                    stamp("ours");
                     let ours = if have_ours { Some(gemm(Provider::Hopper)?) } else { None };
+                    stamp("into");
                     // Ours into a preallocated output: no graph memory nodes between the
                     // launches, as the torch-timed peers (anchors.py) and DeepGEMM run.
                     let ours_into = if have_ours {
                         let out = Tensor::zeros((m, n), DType::BF16, &dev)?;
-                        let (t, _) = time_us(&stream, reps, args.samples, &mut |i| {
+                        let (t, _) = time_us(&stream, reps, &args, &mut |i| {
                             let (wq, sw) = &w.w[i % nw];
                             Ok(fp8_block_matmul_into(&a.qa, &a.sa, wq, sw, &out)?)
                         })?;
@@ -537,11 +567,14 @@ mod imp {
                     } else {
                         None
                     };
+                    stamp("cublaslt");
                     let lt = if have_lt { Some(gemm(Provider::CublasLt)?) } else { None };
-                    let (bf16, mode) = time_us(&stream, reps, args.samples, &mut |i| {
+                    stamp("bf16");
+                    let (bf16, mode) = time_us(&stream, reps, &args, &mut |i| {
                         drop(a.x.matmul(&w.wb[i % nw].t()?)?);
                         Ok(())
                     })?;
+                    stamp("full");
                     let full = if have_ours && m <= args.full_linear_max_m {
                         // The layer users call: bf16 x -> quantize -> GEMM (adjacent launches).
                         let layers = (0..nw)
@@ -551,7 +584,7 @@ mod imp {
                                     .map(|l| l.with_backend(BackendRequest::Force(Provider::Hopper)))
                             })
                             .collect::<candle_core::Result<Vec<_>>>()?;
-                        let (t, _) = time_us(&stream, reps, args.samples, &mut |i| {
+                        let (t, _) = time_us(&stream, reps, &args, &mut |i| {
                             drop(layers[i % nw].forward(&a.x)?);
                             Ok(())
                         })?;
