@@ -160,7 +160,8 @@ fn providers_match_reference_on_qwen3_32b_shapes() -> Result<()> {
     let providers = usable(&dev, "providers_match_reference_on_qwen3_32b_shapes")?;
     for (i, &(n, k)) in QWEN.iter().enumerate() {
         let full = random_operands(2048, n, k, 7000 + i as u64, &dev)?;
-        for m in [1, 16, 2048] {
+        // 24 and 32: swap-AB 32-token tiles on the wide shapes (session 13); 48: small-M splits.
+        for m in [1, 16, 24, 32, 48, 2048] {
             let op = first_rows(&full, m, k, &dev)?;
             run_case(&dev, &providers, &op, m, n, k)?;
             println!("ok qwen m={m} n={n} k={k}");
