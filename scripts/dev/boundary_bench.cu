@@ -14,7 +14,11 @@
 //    then extending a dependent chain through global memory (CTA 0 reads the previous kernel's
 //    counter and writes it + 1). PDL triggers at entry (as our small kernels do) or at the end.
 //    Prints µs per kernel = per boundary.
-// 2. handoff: one kernel, two CTAs on different SMs passing a token through a global flag
+// 2. the same chain launched straight into the stream (no graph), as the decode step runs
+//    today: a spin kernel holds the GPU while the host queues the N launches, so the time from
+//    the spin's end to the last kernel's end is the GPU's cost per boundary, not the host's
+//    launch rate (session 13: does capturing the decode step in a graph shorten boundaries?).
+// 3. handoff: one kernel, two CTAs on different SMs passing a token through a global flag
 //    (st.release.gpu / ld.acquire.gpu polling), N times each way: µs per one-way handoff.
 #include <cuda_runtime.h>
 
@@ -58,6 +62,44 @@ __global__ void __launch_bounds__(32) handoff_kernel(unsigned* flag, int rounds,
     }
     st_release(flag, mine + 1);
   }
+}
+
+// Holds the stream for `ns` nanoseconds of %globaltimer (one thread).
+__global__ void spin_kernel(long long ns) {
+  long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+
+template <bool kPdl, bool kTriggerEarly>
+float chain_stream_us(int grid, int n, unsigned* counter, cudaStream_t s) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = kPdl ? 1 : 0;
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = dim3(grid);
+  lc.blockDim = dim3(128);
+  lc.stream = s;
+  lc.attrs = attr;
+  lc.numAttrs = 1;
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  float best = 1e30f;
+  for (int rep = 0; rep < 4; ++rep) {  // the first round warms the module and the queue up
+    spin_kernel<<<1, 1, 0, s>>>(20 * 1000 * 1000);  // 20 ms: far longer than queuing n launches
+    CHECK(cudaGetLastError());
+    CHECK(cudaEventRecord(a, s));
+    for (int i = 0; i < n; ++i) CHECK(cudaLaunchKernelEx(&lc, step_kernel<kPdl, kTriggerEarly>, counter));
+    CHECK(cudaEventRecord(b, s));
+    CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    if (rep > 0 && ms < best) best = ms;
+  }
+  return best * 1e3f / n;
 }
 
 template <bool kPdl, bool kTriggerEarly>
@@ -115,6 +157,14 @@ int main() {
   CHECK(cudaMemcpy(&expect, counter, 4, cudaMemcpyDeviceToHost));
   std::printf("counter %u (expected %u: every launch saw its predecessor's write)\n", expect,
               4u * 3u * 11u * n);
+  std::printf("same chain, launched into the stream (queued behind a spin kernel): us per kernel\n");
+  std::printf("%8s %10s %14s %14s\n", "grid", "no PDL", "PDL trig start", "PDL trig end");
+  for (int grid : {1, 13, sms, 3 * sms}) {
+    const float a = chain_stream_us<false, true>(grid, n, counter, s);
+    const float b = chain_stream_us<true, true>(grid, n, counter, s);
+    const float c = chain_stream_us<true, false>(grid, n, counter, s);
+    std::printf("%8d %10.3f %14.3f %14.3f\n", grid, a, b, c);
+  }
 
   // Flag handoff: two CTAs on different SMs (one per SM forced by shared memory).
   CHECK(cudaFuncSetAttribute(handoff_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
