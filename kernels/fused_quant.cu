@@ -111,6 +111,137 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Small-M variant: one row over kSplitCtas CTAs of 128 threads. At batch 1 the one-CTA kernel
+// above pulls x and the split-K partials (~90 KB at k = 5120) through one SM while the next
+// GEMM's early CTAs fill their rings (docs/PERF.md session 13: the norm before gate_up runs 8.5
+// µs on the step's critical path, the one before q|k|v 6 µs). CTA c plays virtual warps
+// 4c .. 4c+3 of candle's 1024-thread rmsnorm, i.e. the 128-column chunks c, c + 8, c + 16, ...:
+// it sums its warps' squares exactly as candle's block does, publishes the 4 warp sums to
+// `bar`, and once all kSplitCtas CTAs of the row have arrived, every CTA runs candle's 32-slot
+// cross-warp butterfly itself (same inputs, same order: the same bits in every CTA). Each chunk is
+// one 128-wide quantization group. `bar`: kBarWords u32 per row (arrivals, departures, 32 f32
+// sums), zero on entry; the last CTA to leave zeroes them again, so stream-ordered launches
+// reuse them. All CTAs of a row are resident together before any waits: the next kernel starts
+// only after every CTA of this one has executed its trigger at entry.
+constexpr int kSplitCtas = 8;
+constexpr int kSplitThreads = 128;  // 1024 / kSplitCtas: candle's block, split
+constexpr int kBarWords = 2 + 32;
+static_assert(kBarWords == FP8GEMM_NORM_BARRIER_WORDS, "fused_quant.h's barrier size");
+
+__device__ __forceinline__ unsigned ld_acquire_u32(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__global__ void __launch_bounds__(kSplitThreads)
+    add_rmsnorm_quant_split_kernel(const __nv_bfloat16* __restrict__ x,
+                                   const __nv_bfloat16* __restrict__ residual,
+                                   const __nv_bfloat16* __restrict__ gamma, const float eps,
+                                   __nv_bfloat16* __restrict__ x_sum, uint8_t* __restrict__ q,
+                                   float* __restrict__ sa, const int64_t m, const int ncols,
+                                   const float* __restrict__ rpart, const int splits,
+                                   unsigned* __restrict__ bar) {
+  griddep_launch_dependents();
+
+  const int c = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int64_t row = blockIdx.y;
+  const int64_t base = row * ncols;
+  const int kb = ncols / 128;
+  const int nch = (kb - c + kSplitCtas - 1) / kSplitCtas;  // chunks c, c + 8, ... (kb >= 8)
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* h_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [nch][128]
+  __nv_bfloat16* g_s = h_s + nch * 128;
+  __shared__ float s_warp[kSplitThreads / 32];
+  __shared__ float s_scale;
+  // Vector v (8 values) of this CTA: chunk v / 16, columns (v % 16) * 8 .. + 7 of it.
+  auto col_of = [&](int v) { return (c + kSplitCtas * (v / 16)) * 128 + (v % 16) * 8; };
+  const int nvec = nch * 16;
+
+  for (int v = tid; v < nvec; v += kSplitThreads)  // a model constant: before the wait
+    reinterpret_cast<uint4*>(g_s)[v] = reinterpret_cast<const uint4*>(gamma)[col_of(v) / 8];
+  griddep_wait();
+
+  // 1. h = x (+ residual) for this CTA's chunks.
+  for (int v = tid; v < nvec; v += kSplitThreads) {
+    const int col = col_of(v);
+    uint4 a = *reinterpret_cast<const uint4*>(x + base + col);
+    if (residual != nullptr || rpart != nullptr) {
+      const uint4 b = rpart != nullptr ? reduce_partials8(rpart, splits, m * ncols, base + col)
+                                       : *reinterpret_cast<const uint4*>(residual + base + col);
+      a = add_bf16x8(a, b);
+      *reinterpret_cast<uint4*>(x_sum + base + col) = a;
+    }
+    reinterpret_cast<uint4*>(h_s)[v] = a;
+  }
+  __syncthreads();
+
+  // 2. Virtual thread 128c + tid sums columns 128c + tid + 1024 i (candle's loop), i.e. entry
+  // tid of local chunk i; the warp's butterfly is candle's.
+  float acc = 0.0f;
+  for (int i = 0; i < nch; ++i) {
+    const float xi = static_cast<float>(h_s[i * 128 + tid]);
+    acc += xi * xi;  // contracted to fma.rn.f32 exactly as in candle's build
+  }
+#pragma unroll
+  for (int mask = 16; mask > 0; mask >>= 1) acc += __shfl_xor_sync(0xffffffff, acc, mask, 32);
+  if (lane == 0) s_warp[warp] = acc;
+  __syncthreads();
+  unsigned* arrivals = bar + row * kBarWords;
+  unsigned* departures = arrivals + 1;
+  unsigned* slots = arrivals + 2;
+  if (tid == 0) {
+#pragma unroll
+    for (int w = 0; w < kSplitThreads / 32; ++w)
+      slots[c * (kSplitThreads / 32) + w] = __float_as_uint(s_warp[w]);
+    __threadfence();  // the sums before the arrival
+    atomicAdd(arrivals, 1u);
+    while (ld_acquire_u32(arrivals) < static_cast<unsigned>(kSplitCtas)) {
+    }
+    __threadfence();  // the other CTAs' sums, published before their arrival
+  }
+  __syncthreads();
+  if (warp == 0) {
+    // candle's cross-warp sum: slot w = virtual warp w's sum, one butterfly over 32 lanes.
+    float total = __uint_as_float(__ldcg(slots + lane));
+#pragma unroll
+    for (int mask = 16; mask > 0; mask >>= 1) total += __shfl_xor_sync(0xffffffff, total, mask, 32);
+    if (lane == 0) {
+      const float mean = total / ncols;
+      s_scale = rsqrtf(mean + eps);
+      // Leave the row's words zeroed for the next launch once every CTA has read the sums.
+      if (atomicAdd(departures, 1u) == static_cast<unsigned>(kSplitCtas) - 1) {
+        for (int i = 0; i < kBarWords; ++i) arrivals[i] = 0u;
+      }
+    }
+  }
+  __syncthreads();
+  const float scale = s_scale;
+
+  // 3. Normalize and quantize, one chunk (= one 128-wide group) per half-warp.
+  const int sub = lane % 16;
+  const int64_t m_pad = (m + 3) / 4 * 4;
+  for (int j0 = 0; j0 < nch; j0 += 2 * (kSplitThreads / 32)) {  // warp-uniform trip count
+    const int j = j0 + warp * 2 + lane / 16;
+    const bool valid = j < nch;
+    const int g = c + kSplitCtas * (valid ? j : 0);
+    const int col = g * 128 + sub * 8;
+    float v[8];
+    if (valid) {
+      rmsnorm8(scale, *reinterpret_cast<const uint4*>(h_s + j * 128 + sub * 8),
+               *reinterpret_cast<const uint4*>(g_s + j * 128 + sub * 8), v);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = 0.f;
+    }
+    quantize_group(v, valid, sub, q + base + col, sa + int64_t(g) * m_pad + row);
+  }
+  if (row == m - 1 && c == 0) {  // the scale padding rows m .. m_pad (read by the GEMM's TMA)
+    const int pad = static_cast<int>(m_pad - m);
+    for (int i = tid; i < pad * kb; i += kSplitThreads) sa[int64_t(i / pad) * m_pad + m + i % pad] = 0.f;
+  }
+}
+
 // Half a warp per 128-wide group of a (= 128 columns of gate and the same of up), grid-stride
 // over all m * inter / 128 groups (quant.cu's mapping).
 __global__ void __launch_bounds__(256) swiglu_quant_kernel(const __nv_bfloat16* __restrict__ gu,
@@ -191,13 +322,26 @@ int32_t run_add_rmsnorm(const __nv_bfloat16* x, const __nv_bfloat16* residual,
                     gamma, eps, x_sum, q, sa, m, k, rpart, splits);
 }
 
+int32_t run_add_rmsnorm_split(const __nv_bfloat16* x, const __nv_bfloat16* residual,
+                              const __nv_bfloat16* gamma, float eps, __nv_bfloat16* x_sum,
+                              uint8_t* q, float* sa, int64_t m, int k, const float* rpart,
+                              int splits, unsigned* bar, cudaStream_t stream) {
+  const int chunks = (k / 128 + fused::kSplitCtas - 1) / fused::kSplitCtas;
+  const size_t smem = 2 * size_t(chunks) * 128 * sizeof(__nv_bfloat16);  // h and gamma chunks
+  if (smem + 64 > kDefaultSmem) return FP8GEMM_ERR_SHAPE;  // k <= ~90K: checked by the caller
+  return launch_pdl(fused::add_rmsnorm_quant_split_kernel,
+                    dim3(fused::kSplitCtas, static_cast<unsigned>(m)), dim3(fused::kSplitThreads),
+                    smem, stream, x, residual, gamma, eps, x_sum, q, sa, m, k, rpart, splits, bar);
+}
+
 }  // namespace
 
 // Both entry points: the residual is bf16 `residual`, or the f32 split-K partials `rpart`
 // ([splits][m][k]), or absent (both NULL).
 static int32_t add_rmsnorm_entry(const void* x, const void* residual, const float* rpart,
                                  int32_t splits, const void* gamma, float eps, void* x_sum_out,
-                                 uint8_t* q, float* sa, int64_t m, int64_t k, void* stream) {
+                                 uint8_t* q, float* sa, int64_t m, int64_t k, uint32_t* row_barrier,
+                                 void* stream) {
   // Grid: one CTA per row (gridDim.x < 2^31); the kernel indexes columns with int.
   if (m < 1 || m > 0x7fffffff || k < 128 || k % 128 != 0 || k > (int64_t(1) << 24))
     return FP8GEMM_ERR_SHAPE;
@@ -214,23 +358,33 @@ static int32_t add_rmsnorm_entry(const void* x, const void* residual, const floa
   auto* sb = adds ? static_cast<__nv_bfloat16*>(x_sum_out) : nullptr;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int kk = static_cast<int>(k);
-  // candle's rmsnorm block size: 32 threads below 1024 columns, else 1024.
+  // candle's rmsnorm block size: 32 threads below 1024 columns, else 1024 — split over
+  // kSplitCtas CTAs for a few rows when the caller lends the barrier words.
   if (k < 1024) return run_add_rmsnorm<32>(xb, rb, gb, eps, sb, q, sa, m, kk, rpart, splits, s);
+  if (row_barrier != nullptr && m <= FP8GEMM_NORM_SPLIT_MAX_ROWS && k <= 65536) {
+    if ((reinterpret_cast<uintptr_t>(row_barrier) & 3) != 0) return FP8GEMM_ERR_ALIGN;
+    return run_add_rmsnorm_split(xb, rb, gb, eps, sb, q, sa, m, kk, rpart, splits,
+                                 reinterpret_cast<unsigned*>(row_barrier), s);
+  }
   return run_add_rmsnorm<1024>(xb, rb, gb, eps, sb, q, sa, m, kk, rpart, splits, s);
 }
 
 extern "C" int32_t fp8gemm_add_rmsnorm_quant(const void* x, const void* residual, const void* gamma,
                                              float eps, void* x_sum_out, uint8_t* q, float* sa,
-                                             int64_t m, int64_t k, void* stream) {
-  return add_rmsnorm_entry(x, residual, nullptr, 0, gamma, eps, x_sum_out, q, sa, m, k, stream);
+                                             int64_t m, int64_t k, uint32_t* row_barrier,
+                                             void* stream) {
+  return add_rmsnorm_entry(x, residual, nullptr, 0, gamma, eps, x_sum_out, q, sa, m, k,
+                           row_barrier, stream);
 }
 
 extern "C" int32_t fp8gemm_add_partials_rmsnorm_quant(const void* x, const float* partials,
                                                       int32_t splits, const void* gamma, float eps,
                                                       void* x_sum_out, uint8_t* q, float* sa,
-                                                      int64_t m, int64_t k, void* stream) {
+                                                      int64_t m, int64_t k, uint32_t* row_barrier,
+                                                      void* stream) {
   if (!partials) return FP8GEMM_ERR_ALIGN;
-  return add_rmsnorm_entry(x, nullptr, partials, splits, gamma, eps, x_sum_out, q, sa, m, k, stream);
+  return add_rmsnorm_entry(x, nullptr, partials, splits, gamma, eps, x_sum_out, q, sa, m, k,
+                           row_barrier, stream);
 }
 
 extern "C" int32_t fp8gemm_swiglu_quant(const void* gu, int64_t m, int64_t inter, uint8_t* q,

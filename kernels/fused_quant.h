@@ -24,9 +24,16 @@ extern "C" {
 // residual is NULL. Requires m >= 1, k % 128 == 0, and k small enough for the row and gamma to
 // fit in shared memory (k <= ~58K on H100/H200). gamma is read before the kernel waits for the
 // previous one (PDL): it must be a model constant, not the output of a kernel still in flight.
+// row_barrier: NULL, or FP8GEMM_NORM_BARRIER_WORDS * m zeroed u32 of device memory (4-byte
+// aligned) that the kernel leaves zeroed again — then rows with k >= 1024 (m <=
+// FP8GEMM_NORM_SPLIT_MAX_ROWS, k <= 65536) are each spread over 8 CTAs that exchange their
+// partial sums through it (same bits). Launches sharing one barrier must be stream-ordered.
+// One row only: measured faster at batch 1, slower from 4 rows on (docs/PERF.md session 13).
+#define FP8GEMM_NORM_BARRIER_WORDS 34
+#define FP8GEMM_NORM_SPLIT_MAX_ROWS 1
 int32_t fp8gemm_add_rmsnorm_quant(const void* x, const void* residual, const void* gamma,
                                   float eps, void* x_sum_out, uint8_t* q, float* sa, int64_t m,
-                                  int64_t k, void* stream);
+                                  int64_t k, uint32_t* row_barrier, void* stream);
 
 // fp8gemm_add_rmsnorm_quant whose residual is a split-K GEMM output left unreduced
 // (fp8gemm_gemm_unreduced): f32 partials [splits][m][k], added in split order and rounded to
@@ -34,7 +41,7 @@ int32_t fp8gemm_add_rmsnorm_quant(const void* x, const void* residual, const voi
 int32_t fp8gemm_add_partials_rmsnorm_quant(const void* x, const float* partials, int32_t splits,
                                            const void* gamma, float eps, void* x_sum_out,
                                            uint8_t* q, float* sa, int64_t m, int64_t k,
-                                           void* stream);
+                                           uint32_t* row_barrier, void* stream);
 
 // gu: bf16 [m, 2 * inter], gate = columns [0, inter), up = [inter, 2 * inter).
 // a = bf16(bf16(silu(gate)) * up)   (bit-identical to candle 0.11's bf16 silu then mul)

@@ -31,6 +31,7 @@ mod sys {
             sa: *mut f32,
             m: i64,
             k: i64,
+            row_barrier: *mut u32,
             stream: *mut c_void,
         ) -> i32;
         #[allow(clippy::too_many_arguments)]
@@ -45,6 +46,7 @@ mod sys {
             sa: *mut f32,
             m: i64,
             k: i64,
+            row_barrier: *mut u32,
             stream: *mut c_void,
         ) -> i32;
         pub fn fp8gemm_swiglu_quant(
@@ -73,6 +75,7 @@ mod sys {
         _: *mut f32,
         _: i64,
         _: i64,
+        _: *mut u32,
         _: *mut c_void,
     ) -> i32 {
         ffi::FP8GEMM_ERR_CONFIG
@@ -88,6 +91,7 @@ mod sys {
         _: *mut f32,
         _: i64,
         _: i64,
+        _: *mut u32,
         _: *mut c_void,
     ) -> i32 {
         ffi::FP8GEMM_ERR_CONFIG
@@ -102,6 +106,24 @@ mod sys {
     ) -> i32 {
         ffi::FP8GEMM_ERR_CONFIG
     }
+}
+
+/// `CANDLE_FP8_NORM_SPLIT=0` keeps the fused norm at one CTA per row; otherwise a single row
+/// of at least 1024 columns (batch-1 decode) is spread over 8 CTAs, so that one SM no longer
+/// pulls the whole row and its split-K partials. Same bits either way; read once per process.
+/// Measured on the H200 (docs/PERF.md session 13): b1 −0.047 ms per step; 2 rows even, 4 rows
+/// +0.05 ms (p50), 8 and 16 rows +0.17 ms — hence [`NORM_SPLIT_MAX_ROWS`].
+pub const NORM_SPLIT_ENV: &str = "CANDLE_FP8_NORM_SPLIT";
+/// Most rows the split norm takes (`FP8GEMM_NORM_SPLIT_MAX_ROWS`, kernels/fused_quant.h).
+pub const NORM_SPLIT_MAX_ROWS: usize = 1;
+/// Barrier words per row of the split norm (`FP8GEMM_NORM_BARRIER_WORDS`).
+const NORM_BARRIER_WORDS: usize = 34;
+
+/// Whether `m` rows of `k` columns take the split norm (see [`NORM_SPLIT_ENV`]).
+fn norm_split(m: usize, k: usize) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on = *ON.get_or_init(|| std::env::var(NORM_SPLIT_ENV).map_or(true, |v| v.trim() != "0"));
+    on && m <= NORM_SPLIT_MAX_ROWS && (1024..=65536).contains(&k)
 }
 
 /// Freshly allocated `(q, sa)` buffers for an `[m, k]` activation.
@@ -202,7 +224,8 @@ pub(crate) fn add_rmsnorm_quantize(
         };
         let (q_ptr, _gq) = q.device_ptr_mut(&stream);
         let (sa_ptr, _gsa) = sa.device_ptr_mut(&stream);
-        let status = unsafe {
+        let barrier_words = if norm_split(m, k) { m * NORM_BARRIER_WORDS } else { 0 };
+        let status = super::with_zeroed_counters(dev, barrier_words, |bar| Ok(unsafe {
             if p_ptr.is_null() {
                 sys::fp8gemm_add_rmsnorm_quant(
                     x_ptr as *const c_void,
@@ -214,6 +237,7 @@ pub(crate) fn add_rmsnorm_quantize(
                     sa_ptr as *mut f32,
                     m as i64,
                     k as i64,
+                    bar,
                     raw_stream(dev),
                 )
             } else {
@@ -228,10 +252,11 @@ pub(crate) fn add_rmsnorm_quantize(
                     sa_ptr as *mut f32,
                     m as i64,
                     k as i64,
+                    bar,
                     raw_stream(dev),
                 )
             }
-        };
+        }))?;
         ffi::check(&format!("add_rmsnorm_quantize (m={m} k={k})"), status)?;
     }
     Ok((

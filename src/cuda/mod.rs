@@ -114,7 +114,7 @@ struct StreamState {
 
 /// Runs `f` with a device buffer of at least `n` zeroed `u32` counters (null when `n` is 0), for
 /// kernels that count arrivals and reset their counters before they finish (the fused decode
-/// attention's tail merge). Kept per device and thread (i.e. per stream: stream-ordered reuse),
+/// attention's tail merge, the split fused norm's barrier). Kept per device and thread (i.e. per stream: stream-ordered reuse),
 /// grown on demand (zero-filled once), never shrunk.
 pub(crate) fn with_zeroed_counters<R>(dev: &CudaDevice, n: usize, f: impl FnOnce(*mut u32) -> Result<R>) -> Result<R> {
     if n == 0 {
