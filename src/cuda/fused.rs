@@ -297,3 +297,23 @@ pub(crate) fn swiglu_quantize(
     }
     Ok((CudaStorage::wrap_cuda_slice(q, dev.clone()), CudaStorage::wrap_cuda_slice(sa, dev.clone())))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The split norm is for one row of 1024..=65536 columns (the kernels' own limits), unless
+    /// the environment turned it off for this process.
+    #[test]
+    fn norm_split_takes_one_row_of_1024_to_65536_columns() {
+        if std::env::var(NORM_SPLIT_ENV).is_ok_and(|v| v.trim() == "0") {
+            assert!(!norm_split(1, 5120), "{NORM_SPLIT_ENV}=0 must turn the split off");
+            return;
+        }
+        assert!(norm_split(1, 1024) && norm_split(1, 5120) && norm_split(1, 65536));
+        assert!(!norm_split(2, 5120), "more rows than NORM_SPLIT_MAX_ROWS");
+        assert!(!norm_split(1, 896), "below candle's 1024-thread block");
+        assert!(!norm_split(1, 65536 + 128), "past the kernel's shared-memory bound");
+        assert_eq!(NORM_BARRIER_WORDS, 2 + 32, "arrivals, departures, 32 warp sums");
+    }
+}
