@@ -20,26 +20,18 @@ use candle_fp8::ops::{device_caps, fp8_block_matmul_with};
 use candle_fp8::testing::random_operands;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
+// The GPU tests' device helper: the CUDA device, or why there is none (its test macro unused).
+#[allow(unused_macros)]
+#[path = "../tests/common/gpu.rs"]
+mod gpu;
+
 /// (M, N, K): decode, mid and large M at N = K = 4096, and Qwen3-32B's q|k|v at batch 1.
 const SHAPES: [(usize, usize, usize); 5] =
     [(1, 4096, 4096), (16, 4096, 4096), (128, 4096, 4096), (4096, 4096, 4096), (1, 10240, 5120)];
 
-/// The CUDA device, or why there is none (the bench then prints it and measures nothing).
-fn cuda_device() -> Result<Device, String> {
-    let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let dev = std::panic::catch_unwind(|| Device::new_cuda(0));
-    std::panic::set_hook(hook);
-    match dev {
-        Ok(Ok(d)) => Ok(d),
-        Ok(Err(e)) => Err(format!("no CUDA device: {e}")),
-        Err(_) => Err("libcuda could not be loaded".into()),
-    }
-}
-
 /// GPU time of `iters` calls of `f`, measured with events on the device's stream.
 fn gpu_time(dev: &Device, iters: u64, f: &mut dyn FnMut()) -> Duration {
-    let Device::Cuda(cdev) = dev else { unreachable!("cuda_device returns a CUDA device") };
+    let Device::Cuda(cdev) = dev else { unreachable!("gpu::gpu returns a CUDA device") };
     let stream = cdev.cuda_stream();
     let ctx = stream.context();
     let ev = || ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).expect("cuEventCreate");
@@ -54,7 +46,7 @@ fn gpu_time(dev: &Device, iters: u64, f: &mut dyn FnMut()) -> Duration {
 }
 
 fn bench(c: &mut Criterion) {
-    let dev = match cuda_device() {
+    let dev = match gpu::gpu() {
         Ok(d) => d,
         Err(why) => {
             println!("SKIP gpu_gemm: {why}");

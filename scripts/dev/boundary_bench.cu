@@ -64,6 +64,24 @@ __global__ void __launch_bounds__(32) handoff_kernel(unsigned* flag, int rounds,
   }
 }
 
+// Launch configuration of one chain kernel: `grid` CTAs x 128 threads on `s`, with or without
+// the PDL attribute (`lc` points at `attr`: not copyable).
+struct ChainLaunch {
+  cudaLaunchAttribute attr[1];
+  cudaLaunchConfig_t lc = {};
+  ChainLaunch(int grid, bool pdl, cudaStream_t s) {
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+    lc.gridDim = dim3(grid);
+    lc.blockDim = dim3(128);
+    lc.stream = s;
+    lc.attrs = attr;
+    lc.numAttrs = 1;
+  }
+  ChainLaunch(const ChainLaunch&) = delete;
+  ChainLaunch& operator=(const ChainLaunch&) = delete;
+};
+
 // Holds the stream for `ns` nanoseconds of %globaltimer (one thread).
 __global__ void spin_kernel(long long ns) {
   long long t0, t;
@@ -75,15 +93,7 @@ __global__ void spin_kernel(long long ns) {
 
 template <bool kPdl, bool kTriggerEarly>
 float chain_stream_us(int grid, int n, unsigned* counter, cudaStream_t s) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = kPdl ? 1 : 0;
-  cudaLaunchConfig_t lc = {};
-  lc.gridDim = dim3(grid);
-  lc.blockDim = dim3(128);
-  lc.stream = s;
-  lc.attrs = attr;
-  lc.numAttrs = 1;
+  const ChainLaunch cl(grid, kPdl, s);
   cudaEvent_t a, b;
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&b));
@@ -92,7 +102,7 @@ float chain_stream_us(int grid, int n, unsigned* counter, cudaStream_t s) {
     spin_kernel<<<1, 1, 0, s>>>(20 * 1000 * 1000);  // 20 ms: far longer than queuing n launches
     CHECK(cudaGetLastError());
     CHECK(cudaEventRecord(a, s));
-    for (int i = 0; i < n; ++i) CHECK(cudaLaunchKernelEx(&lc, step_kernel<kPdl, kTriggerEarly>, counter));
+    for (int i = 0; i < n; ++i) CHECK(cudaLaunchKernelEx(&cl.lc, step_kernel<kPdl, kTriggerEarly>, counter));
     CHECK(cudaEventRecord(b, s));
     CHECK(cudaEventSynchronize(b));
     float ms = 0;
@@ -104,19 +114,11 @@ float chain_stream_us(int grid, int n, unsigned* counter, cudaStream_t s) {
 
 template <bool kPdl, bool kTriggerEarly>
 float chain_us(int grid, int n, unsigned* counter, cudaStream_t s) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = kPdl ? 1 : 0;
-  cudaLaunchConfig_t lc = {};
-  lc.gridDim = dim3(grid);
-  lc.blockDim = dim3(128);
-  lc.stream = s;
-  lc.attrs = attr;
-  lc.numAttrs = 1;
+  const ChainLaunch cl(grid, kPdl, s);
   cudaGraph_t g;
   cudaGraphExec_t ge;
   CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < n; ++i) CHECK(cudaLaunchKernelEx(&lc, step_kernel<kPdl, kTriggerEarly>, counter));
+  for (int i = 0; i < n; ++i) CHECK(cudaLaunchKernelEx(&cl.lc, step_kernel<kPdl, kTriggerEarly>, counter));
   CHECK(cudaStreamEndCapture(s, &g));
   CHECK(cudaGraphInstantiate(&ge, g, 0));
   CHECK(cudaGraphLaunch(ge, s));  // warm-up
