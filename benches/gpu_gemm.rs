@@ -6,6 +6,9 @@
 //! table of record, with cold weights, CUDA-graph replays and the torch/Triton peers, is
 //! `examples/bench.rs` (docs/PERF.md); this bench is for quick A/B runs of a change. Throughput
 //! is reported in FLOP (2·M·N·K per call): criterion prints it as elements/s.
+//! Where a call's host side (allocation + launch, ~8–11 µs on the H200 machine's host) outlasts
+//! the kernel — decode sizes — the rows show the host's call rate, not the GPU's (1×4096×4096:
+//! 8.2 µs in one run, 11.2 in another; the CUDA-graph bench: 5.5).
 //!
 //! Build here and run on the GPU machine (no cargo there):
 //! `cargo bench --features cuda --bench gpu_gemm --no-run`, then run the printed executable
