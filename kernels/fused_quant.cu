@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Small-M variant: one row over kSplitCtas CTAs of 128 threads. At batch 1 the one-CTA kernel
+// Batch-1 variant: one row over kSplitCtas CTAs of 128 threads. At batch 1 the one-CTA kernel
 // above pulls x and the split-K partials (~90 KB at k = 5120) through one SM while the next
 // GEMM's early CTAs fill their rings (docs/PERF.md session 13: the norm before gate_up runs 8.5
 // µs on the step's critical path, the one before q|k|v 6 µs). CTA c plays virtual warps
@@ -328,7 +328,7 @@ int32_t run_add_rmsnorm_split(const __nv_bfloat16* x, const __nv_bfloat16* resid
                               int splits, unsigned* bar, cudaStream_t stream) {
   const int chunks = (k / 128 + fused::kSplitCtas - 1) / fused::kSplitCtas;
   const size_t smem = 2 * size_t(chunks) * 128 * sizeof(__nv_bfloat16);  // h and gamma chunks
-  if (smem + 64 > kDefaultSmem) return FP8GEMM_ERR_SHAPE;  // k <= ~90K: checked by the caller
+  if (smem + 64 > kDefaultSmem) return FP8GEMM_ERR_SHAPE;  // 32 KB at the caller's k <= 65536
   return launch_pdl(fused::add_rmsnorm_quant_split_kernel,
                     dim3(fused::kSplitCtas, static_cast<unsigned>(m)), dim3(fused::kSplitThreads),
                     smem, stream, x, residual, gamma, eps, x_sum, q, sa, m, k, rpart, splits, bar);
@@ -359,7 +359,8 @@ static int32_t add_rmsnorm_entry(const void* x, const void* residual, const floa
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int kk = static_cast<int>(k);
   // candle's rmsnorm block size: 32 threads below 1024 columns, else 1024 — split over
-  // kSplitCtas CTAs for a few rows when the caller lends the barrier words.
+  // kSplitCtas CTAs for up to FP8GEMM_NORM_SPLIT_MAX_ROWS rows when the caller lends the
+  // barrier words (measured faster at one row only, docs/PERF.md session 13).
   if (k < 1024) return run_add_rmsnorm<32>(xb, rb, gb, eps, sb, q, sa, m, kk, rpart, splits, s);
   if (row_barrier != nullptr && m <= FP8GEMM_NORM_SPLIT_MAX_ROWS && k <= 65536) {
     if ((reinterpret_cast<uintptr_t>(row_barrier) & 3) != 0) return FP8GEMM_ERR_ALIGN;
