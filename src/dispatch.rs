@@ -341,7 +341,8 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
         } else {
             // Not a 2-CTA cluster sum instead of a 3-way split at M = 33-64: faster in the op's
             // sweep (64×5120×25600 38.1 vs 40.5 µs) but 8.7 µs slower back to back into one output
-            // (46.9 vs 38.9), where the next cluster launch starts early under PDL (session 13).
+            // (46.9 vs 38.9), likely because the next cluster launch starts early under PDL there
+            // (session 13).
             cfg(ScheduleKind::SmallM, 64, 128, 6, split_for(m64 * t128, kb, sms, 4))
         }
     } else if m <= 256 && m64 * t128 <= sms {
