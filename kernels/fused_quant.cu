@@ -69,16 +69,8 @@ __global__ void __launch_bounds__(kThreads)
   griddep_wait();
 
   // 1. h, 8 values per step.
-  for (int v = tid; v < nvec; v += kThreads) {
-    uint4 a = reinterpret_cast<const uint4*>(x + base)[v];
-    if (residual != nullptr || rpart != nullptr) {
-      const uint4 b = rpart != nullptr ? reduce_partials8(rpart, splits, m * ncols, base + 8 * v)
-                                       : reinterpret_cast<const uint4*>(residual + base)[v];
-      a = add_bf16x8(a, b);
-      reinterpret_cast<uint4*>(x_sum + base)[v] = a;
-    }
-    reinterpret_cast<uint4*>(h_s)[v] = a;
-  }
+  for (int v = tid; v < nvec; v += kThreads)
+    reinterpret_cast<uint4*>(h_s)[v] = load_h8(x, residual, rpart, splits, m * ncols, base + 8 * v, x_sum);
   __syncthreads();
 
   // 2. candle's rmsnorm, expression by expression (reduce.cu).
@@ -103,12 +95,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     quantize_group(v, valid, sub, q + base + col, sa + int64_t(valid ? g : 0) * m_pad + row);
   }
-  // The last row's CTA zeroes the scale padding rows m .. m_pad (the GEMM's TMA reads them), so
-  // the caller needs no memset between this kernel and the PDL-launched GEMM.
-  if (row == m - 1) {
-    const int pad = static_cast<int>(m_pad - m);
-    for (int i = tid; i < pad * kb; i += kThreads) sa[int64_t(i / pad) * m_pad + m + i % pad] = 0.f;
-  }
+  if (row == m - 1) zero_scale_padding(sa, m, kb, tid, kThreads);  // the last row's CTA
 }
 
 // Batch-1 variant: one row over kSplitCtas CTAs of 128 threads. At batch 1 the one-CTA kernel
@@ -163,17 +150,8 @@ __global__ void __launch_bounds__(kSplitThreads)
   griddep_wait();
 
   // 1. h = x (+ residual) for this CTA's chunks.
-  for (int v = tid; v < nvec; v += kSplitThreads) {
-    const int col = col_of(v);
-    uint4 a = *reinterpret_cast<const uint4*>(x + base + col);
-    if (residual != nullptr || rpart != nullptr) {
-      const uint4 b = rpart != nullptr ? reduce_partials8(rpart, splits, m * ncols, base + col)
-                                       : *reinterpret_cast<const uint4*>(residual + base + col);
-      a = add_bf16x8(a, b);
-      *reinterpret_cast<uint4*>(x_sum + base + col) = a;
-    }
-    reinterpret_cast<uint4*>(h_s)[v] = a;
-  }
+  for (int v = tid; v < nvec; v += kSplitThreads)
+    reinterpret_cast<uint4*>(h_s)[v] = load_h8(x, residual, rpart, splits, m * ncols, base + col_of(v), x_sum);
   __syncthreads();
 
   // 2. Virtual thread 128c + tid sums columns 128c + tid + 1024 i (candle's loop), i.e. entry
@@ -183,8 +161,7 @@ __global__ void __launch_bounds__(kSplitThreads)
     const float xi = static_cast<float>(h_s[i * 128 + tid]);
     acc += xi * xi;  // contracted to fma.rn.f32 exactly as in candle's build
   }
-#pragma unroll
-  for (int mask = 16; mask > 0; mask >>= 1) acc += __shfl_xor_sync(0xffffffff, acc, mask, 32);
+  acc = warp_sum_xor(acc);
   if (lane == 0) s_warp[warp] = acc;
   __syncthreads();
   unsigned* arrivals = bar + row * kBarWords;
@@ -203,12 +180,9 @@ __global__ void __launch_bounds__(kSplitThreads)
   __syncthreads();
   if (warp == 0) {
     // candle's cross-warp sum: slot w = virtual warp w's sum, one butterfly over 32 lanes.
-    float total = __uint_as_float(__ldcg(slots + lane));
-#pragma unroll
-    for (int mask = 16; mask > 0; mask >>= 1) total += __shfl_xor_sync(0xffffffff, total, mask, 32);
+    const float total = warp_sum_xor(__uint_as_float(__ldcg(slots + lane)));
     if (lane == 0) {
-      const float mean = total / ncols;
-      s_scale = rsqrtf(mean + eps);
+      s_scale = rms_of(total, ncols, eps);
       // Leave the row's words zeroed for the next launch once every CTA has read the sums.
       if (atomicAdd(departures, 1u) == static_cast<unsigned>(kSplitCtas) - 1) {
         for (int i = 0; i < kBarWords; ++i) arrivals[i] = 0u;
@@ -236,10 +210,7 @@ __global__ void __launch_bounds__(kSplitThreads)
     }
     quantize_group(v, valid, sub, q + base + col, sa + int64_t(g) * m_pad + row);
   }
-  if (row == m - 1 && c == 0) {  // the scale padding rows m .. m_pad (read by the GEMM's TMA)
-    const int pad = static_cast<int>(m_pad - m);
-    for (int i = tid; i < pad * kb; i += kSplitThreads) sa[int64_t(i / pad) * m_pad + m + i % pad] = 0.f;
-  }
+  if (row == m - 1 && c == 0) zero_scale_padding(sa, m, kb, tid, kSplitThreads);
 }
 
 // Half a warp per 128-wide group of a (= 128 columns of gate and the same of up), grid-stride
@@ -280,11 +251,8 @@ __global__ void __launch_bounds__(256) swiglu_quant_kernel(const __nv_bfloat16* 
     }
     quantize_group(v, valid, sub, q + row * inter + col, sa + cb * m_pad + row);
   }
-  // Zero the scale padding rows m .. m_pad (read by the GEMM's TMA): no memset launch needed.
-  const int64_t pad = m_pad - m;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < pad * kb;
-       i += int64_t(gridDim.x) * blockDim.x)
-    sa[(i / pad) * m_pad + m + i % pad] = 0.f;
+  zero_scale_padding(sa, m, kb, int64_t(blockIdx.x) * blockDim.x + threadIdx.x,
+                     int64_t(gridDim.x) * blockDim.x);
 }
 
 }  // namespace fused

@@ -80,12 +80,8 @@ __global__ void __launch_bounds__(256) quantize_act_kernel(const T* __restrict__
       if (sub == 0) sa[col_blk * m_pad + row] = s;
     }
   }
-  // Zero the padding rows m .. m_pad of every scale column (the GEMM's TMA reads them), so the
-  // caller needs no memset launch between this kernel and the GEMM.
-  const int64_t pad = m_pad - m;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < pad * kb;
-       i += int64_t(gridDim.x) * blockDim.x)
-    sa[(i / pad) * m_pad + m + i % pad] = 0.f;
+  zero_scale_padding(sa, m, kb, int64_t(blockIdx.x) * blockDim.x + threadIdx.x,
+                     int64_t(gridDim.x) * blockDim.x);
 }
 
 // out[r][c] = bf16(e4m3(w[r][c]) * sw[r/128][c/128]); 8 values per thread when k % 8 == 0.

@@ -43,19 +43,7 @@ GPU_TESTS=(gpu gpu_reliability qwen3_gpu gpu_attention gpu_fused gpu_sampling)
 "${CARGO[@]}" test --release --features cuda "${GPU_TESTS[@]/#/--test=}" --no-run --message-format=json \
   >"$CARGO_TARGET_DIR/gpu-test-build.json"
 test_exe() {  # test_exe NAME: the executable cargo built for tests/NAME.rs
-  python3 - "$CARGO_TARGET_DIR/gpu-test-build.json" "$1" <<'PY'
-import json, sys
-exe = None
-for line in open(sys.argv[1]):
-    try:
-        msg = json.loads(line)
-    except ValueError:
-        continue
-    if msg.get("reason") == "compiler-artifact" and msg.get("target", {}).get("name") == sys.argv[2] \
-            and msg.get("executable"):
-        exe = msg["executable"]
-print(exe or "")
-PY
+  python3 scripts/test_exe.py "$CARGO_TARGET_DIR/gpu-test-build.json" "$1"
 }
 t1=$(date +%s)
 echo "bundle: build took $((t1 - t0)) s"

@@ -13,19 +13,7 @@ for spec in "$@"; do
   name=${spec%%=*}; out=$name; [[ $spec == *=* ]] && out="${name}_${spec#*=}"
   src="$T/release/examples/$name"
   if [[ ! -x $src ]]; then
-    src=$(python3 - "$T/gpu-test-build.json" "$name" <<'PY'
-import json, sys
-exe = ""
-for line in open(sys.argv[1]):
-    try:
-        m = json.loads(line)
-    except ValueError:
-        continue
-    if m.get("reason") == "compiler-artifact" and m.get("target", {}).get("name") == sys.argv[2] and m.get("executable"):
-        exe = m["executable"]
-print(exe)
-PY
-)
+    src=$(python3 "$ROOT/scripts/test_exe.py" "$T/gpu-test-build.json" "$name")
   fi
   [[ -n $src && -x $src ]] || { echo "pack: no binary for $name" >&2; exit 1; }
   strip -o "$DST/$out" "$src" && xz -T0 -f -6 "$DST/$out"

@@ -46,4 +46,13 @@ __device__ __forceinline__ float2 silu_mul_bf16x2(__nv_bfloat162 gate, __nv_bflo
   return __bfloat1622float2(__hmul2(s, up));
 }
 
+// Zeroes the padding rows m .. round_up(m, 4) of a scale matrix sa [kb][round_up(m, 4)] (the
+// GEMM's TMA reads them), entries first, first + step, ... of the pad * kb: every quantizing
+// kernel does it itself, so no memset launch sits between it and the PDL-launched GEMM.
+__device__ __forceinline__ void zero_scale_padding(float* sa, int64_t m, int64_t kb, int64_t first,
+                                                   int64_t step) {
+  const int64_t m_pad = (m + 3) / 4 * 4, pad = m_pad - m;
+  for (int64_t i = first; i < pad * kb; i += step) sa[(i / pad) * m_pad + m + i % pad] = 0.f;
+}
+
 }  // namespace fp8gemm

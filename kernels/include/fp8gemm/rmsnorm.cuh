@@ -80,6 +80,36 @@ __device__ __forceinline__ uint4 add_bf16x8(uint4 x, const uint4& b) {
   return x;
 }
 
+// Eight values of h = x (+ residual) at element i (a multiple of 8) of an [m, ncols] bf16 matrix
+// of `count` elements: the residual is bf16 `residual`, the f32 split-K partials `rpart`
+// ([splits][count]), or absent (both null); with one, the sum is also stored to x_sum.
+__device__ __forceinline__ uint4 load_h8(const __nv_bfloat16* __restrict__ x,
+                                         const __nv_bfloat16* __restrict__ residual,
+                                         const float* __restrict__ rpart, int splits, int64_t count,
+                                         int64_t i, __nv_bfloat16* __restrict__ x_sum) {
+  uint4 a = *reinterpret_cast<const uint4*>(x + i);
+  if (residual != nullptr || rpart != nullptr) {
+    const uint4 b = rpart != nullptr ? reduce_partials8(rpart, splits, count, i)
+                                     : *reinterpret_cast<const uint4*>(residual + i);
+    a = add_bf16x8(a, b);
+    *reinterpret_cast<uint4*>(x_sum + i) = a;
+  }
+  return a;
+}
+
+// candle's warp reduction in rmsnorm: a butterfly over the 32 lanes, masks 16, 8, 4, 2, 1.
+__device__ __forceinline__ float warp_sum_xor(float v) {
+#pragma unroll
+  for (int mask = 16; mask > 0; mask >>= 1) v += __shfl_xor_sync(0xffffffff, v, mask, 32);
+  return v;
+}
+
+// candle's rmsnorm scale from the row's sum of squares.
+__device__ __forceinline__ float rms_of(float total, int ncols, float eps) {
+  const float mean = total / ncols;
+  return rsqrtf(mean + eps);
+}
+
 // rsqrt(mean(h^2) + eps) of the row h_s[0 .. ncols) (shared memory), in the reduction order of
 // candle's rmsnorm with a block of kVirtual threads (32, or 1024 with a 32-slot cross-warp sum),
 // run by the kReal threads of this block (blockDim.x == kReal, fewer than kVirtual allowed):
@@ -102,8 +132,7 @@ __device__ __forceinline__ float rms_scale(const __nv_bfloat16* h_s, int ncols, 
       const float xi = static_cast<float>(h_s[col]);
       tmp[i] += xi * xi;  // contracted to fma.rn.f32 exactly as in candle's build
     }
-#pragma unroll
-    for (int mask = 16; mask > 0; mask >>= 1) tmp[i] += __shfl_xor_sync(0xffffffff, tmp[i], mask, 32);
+    tmp[i] = warp_sum_xor(tmp[i]);
   }
   float total = tmp[0];
   if constexpr (kVirtual > 32) {
@@ -113,12 +142,9 @@ __device__ __forceinline__ float rms_scale(const __nv_bfloat16* h_s, int ncols, 
       for (int i = 0; i < kPer; ++i) s_sum[warp + (kReal / 32) * i] = tmp[i];
     }
     __syncthreads();
-    total = s_sum[lane];  // kVirtual == 1024: all 32 slots are written
-#pragma unroll
-    for (int mask = 16; mask > 0; mask >>= 1) total += __shfl_xor_sync(0xffffffff, total, mask, 32);
+    total = warp_sum_xor(s_sum[lane]);  // kVirtual == 1024: all 32 slots are written
   }
-  const float mean = total / ncols;
-  return rsqrtf(mean + eps);
+  return rms_of(total, ncols, eps);
 }
 
 // Eight normalized values bf16(scale * h * gamma), as floats (candle's rmsnorm output, read
