@@ -263,6 +263,49 @@ pub fn config_override() -> Option<GemmConfig> {
     *CONFIG_OVERRIDE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Environment variable that overrides the K split of our kernels for given weight shapes, as a
+/// tuning knob: `N×K=S` entries (`x` also accepted for `×`), comma-separated, e.g.
+/// `CANDLE_FP8_SPLIT=5120x25600=8,5120x8192=8`; applied to every M at most 16 (the decode
+/// sizes), on top of [`choose_config`]'s tile choice. Read once per process; a malformed value
+/// is an error at the first GEMM.
+pub const SPLIT_ENV: &str = "CANDLE_FP8_SPLIT";
+
+/// Most tokens [`SPLIT_ENV`] applies to.
+pub const SPLIT_ENV_MAX_M: usize = 16;
+
+/// Parses a [`SPLIT_ENV`] value into `((n, k), split)` entries; splits 1..=8.
+pub fn parse_split_overrides(value: &str) -> Result<Vec<((usize, usize), i32)>> {
+    let mut out = Vec::new();
+    for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let bad = || candle_core::Error::Msg(format!("{SPLIT_ENV}: entry {entry:?} is not N×K=S (e.g. 5120x25600=8)"));
+        let (shape, split) = entry.split_once('=').ok_or_else(bad)?;
+        let (n, k) = shape.split_once(['x', '×']).ok_or_else(bad)?;
+        let n: usize = n.trim().parse().map_err(|_| bad())?;
+        let k: usize = k.trim().parse().map_err(|_| bad())?;
+        let split: i32 = split.trim().parse().map_err(|_| bad())?;
+        if !(1..=8).contains(&split) {
+            bail!("{SPLIT_ENV}: split {split} in {entry:?} is outside 1..=8")
+        }
+        out.push(((n, k), split));
+    }
+    Ok(out)
+}
+
+/// The split [`SPLIT_ENV`] forces for an `m × n × k` GEMM, if any.
+pub fn split_override(m: usize, n: usize, k: usize) -> Result<Option<i32>> {
+    static PARSED: std::sync::OnceLock<std::result::Result<Vec<((usize, usize), i32)>, String>> =
+        std::sync::OnceLock::new();
+    let parsed = PARSED.get_or_init(|| match std::env::var(SPLIT_ENV) {
+        Ok(v) => parse_split_overrides(&v).map_err(|e| e.to_string()),
+        Err(_) => Ok(Vec::new()),
+    });
+    match parsed {
+        Err(e) => bail!("{e}"),
+        Ok(list) if m <= SPLIT_ENV_MAX_M => Ok(list.iter().find(|(s, _)| *s == (n, k)).map(|&(_, s)| s)),
+        Ok(_) => Ok(None),
+    }
+}
+
 /// Chooses our kernel configuration for an `m × n × k` GEMM on a GPU with `num_sms` SMs.
 ///
 /// Pure and cheap; unit-tested at the boundaries. Mirrors `auto_config` in
@@ -365,6 +408,17 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn split_overrides_parse_and_reject_bad_entries() {
+        let got = parse_split_overrides("5120x25600=8, 5120×8192=6,").unwrap();
+        assert_eq!(got, vec![((5120, 25600), 8), ((5120, 8192), 6)]);
+        assert!(parse_split_overrides("").unwrap().is_empty());
+        for bad in ["5120x25600", "5120=8", "ax1=2", "5120x25600=9", "5120x25600=0", "1x2=x"] {
+            let e = parse_split_overrides(bad).unwrap_err().to_string();
+            assert!(e.contains(SPLIT_ENV), "{bad}: {e}");
+        }
+    }
 
     const H200: DeviceCaps = DeviceCaps {
         is_cuda: true,

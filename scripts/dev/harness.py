@@ -519,6 +519,11 @@ def probe(lib, args):
                 med, mx = t.median(dim=0).values, t.max(dim=0).values
                 cols = " ".join(f"{med[i]:.2f}/{mx[i]:.2f}" for i in range(5))
                 print(f"PROBE {M} {N} {K} {cfg_str(c)} {temp} {n_cta} | {cols} | {mx[4]:.2f}", flush=True)
+                # The tail: quantiles of entry and end (a late wave or a slow CTA shows here).
+                qs = torch.tensor([0.1, 0.5, 0.9, 0.99, 1.0], dtype=torch.float64)
+                for slot, name in ((0, "entry"), (2, "first_kb"), (4, "end")):
+                    qv = torch.quantile(t[:, slot], qs)
+                    print(f"  {name:8s} p10/p50/p90/p99/max " + " ".join(f"{v:.2f}" for v in qv), flush=True)
 
 
 def main():

@@ -416,7 +416,14 @@ fn hopper_config(dev: &CudaDevice, m: usize, n: usize, k: usize) -> Result<GemmC
     if let Some(why) = info.caps.unusable_reason(Provider::Hopper) {
         bail!("candle-fp8: the hopper provider cannot run: {why}")
     }
-    Ok(crate::dispatch::config_override().unwrap_or_else(|| choose_config(m, n, k, info.num_sms)))
+    if let Some(cfg) = crate::dispatch::config_override() {
+        return Ok(cfg);
+    }
+    let mut cfg = choose_config(m, n, k, info.num_sms);
+    if let Some(split) = crate::dispatch::split_override(m, n, k)? {
+        cfg.split_k = split;
+    }
+    Ok(cfg)
 }
 
 /// The configurations our kernels are compiled for (`split_k` 0: any split; 1: none), e.g. to
