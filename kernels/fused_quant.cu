@@ -46,7 +46,8 @@ __global__ void __launch_bounds__(kThreads)
                              const __nv_bfloat16* __restrict__ gamma, const float eps,
                              __nv_bfloat16* __restrict__ x_sum, uint8_t* __restrict__ q,
                              float* __restrict__ sa, const int64_t m, const int ncols,
-                             const float* __restrict__ rpart, const int splits) {
+                             const float* __restrict__ rpart, const int splits,
+                             const int x_settled) {
   // Let a PDL-launched GEMM start its weight prefetch now (triggering after our loads instead,
   // so that its burst does not queue ahead of them, measured no better: docs/PERF.md).
   griddep_launch_dependents();
@@ -65,12 +66,21 @@ __global__ void __launch_bounds__(kThreads)
   // so that only x and the residual are loaded on the critical path.
   for (int v = tid; v < nvec; v += kThreads)
     reinterpret_cast<uint4*>(g_s)[v] = reinterpret_cast<const uint4*>(gamma)[v];
+  // A settled x (fused_quant.h) too: in a decode step it is the residual stream written three
+  // kernels back, long evicted from L2 by the weights, and its HBM round trip would otherwise
+  // queue behind the next GEMM's ring fill.
+  if (x_settled)
+    for (int v = tid; v < nvec; v += kThreads)
+      reinterpret_cast<uint4*>(h_s)[v] = *reinterpret_cast<const uint4*>(x + base + 8 * v);
   // Wait for our inputs (and for the previous grid to stop reading anything we overwrite).
   griddep_wait();
 
-  // 1. h, 8 values per step.
-  for (int v = tid; v < nvec; v += kThreads)
-    reinterpret_cast<uint4*>(h_s)[v] = load_h8(x, residual, rpart, splits, m * ncols, base + 8 * v, x_sum);
+  // 1. h, 8 values per step (each thread re-reads only the vectors it staged itself).
+  for (int v = tid; v < nvec; v += kThreads) {
+    const int64_t i = base + 8 * v;
+    const uint4 a = x_settled ? reinterpret_cast<const uint4*>(h_s)[v] : *reinterpret_cast<const uint4*>(x + i);
+    reinterpret_cast<uint4*>(h_s)[v] = add_h8(a, residual, rpart, splits, m * ncols, i, x_sum);
+  }
   __syncthreads();
 
   // 2. candle's rmsnorm, expression by expression (reduce.cu).
@@ -128,7 +138,7 @@ __global__ void __launch_bounds__(kSplitThreads)
                                    __nv_bfloat16* __restrict__ x_sum, uint8_t* __restrict__ q,
                                    float* __restrict__ sa, const int64_t m, const int ncols,
                                    const float* __restrict__ rpart, const int splits,
-                                   unsigned* __restrict__ bar) {
+                                   unsigned* __restrict__ bar, const int x_settled) {
   griddep_launch_dependents();
 
   const int c = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -147,11 +157,17 @@ __global__ void __launch_bounds__(kSplitThreads)
 
   for (int v = tid; v < nvec; v += kSplitThreads)  // a model constant: before the wait
     reinterpret_cast<uint4*>(g_s)[v] = reinterpret_cast<const uint4*>(gamma)[col_of(v) / 8];
+  if (x_settled)  // as in add_rmsnorm_quant_kernel
+    for (int v = tid; v < nvec; v += kSplitThreads)
+      reinterpret_cast<uint4*>(h_s)[v] = *reinterpret_cast<const uint4*>(x + base + col_of(v));
   griddep_wait();
 
   // 1. h = x (+ residual) for this CTA's chunks.
-  for (int v = tid; v < nvec; v += kSplitThreads)
-    reinterpret_cast<uint4*>(h_s)[v] = load_h8(x, residual, rpart, splits, m * ncols, base + col_of(v), x_sum);
+  for (int v = tid; v < nvec; v += kSplitThreads) {
+    const int64_t i = base + col_of(v);
+    const uint4 a = x_settled ? reinterpret_cast<const uint4*>(h_s)[v] : *reinterpret_cast<const uint4*>(x + i);
+    reinterpret_cast<uint4*>(h_s)[v] = add_h8(a, residual, rpart, splits, m * ncols, i, x_sum);
+  }
   __syncthreads();
 
   // 2. Virtual thread 128c + tid sums columns 128c + tid + 1024 i (candle's loop), i.e. entry
@@ -272,7 +288,7 @@ template <int kThreads>
 int32_t run_add_rmsnorm(const __nv_bfloat16* x, const __nv_bfloat16* residual,
                         const __nv_bfloat16* gamma, float eps, __nv_bfloat16* x_sum, uint8_t* q,
                         float* sa, int64_t m, int k, const float* rpart, int splits,
-                        cudaStream_t stream) {
+                        int x_settled, cudaStream_t stream) {
   auto kern = fused::add_rmsnorm_quant_kernel<kThreads>;
   const size_t smem = 2 * size_t(k) * sizeof(__nv_bfloat16);  // the row h, and gamma
   // Static shared memory: s_sum (128 bytes). Rows longer than ~12K columns opt in.
@@ -287,19 +303,20 @@ int32_t run_add_rmsnorm(const __nv_bfloat16* x, const __nv_bfloat16* residual,
       return FP8GEMM_ERR_LAUNCH;
   }
   return launch_pdl(kern, dim3(static_cast<unsigned>(m)), dim3(kThreads), smem, stream, x, residual,
-                    gamma, eps, x_sum, q, sa, m, k, rpart, splits);
+                    gamma, eps, x_sum, q, sa, m, k, rpart, splits, x_settled);
 }
 
 int32_t run_add_rmsnorm_split(const __nv_bfloat16* x, const __nv_bfloat16* residual,
                               const __nv_bfloat16* gamma, float eps, __nv_bfloat16* x_sum,
                               uint8_t* q, float* sa, int64_t m, int k, const float* rpart,
-                              int splits, unsigned* bar, cudaStream_t stream) {
+                              int splits, unsigned* bar, int x_settled, cudaStream_t stream) {
   const int chunks = (k / 128 + fused::kSplitCtas - 1) / fused::kSplitCtas;
   const size_t smem = 2 * size_t(chunks) * 128 * sizeof(__nv_bfloat16);  // h and gamma chunks
   if (smem + 64 > kDefaultSmem) return FP8GEMM_ERR_SHAPE;  // 32 KB at the caller's k <= 65536
   return launch_pdl(fused::add_rmsnorm_quant_split_kernel,
                     dim3(fused::kSplitCtas, static_cast<unsigned>(m)), dim3(fused::kSplitThreads),
-                    smem, stream, x, residual, gamma, eps, x_sum, q, sa, m, k, rpart, splits, bar);
+                    smem, stream, x, residual, gamma, eps, x_sum, q, sa, m, k, rpart, splits, bar,
+                    x_settled);
 }
 
 }  // namespace
@@ -309,7 +326,7 @@ int32_t run_add_rmsnorm_split(const __nv_bfloat16* x, const __nv_bfloat16* resid
 static int32_t add_rmsnorm_entry(const void* x, const void* residual, const float* rpart,
                                  int32_t splits, const void* gamma, float eps, void* x_sum_out,
                                  uint8_t* q, float* sa, int64_t m, int64_t k, uint32_t* row_barrier,
-                                 void* stream) {
+                                 uint32_t flags, void* stream) {
   // Grid: one CTA per row (gridDim.x < 2^31); the kernel indexes columns with int.
   if (m < 1 || m > 0x7fffffff || k < 128 || k % 128 != 0 || k > (int64_t(1) << 24))
     return FP8GEMM_ERR_SHAPE;
@@ -324,36 +341,38 @@ static int32_t add_rmsnorm_entry(const void* x, const void* residual, const floa
   const auto* rb = static_cast<const __nv_bfloat16*>(residual);
   const auto* gb = static_cast<const __nv_bfloat16*>(gamma);
   auto* sb = adds ? static_cast<__nv_bfloat16*>(x_sum_out) : nullptr;
+  if ((flags & ~FP8GEMM_NORM_X_SETTLED) != 0) return FP8GEMM_ERR_SHAPE;
+  const int settled = (flags & FP8GEMM_NORM_X_SETTLED) != 0;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int kk = static_cast<int>(k);
   // candle's rmsnorm block size: 32 threads below 1024 columns, else 1024 — split over
   // kSplitCtas CTAs for up to FP8GEMM_NORM_SPLIT_MAX_ROWS rows when the caller lends the
   // barrier words (measured faster at one row only, docs/PERF.md session 13).
-  if (k < 1024) return run_add_rmsnorm<32>(xb, rb, gb, eps, sb, q, sa, m, kk, rpart, splits, s);
+  if (k < 1024) return run_add_rmsnorm<32>(xb, rb, gb, eps, sb, q, sa, m, kk, rpart, splits, settled, s);
   if (row_barrier != nullptr && m <= FP8GEMM_NORM_SPLIT_MAX_ROWS && k <= 65536) {
     if ((reinterpret_cast<uintptr_t>(row_barrier) & 3) != 0) return FP8GEMM_ERR_ALIGN;
     return run_add_rmsnorm_split(xb, rb, gb, eps, sb, q, sa, m, kk, rpart, splits,
-                                 reinterpret_cast<unsigned*>(row_barrier), s);
+                                 reinterpret_cast<unsigned*>(row_barrier), settled, s);
   }
-  return run_add_rmsnorm<1024>(xb, rb, gb, eps, sb, q, sa, m, kk, rpart, splits, s);
+  return run_add_rmsnorm<1024>(xb, rb, gb, eps, sb, q, sa, m, kk, rpart, splits, settled, s);
 }
 
 extern "C" int32_t fp8gemm_add_rmsnorm_quant(const void* x, const void* residual, const void* gamma,
                                              float eps, void* x_sum_out, uint8_t* q, float* sa,
                                              int64_t m, int64_t k, uint32_t* row_barrier,
-                                             void* stream) {
+                                             uint32_t flags, void* stream) {
   return add_rmsnorm_entry(x, residual, nullptr, 0, gamma, eps, x_sum_out, q, sa, m, k,
-                           row_barrier, stream);
+                           row_barrier, flags, stream);
 }
 
 extern "C" int32_t fp8gemm_add_partials_rmsnorm_quant(const void* x, const float* partials,
                                                       int32_t splits, const void* gamma, float eps,
                                                       void* x_sum_out, uint8_t* q, float* sa,
                                                       int64_t m, int64_t k, uint32_t* row_barrier,
-                                                      void* stream) {
+                                                      uint32_t flags, void* stream) {
   if (!partials) return FP8GEMM_ERR_ALIGN;
   return add_rmsnorm_entry(x, nullptr, partials, splits, gamma, eps, x_sum_out, q, sa, m, k,
-                           row_barrier, stream);
+                           row_barrier, flags, stream);
 }
 
 extern "C" int32_t fp8gemm_swiglu_quant(const void* gu, int64_t m, int64_t inter, uint8_t* q,

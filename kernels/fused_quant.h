@@ -29,11 +29,17 @@ extern "C" {
 // FP8GEMM_NORM_SPLIT_MAX_ROWS, k <= 65536) are each spread over 8 CTAs that exchange their
 // partial sums through it (same bits). Launches sharing one barrier must be stream-ordered.
 // One row only: measured faster at batch 1, slower from 4 rows on (docs/PERF.md session 13).
+// flags: 0, or FP8GEMM_NORM_X_SETTLED: x is complete by the time the previous kernel in the
+// stream passes its griddepcontrol.wait (e.g. x was written two or more launches back and the
+// previous kernel is one of our GEMMs, which trigger their dependents only after waiting), so
+// the kernel loads x before it waits, like gamma; the residual is still read after. A decode
+// step's residual stream is such an x. Other bits: FP8GEMM_ERR_SHAPE.
 #define FP8GEMM_NORM_BARRIER_WORDS 34
 #define FP8GEMM_NORM_SPLIT_MAX_ROWS 1
+#define FP8GEMM_NORM_X_SETTLED 1u
 int32_t fp8gemm_add_rmsnorm_quant(const void* x, const void* residual, const void* gamma,
                                   float eps, void* x_sum_out, uint8_t* q, float* sa, int64_t m,
-                                  int64_t k, uint32_t* row_barrier, void* stream);
+                                  int64_t k, uint32_t* row_barrier, uint32_t flags, void* stream);
 
 // fp8gemm_add_rmsnorm_quant whose residual is a split-K GEMM output left unreduced
 // (fp8gemm_gemm_unreduced): f32 partials [splits][m][k], added in split order and rounded to
@@ -41,7 +47,7 @@ int32_t fp8gemm_add_rmsnorm_quant(const void* x, const void* residual, const voi
 int32_t fp8gemm_add_partials_rmsnorm_quant(const void* x, const float* partials, int32_t splits,
                                            const void* gamma, float eps, void* x_sum_out,
                                            uint8_t* q, float* sa, int64_t m, int64_t k,
-                                           uint32_t* row_barrier, void* stream);
+                                           uint32_t* row_barrier, uint32_t flags, void* stream);
 
 // gu: bf16 [m, 2 * inter], gate = columns [0, inter), up = [inter, 2 * inter).
 // a = bf16(bf16(silu(gate)) * up)   (bit-identical to candle 0.11's bf16 silu then mul)

@@ -54,11 +54,25 @@ pub fn add_rmsnorm_quantize(
     gamma: &Tensor,
     eps: f32,
 ) -> Result<(Option<Tensor>, Tensor, Tensor)> {
+    add_rmsnorm_quantize_with(x, residual, gamma, eps, false)
+}
+
+/// [`add_rmsnorm_quantize`] with `x_settled` (`crate::cuda::fused::add_rmsnorm_quantize`: `x`
+/// complete before the previous kernel's wait, so the CUDA kernel loads it before waiting).
+fn add_rmsnorm_quantize_with(
+    x: &Tensor,
+    residual: Option<&Tensor>,
+    gamma: &Tensor,
+    eps: f32,
+    x_settled: bool,
+) -> Result<(Option<Tensor>, Tensor, Tensor)> {
     let (m, k) = check_add_rmsnorm(x, residual, gamma)?;
     #[cfg(feature = "cuda")]
     if norm_row_fits("add_rmsnorm_quantize", k) && kernel_eligible("add_rmsnorm_quantize", x, k, &[Some(x), residual, Some(gamma)])? {
-        return cuda::add_rmsnorm_quantize(x, residual, gamma, eps, m, k);
+        return cuda::add_rmsnorm_quantize(x, residual, gamma, eps, m, k, x_settled);
     }
+    #[cfg(not(feature = "cuda"))]
+    let _ = x_settled;
     let h = residual.map(|r| x + r).transpose()?;
     let y = if m == 0 {
         Tensor::zeros((0, k), x.dtype(), x.device())?
@@ -81,10 +95,23 @@ pub fn add_rmsnorm_quantize_unreduced(
     gamma: &Tensor,
     eps: f32,
 ) -> Result<(Option<Tensor>, Tensor, Tensor)> {
+    add_rmsnorm_quantize_unreduced_with(x, residual, gamma, eps, false)
+}
+
+/// [`add_rmsnorm_quantize_unreduced`] for a caller that knows `x` is settled (see
+/// `crate::cuda::fused::add_rmsnorm_quantize`; a data race when it is not): the Qwen3 decode
+/// step's residual stream.
+pub(crate) fn add_rmsnorm_quantize_unreduced_with(
+    x: &Tensor,
+    residual: Option<&crate::linear::Unreduced>,
+    gamma: &Tensor,
+    eps: f32,
+    x_settled: bool,
+) -> Result<(Option<Tensor>, Tensor, Tensor)> {
     use crate::linear::Unreduced;
     match residual {
-        None => add_rmsnorm_quantize(x, None, gamma, eps),
-        Some(Unreduced::Done(r)) => add_rmsnorm_quantize(x, Some(r), gamma, eps),
+        None => add_rmsnorm_quantize_with(x, None, gamma, eps, x_settled),
+        Some(Unreduced::Done(r)) => add_rmsnorm_quantize_with(x, Some(r), gamma, eps, x_settled),
         Some(p @ Unreduced::Partials(parts)) => {
             #[cfg(feature = "cuda")]
             {
@@ -96,12 +123,12 @@ pub fn add_rmsnorm_quantize_unreduced(
                 if norm_row_fits("add_rmsnorm_quantize", k)
                     && kernel_eligible("add_rmsnorm_quantize", x, k, &[Some(x), Some(parts), Some(gamma)])?
                 {
-                    return cuda::add_partials_rmsnorm_quantize(x, parts, gamma, eps, m, k);
+                    return cuda::add_partials_rmsnorm_quantize(x, parts, gamma, eps, m, k, x_settled);
                 }
             }
             #[cfg(not(feature = "cuda"))]
             let _ = parts;
-            add_rmsnorm_quantize(x, Some(&p.reduce()?.to_dtype(x.dtype())?), gamma, eps)
+            add_rmsnorm_quantize_with(x, Some(&p.reduce()?.to_dtype(x.dtype())?), gamma, eps, x_settled)
         }
     }
 }
@@ -288,6 +315,7 @@ mod cuda {
         eps: f32,
         m: usize,
         k: usize,
+        x_settled: bool,
     ) -> Result<(Option<Tensor>, Tensor, Tensor)> {
         let (sum, q, s) = {
             let (xs, xl) = x.storage_and_layout();
@@ -298,7 +326,7 @@ mod cuda {
                 None => None,
             };
             let r = r.map(crate::cuda::fused::Residual::Bf16);
-            crate::cuda::fused::add_rmsnorm_quantize((cuda("x", &xs)?, xl), r, (cuda("gamma", &gs)?, gl), eps, m, k)?
+            crate::cuda::fused::add_rmsnorm_quantize((cuda("x", &xs)?, xl), r, (cuda("gamma", &gs)?, gl), eps, m, k, x_settled)?
         };
         Ok((sum.map(|s| wrap(s, (m, k))), wrap(q, (m, k)), scales(s, m, k)?))
     }
@@ -311,6 +339,7 @@ mod cuda {
         eps: f32,
         m: usize,
         k: usize,
+        x_settled: bool,
     ) -> Result<(Option<Tensor>, Tensor, Tensor)> {
         let splits = partials.dim(0)?;
         let (sum, q, s) = {
@@ -318,7 +347,7 @@ mod cuda {
             let (gs, gl) = gamma.storage_and_layout();
             let (ps, pl) = partials.storage_and_layout();
             let r = crate::cuda::fused::Residual::Partials((cuda("residual partials", &ps)?, pl), splits);
-            crate::cuda::fused::add_rmsnorm_quantize((cuda("x", &xs)?, xl), Some(r), (cuda("gamma", &gs)?, gl), eps, m, k)?
+            crate::cuda::fused::add_rmsnorm_quantize((cuda("x", &xs)?, xl), Some(r), (cuda("gamma", &gs)?, gl), eps, m, k, x_settled)?
         };
         Ok((sum.map(|s| wrap(s, (m, k))), wrap(q, (m, k)), scales(s, m, k)?))
     }

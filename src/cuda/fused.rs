@@ -32,6 +32,7 @@ mod sys {
             m: i64,
             k: i64,
             row_barrier: *mut u32,
+            flags: u32,
             stream: *mut c_void,
         ) -> i32;
         #[allow(clippy::too_many_arguments)]
@@ -47,6 +48,7 @@ mod sys {
             m: i64,
             k: i64,
             row_barrier: *mut u32,
+            flags: u32,
             stream: *mut c_void,
         ) -> i32;
         pub fn fp8gemm_swiglu_quant(
@@ -76,6 +78,7 @@ mod sys {
         _: i64,
         _: i64,
         _: *mut u32,
+        _: u32,
         _: *mut c_void,
     ) -> i32 {
         ffi::FP8GEMM_ERR_CONFIG
@@ -92,6 +95,7 @@ mod sys {
         _: i64,
         _: i64,
         _: *mut u32,
+        _: u32,
         _: *mut c_void,
     ) -> i32 {
         ffi::FP8GEMM_ERR_CONFIG
@@ -118,6 +122,19 @@ pub const NORM_SPLIT_ENV: &str = "CANDLE_FP8_NORM_SPLIT";
 pub const NORM_SPLIT_MAX_ROWS: usize = 1;
 /// Barrier words per row of the split norm (`FP8GEMM_NORM_BARRIER_WORDS`).
 const NORM_BARRIER_WORDS: usize = 34;
+
+/// `CANDLE_FP8_NORM_X_EARLY=0` makes the fused norm load its `x` after waiting for the previous
+/// kernel even where the caller declared it settled (see [`add_rmsnorm_quantize`]'s `x_settled`);
+/// same bits either way; read once per process. A tuning knob for A/B runs.
+pub const NORM_X_EARLY_ENV: &str = "CANDLE_FP8_NORM_X_EARLY";
+
+/// `FP8GEMM_NORM_X_SETTLED` (kernels/fused_quant.h).
+const NORM_X_SETTLED: u32 = 1;
+
+fn x_early_allowed() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var(NORM_X_EARLY_ENV).map_or(true, |v| v.trim() != "0"))
+}
 
 /// Whether `m` rows of `k` columns take the split norm (see [`NORM_SPLIT_ENV`]).
 fn norm_split(m: usize, k: usize) -> bool {
@@ -160,6 +177,12 @@ pub(crate) enum Residual<'a> {
 /// activation quantization in one launch. All inputs contiguous: `x` bf16 `[m, k]`, `gamma`
 /// bf16 `[k]`, the residual as [`Residual`]; `k % 128 == 0`. The sum is returned only when
 /// `residual` is given.
+///
+/// `x_settled`: the caller guarantees `x` is complete by the time the previous kernel in the
+/// stream passes its `griddepcontrol.wait` — `x` written two or more launches back, and the
+/// previous launch one of our GEMMs (they trigger their dependents only after waiting). The
+/// kernel then loads `x` before it waits (a decode step's residual stream, evicted from L2 by
+/// the weights since it was written). Getting this wrong is a data race: crate-internal only.
 pub(crate) fn add_rmsnorm_quantize(
     x: (&CudaStorage, &Layout),
     residual: Option<Residual>,
@@ -167,6 +190,7 @@ pub(crate) fn add_rmsnorm_quantize(
     eps: f32,
     m: usize,
     k: usize,
+    x_settled: bool,
 ) -> Result<(Option<CudaStorage>, CudaStorage, CudaStorage)> {
     check_shape("add_rmsnorm_quantize", m, k)?;
     require_contiguous("x", x.1)?;
@@ -225,6 +249,7 @@ pub(crate) fn add_rmsnorm_quantize(
         let (q_ptr, _gq) = q.device_ptr_mut(&stream);
         let (sa_ptr, _gsa) = sa.device_ptr_mut(&stream);
         let barrier_words = if norm_split(m, k) { m * NORM_BARRIER_WORDS } else { 0 };
+        let flags = if x_settled && x_early_allowed() { NORM_X_SETTLED } else { 0 };
         let status = super::with_zeroed_counters(dev, barrier_words, |bar| Ok(unsafe {
             if p_ptr.is_null() {
                 sys::fp8gemm_add_rmsnorm_quant(
@@ -238,6 +263,7 @@ pub(crate) fn add_rmsnorm_quantize(
                     m as i64,
                     k as i64,
                     bar,
+                    flags,
                     raw_stream(dev),
                 )
             } else {
@@ -253,6 +279,7 @@ pub(crate) fn add_rmsnorm_quantize(
                     m as i64,
                     k as i64,
                     bar,
+                    flags,
                     raw_stream(dev),
                 )
             }

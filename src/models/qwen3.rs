@@ -582,7 +582,11 @@ impl DecoderLayer {
     /// [`add_rmsnorm_quantize`]: crate::fused::add_rmsnorm_quantize
     fn input_normed(&self, x: &Tensor, pending: Option<&Unreduced>, fused: bool, eps: f32) -> Result<(Tensor, Normed)> {
         if fused {
-            let (sum, qa, sa) = crate::fused::add_rmsnorm_quantize_unreduced(x, pending, &self.input_norm, eps)?;
+            // With a pending MLP output, the previous launch is the down GEMM and x the residual
+            // stream written by the post-attention norm three launches back: settled (loaded
+            // before the kernel waits). Without one, x may be the embedding just computed.
+            let settled = pending.is_some();
+            let (sum, qa, sa) = crate::fused::add_rmsnorm_quantize_unreduced_with(x, pending, &self.input_norm, eps, settled)?;
             let normed = Normed::Quantized { qa, sa, dtype: x.dtype() };
             return Ok((sum.unwrap_or_else(|| x.clone()), normed));
         }
@@ -602,7 +606,9 @@ impl DecoderLayer {
             bail!("Qwen3: the fused MLP path needs FP8 gate/up (one GEMM) and down layers")
         };
         let dtype = x.dtype();
-        let (sum, qa, sa) = crate::fused::add_rmsnorm_quantize_unreduced(x, Some(o), &self.post_norm, eps)?;
+        // x (the layer's input residual stream) was written before the q/k/v GEMM and the
+        // previous launch is the o GEMM: settled, loaded before the kernel waits.
+        let (sum, qa, sa) = crate::fused::add_rmsnorm_quantize_unreduced_with(x, Some(o), &self.post_norm, eps, true)?;
         let x = sum.ok_or_else(|| candle_core::Error::Msg("add_rmsnorm_quantize returned no sum".into()))?;
         let (qa, sa) = if swiglu_epilogue && dtype == DType::BF16 {
             // One launch at decode sizes on our kernels (same bits as the two steps below).

@@ -83,11 +83,10 @@ __device__ __forceinline__ uint4 add_bf16x8(uint4 x, const uint4& b) {
 // Eight values of h = x (+ residual) at element i (a multiple of 8) of an [m, ncols] bf16 matrix
 // of `count` elements: the residual is bf16 `residual`, the f32 split-K partials `rpart`
 // ([splits][count]), or absent (both null); with one, the sum is also stored to x_sum.
-__device__ __forceinline__ uint4 load_h8(const __nv_bfloat16* __restrict__ x,
-                                         const __nv_bfloat16* __restrict__ residual,
-                                         const float* __restrict__ rpart, int splits, int64_t count,
-                                         int64_t i, __nv_bfloat16* __restrict__ x_sum) {
-  uint4 a = *reinterpret_cast<const uint4*>(x + i);
+// add_h8 takes x's eight values already loaded (`a`).
+__device__ __forceinline__ uint4 add_h8(uint4 a, const __nv_bfloat16* __restrict__ residual,
+                                        const float* __restrict__ rpart, int splits, int64_t count,
+                                        int64_t i, __nv_bfloat16* __restrict__ x_sum) {
   if (residual != nullptr || rpart != nullptr) {
     const uint4 b = rpart != nullptr ? reduce_partials8(rpart, splits, count, i)
                                      : *reinterpret_cast<const uint4*>(residual + i);
@@ -95,6 +94,12 @@ __device__ __forceinline__ uint4 load_h8(const __nv_bfloat16* __restrict__ x,
     *reinterpret_cast<uint4*>(x_sum + i) = a;
   }
   return a;
+}
+__device__ __forceinline__ uint4 load_h8(const __nv_bfloat16* __restrict__ x,
+                                         const __nv_bfloat16* __restrict__ residual,
+                                         const float* __restrict__ rpart, int splits, int64_t count,
+                                         int64_t i, __nv_bfloat16* __restrict__ x_sum) {
+  return add_h8(*reinterpret_cast<const uint4*>(x + i), residual, rpart, splits, count, i, x_sum);
 }
 
 // candle's warp reduction in rmsnorm: a butterfly over the 32 lanes, masks 16, 8, 4, 2, 1.

@@ -26,8 +26,9 @@
 namespace fp8gemm {
 
 // Development timeline probe (nvcc -DFP8GEMM_PROBE; scripts/dev/harness.py probe): thread 0 of
-// each CTA (a math thread) records %globaltimer at kernel entry, after its griddepcontrol.wait,
-// when its first K block has landed, after its last K block and at the end. One copy per
+// each CTA (a math thread) records %globaltimer at kernel entry (slot 0), when its first K block
+// has landed (2), after its last K block (3), after the math warps' griddepcontrol.wait — since
+// session 14 after the main loop, so slot 1 follows slot 3 — (1) and at the end (4). One copy per
 // translation unit, read by the function FP8GEMM_PROBE_READER defines there (gemm_small_m.cu,
 // gemm_swap_ab.cu); one tile per CTA assumed.
 #ifdef FP8GEMM_PROBE
@@ -265,8 +266,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
   // ---- Math warp-groups: wgmma per K block, promote with scales, store.
   if constexpr (T::kMathRegs > 0) ptx::setmaxnreg_inc<T::kMathRegs>();
-  ptx::griddep_wait();  // before writing y / partials, which the previous kernel may still read
-  FP8GEMM_PROBE_AT(1);
+  // No griddepcontrol.wait yet: until the epilogue these warps read only shared memory (filled
+  // by the producer, which waits before loading activations) and the weight scales sw, which no
+  // kernel writes: the first tile's scales load while the previous kernel finishes, not after
+  // (an HBM round trip, the weights' scales having long left L2, on every CTA's first MMA).
   const int warp = tid_wg / 32, lane = threadIdx.x % 32;
   const int r_in = warp * 16 + lane / 4;  // fragment row within an m64 wave (and +8)
   const int c_in = (lane % 4) * 2;        // fragment column within each n8 group (and +1)
@@ -461,6 +464,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     FP8GEMM_PROBE_AT(3);
     // The next kernel (split-K reduce, next layer) may start its prologue once all CTAs are here.
     ptx::griddep_launch_dependents();
+    // Before writing y / partials / the workspace, which the previous kernel may still read.
+    // (The producer's wait has long returned by now: this one only makes it formal.)
+    ptx::griddep_wait();
+    FP8GEMM_PROBE_AT(1);
     // K-interleaved warpgroups: add the others' accumulators to warpgroup 0's, in warpgroup
     // order (deterministic), through the idle ring; then warpgroup 0 alone runs the epilogue.
     const bool owner = !T::kWgSplitK || wg == 0;
