@@ -16,7 +16,7 @@ use candle_fp8::checkpoint::{open_model, Checkpoint};
 use candle_fp8::models::byte_tokenizer::ByteTokenizer;
 use candle_fp8::models::qwen3::{
     compare_greedy, generate, launches_ahead, write_toy_lm_checkpoint, LinearMode, Qwen3Config, Qwen3Model, Qwen3Options, Sampler,
-    StepAttention,
+    StepAttention, SwigluEpilogue,
 };
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -84,11 +84,12 @@ struct Args {
     /// ops instead of one fused launch per GEMM input.
     #[arg(long)]
     no_fused_elementwise: bool,
-    /// Run SiLU·up + quantization in the gate/up GEMM's epilogue instead of as its own launch
-    /// (an experiment: measured slower on the H200, docs/PERF.md; also
-    /// $CANDLE_FP8_SWIGLU_EPILOGUE=1).
+    /// Where SiLU·up + quantization run: `auto` (in the gate/up GEMM's epilogue at 9-16
+    /// sequences, where it measured faster on the H200, else their own launch), `on` (the
+    /// epilogue up to 16 sequences) or `off` (their own launch). Default:
+    /// $CANDLE_FP8_SWIGLU_EPILOGUE, else `auto`.
     #[arg(long)]
-    swiglu_epilogue: bool,
+    swiglu_epilogue: Option<SwigluEpilogue>,
     /// Do not stop at end-of-sequence tokens.
     #[arg(long)]
     ignore_eos: bool,
@@ -351,8 +352,12 @@ fn main() -> Result<()> {
     model.set_kv_capacity(prompt_ids.len() + args.max_new_tokens);
     model.set_fused_attention(!args.no_fused_attention);
     model.set_fused_elementwise(!args.no_fused_elementwise);
-    let env_on = std::env::var("CANDLE_FP8_SWIGLU_EPILOGUE").is_ok_and(|v| matches!(v.trim(), "1" | "on" | "true"));
-    model.set_swiglu_epilogue(args.swiglu_epilogue || env_on);
+    let swiglu = match (args.swiglu_epilogue, std::env::var("CANDLE_FP8_SWIGLU_EPILOGUE")) {
+        (Some(s), _) => s,
+        (None, Ok(v)) => v.parse::<SwigluEpilogue>().map_err(|e| anyhow!("CANDLE_FP8_SWIGLU_EPILOGUE: {e}"))?,
+        (None, Err(_)) => SwigluEpilogue::default(),
+    };
+    model.set_swiglu_epilogue(swiglu);
     let step = match (&args.step_attention, std::env::var("CANDLE_FP8_STEP_ATTENTION")) {
         (Some(s), _) => *s,
         (None, Ok(v)) => v.parse::<StepAttention>().map_err(|e| anyhow!("CANDLE_FP8_STEP_ATTENTION: {e}"))?,
@@ -457,7 +462,9 @@ fn main() -> Result<()> {
         if model.is_fused() { ", fused qkv + gate_up" } else { ", unfused" },
         match model.fused_elementwise_layers()? {
             0 => String::new(),
-            n if model.swiglu_epilogue() => format!(", fused norm/swiglu + quantize in {n} layers (swiglu in the gate/up epilogue)"),
+            n if model.swiglu_epilogue().applies(args.batch) => {
+                format!(", fused norm/swiglu + quantize in {n} layers (swiglu in the gate/up epilogue at decode steps)")
+            }
             n => format!(", fused norm/swiglu + quantize in {n} layers"),
         },
         args.device,

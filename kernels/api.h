@@ -101,11 +101,12 @@ int32_t fp8gemm_gemm_unreduced(const uint8_t* qa, const float* sa, const uint8_t
 //   h       = bf16(bf16(silu(bf16 gu[:, :inter])) * bf16 gu[:, inter:])   (candle's roundings)
 //   q, sa_q = quantize(h): q [m, inter] e4m3, sa_q [inter/128][m_pad] f32 (padding rows zeroed)
 // Bit-identical to fp8gemm_gemm without K split followed by fp8gemm_swiglu_quant. Requires
-// 1 <= m <= 16, inter % 128 == 0, k % 128 == 0. `tile_rows` (weight rows per CTA: 64 or 128)
-// and `stages` (ring depth) pick a compiled variant: (64, 8), (64, 6), (128, 4); 0 = the default
-// (128, 4) or that tile's first depth (FP8GEMM_ERR_CONFIG when the pair is not compiled).
-// Measured slower in the Qwen3-32B decode step than fp8gemm_gemm + fp8gemm_swiglu_quant
-// (docs/PERF.md, session 6).
+// 1 <= m <= 16, inter % 128 == 0, k % 128 == 0. `tile_rows` (weight rows per CTA: 64, 128 or
+// 256) and `stages` (ring depth) pick a compiled variant: (64, 8), (64, 6), (128, 4), (256, 3)
+// (256 rows: a whole quantization group per CTA, no cluster); 0 = the default — (256, 3) at 9-16
+// tokens, (128, 4) at 1-8 — or that tile's first depth (FP8GEMM_ERR_CONFIG when the pair is not
+// compiled). In the Qwen3-32B decode step: faster than fp8gemm_gemm + fp8gemm_swiglu_quant at 16
+// tokens (256 rows), slower at 1-8 (docs/PERF.md, sessions 6 and 14).
 int32_t fp8gemm_gemm_swiglu_quant(const uint8_t* qa, const float* sa, const uint8_t* w,
                                   const float* sw, int64_t m, int64_t inter, int64_t k,
                                   int32_t tile_rows, int32_t stages, uint8_t* q, float* sa_q,

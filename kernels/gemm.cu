@@ -327,10 +327,13 @@ extern "C" int32_t fp8gemm_gemm_unreduced(const uint8_t* qa, const float* sa, co
   return gemm_impl(qa, sa, w, sw, y, m, n, k, cfg, workspace, workspace_bytes, stream, false);
 }
 
-// Default tile of the gated (SwiGLU) schedule: 128 weight rows (64 features, 2-CTA clusters),
-// 4 stages, the fastest variant in the decode step (docs/PERF.md, session 6); see
-// swiglu_configs (gemm_swap_ab.cu) for the others.
-constexpr int32_t kSwiGluDefaultRows = 128, kSwiGluDefaultStages = 4;
+// Default tile of the gated (SwiGLU) schedule: at 9-16 tokens 256 weight rows (a whole
+// 128-feature group per CTA, no cluster), 3 stages — faster in the decode step than the GEMM +
+// fp8gemm_swiglu_quant (docs/PERF.md, session 14); at 1-8 tokens 128 rows (64 features, 2-CTA
+// clusters), 4 stages, the least slow 8-token variant (sessions 6, 14). See swiglu_configs
+// (gemm_swap_ab.cu) for the others.
+constexpr int32_t swiglu_default_rows(int32_t tokens) { return tokens == 16 ? 256 : 128; }
+constexpr int32_t swiglu_default_stages(int32_t tokens) { return tokens == 16 ? 3 : 4; }
 
 extern "C" int32_t fp8gemm_gemm_swiglu_quant(const uint8_t* qa, const float* sa, const uint8_t* w,
                                              const float* sw, int64_t m, int64_t inter, int64_t k,
@@ -345,8 +348,8 @@ extern "C" int32_t fp8gemm_gemm_swiglu_quant(const uint8_t* qa, const float* sa,
   int dev = 0;
   if (int st = device_info(&info, &dev)) return st;
   const int32_t tokens = m <= 8 ? 8 : 16;
-  const int32_t rows = tile_rows == 0 ? kSwiGluDefaultRows : tile_rows;
-  const int32_t depth = stages == 0 ? (tile_rows == 0 ? kSwiGluDefaultStages : 0) : stages;
+  const int32_t rows = tile_rows == 0 ? swiglu_default_rows(tokens) : tile_rows;
+  const int32_t depth = stages == 0 ? (tile_rows == 0 ? swiglu_default_stages(tokens) : 0) : stages;
   int count = 0;
   const ConfigEntry* list = swiglu_configs(&count);
   const ConfigEntry* e = nullptr;

@@ -34,6 +34,10 @@ const ConfigEntry* swiglu_configs(int* count) {
       {FP8GEMM_KIND_SWAP_AB, 16, 64, 6, false, &run_sm90_fp8_gemm<SwapAB<16, 6, 32>>, false},
       {FP8GEMM_KIND_SWAP_AB, 8, 128, 4, false, &run_sm90_fp8_gemm<SwapAB<8, 4, 64>>, false},
       {FP8GEMM_KIND_SWAP_AB, 16, 128, 4, false, &run_sm90_fp8_gemm<SwapAB<16, 4, 64>>, false},
+      // 256 rows (a whole 128-feature group per CTA: no cluster), 3 stages (~100 KB: two CTAs
+      // per SM, so Qwen3-32B's 200 gate/up tiles are all resident at once).
+      {FP8GEMM_KIND_SWAP_AB, 8, 256, 3, false, &run_sm90_fp8_gemm<SwapAB<8, 3, 128>>, false},
+      {FP8GEMM_KIND_SWAP_AB, 16, 256, 3, false, &run_sm90_fp8_gemm<SwapAB<16, 3, 128, false>>, false},
   };
   *count = sizeof(kConfigs) / sizeof(kConfigs[0]);
   return kConfigs;

@@ -462,8 +462,10 @@ pub(crate) fn fp8_block_matmul_unreduced(qa: &Tensor, sa: &Tensor, w: &Tensor, s
 }
 
 /// Environment variables that pick the variant of the gated (SwiGLU-epilogue) gate/up GEMM, as
-/// tuning knobs: weight rows per CTA (64 or 128) and ring depth (64 rows: 6 or 8; 128 rows: 4).
-/// Unset or 0 = the kernels' default (128 rows, 4 stages); an uncompiled pair is an error.
+/// tuning knobs: weight rows per CTA (64, 128 or 256) and ring depth (64 rows: 6 or 8; 128 rows: 4;
+/// 256 rows: 3).
+/// Unset or 0 = the kernels' default (256 rows and 3 stages at 9-16 tokens, 128 rows and 4
+/// stages at 1-8); an uncompiled pair is an error.
 /// Read once per process.
 pub const SWIGLU_TILE_ENV: &str = "CANDLE_FP8_SWIGLU_TILE";
 /// See [`SWIGLU_TILE_ENV`].
@@ -484,7 +486,7 @@ pub(crate) fn fp8_swiglu_matmul_quantize(qa: &Tensor, sa: &Tensor, w: &Tensor, s
 }
 
 /// The gate/up GEMM with the SwiGLU + quantization epilogue on our Hopper kernels, with an
-/// explicit kernel variant: `tile_rows` weight rows per CTA (64 or 128) and `stages` ring
+/// explicit kernel variant: `tile_rows` weight rows per CTA (64, 128 or 256) and `stages` ring
 /// depth, 0 = the default (an uncompiled pair is an error). For tests and tuning tools;
 /// [`Fp8BlockLinear::forward_swiglu_quantized`](crate::Fp8BlockLinear::forward_swiglu_quantized)
 /// is the API. `w` = `[gate; up]` e4m3 `[2·I, K]`, `1 <= M <= 16`, `I % 128 == 0`; returns the

@@ -19,7 +19,7 @@ mod gpu;
 use candle_core::{DType, Device, Result, Storage, Tensor};
 use candle_fp8::checkpoint::Checkpoint;
 use candle_fp8::fused::{add_rmsnorm_quantize, swiglu_quantize};
-use candle_fp8::models::qwen3::{write_random_checkpoint, LinearMode, Qwen3Config, Qwen3Model, Qwen3Options};
+use candle_fp8::models::qwen3::{write_random_checkpoint, LinearMode, Qwen3Config, Qwen3Model, Qwen3Options, SwigluEpilogue};
 use candle_fp8::ops::device_caps;
 use candle_fp8::quant::quantize_activation;
 use candle_fp8::testing::Rng;
@@ -231,8 +231,9 @@ fn gate_up_gemm_with_swiglu_epilogue_is_bit_exact() -> Result<()> {
             if m > 16 {
                 continue;
             }
-            // Every compiled kernel variant (32 features x 8 or 6 stages, 64 features x 4).
-            for (rows, stages) in [(64, 8), (64, 6), (128, 4)] {
+            // Every compiled kernel variant (32 features x 8 or 6 stages, 64 features x 4, 128
+            // features x 3: a whole quantization group per CTA, no cluster).
+            for (rows, stages) in [(64, 8), (64, 6), (128, 4), (256, 3)] {
                 poison(&dev, 2 * m * inter + 4096)?;
                 let (q, s) = fp8_swiglu_matmul_quantize_variant(&qa, &sa, &ops.w, &ops.sw, rows, stages)?;
                 let v = format!("{what} tile {rows} rows, {stages} stages");
@@ -318,8 +319,9 @@ fn compare_fused_and_composed(name: &str, mut fused: Qwen3Model, dev: &Device, e
     composed.set_fused_elementwise(false);
     assert_eq!(composed.fused_elementwise_layers()?, 0);
     let mut swiglu_epilogue = fused.clone();
-    assert!(!fused.swiglu_epilogue(), "{name}: SiLU·up as its own launch is the default");
-    swiglu_epilogue.set_swiglu_epilogue(true);
+    assert_eq!(fused.swiglu_epilogue(), SwigluEpilogue::Auto, "{name}: the default");
+    assert!(!SwigluEpilogue::Auto.applies(1), "{name}: one sequence runs SiLU·up as its own launch");
+    swiglu_epilogue.set_swiglu_epilogue(SwigluEpilogue::On);
     let (ta, la) = decode(&mut fused, dev, 8)?;
     let (tb, lb) = decode(&mut composed, dev, 8)?;
     let (tc, lc) = decode(&mut swiglu_epilogue, dev, 8)?;

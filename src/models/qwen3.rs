@@ -442,8 +442,51 @@ struct Dims {
     /// How those kernels launch ([`Qwen3Model::set_step_attention`]).
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     step: StepAttention,
-    /// The fused MLP runs SiLU·up in the gate/up GEMM's epilogue ([`Qwen3Model::set_swiglu_epilogue`]).
-    swiglu_epilogue: bool,
+    /// Where the fused MLP runs SiLU·up ([`Qwen3Model::set_swiglu_epilogue`]).
+    swiglu_epilogue: SwigluEpilogue,
+}
+
+/// Where SiLU·up and the down projection's activation quantization run on the fused
+/// elementwise path ([`Qwen3Model::set_swiglu_epilogue`]): in the gate/up GEMM's epilogue (one
+/// launch, [`Fp8BlockLinear::forward_swiglu_quantized`]) or as their own launch after it. Same
+/// activations either way when the gate/up GEMM does not split K.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SwigluEpilogue {
+    /// The epilogue for 9–16 tokens (the 16-token gated tile: 256 weight rows, a whole
+    /// 128-feature quantization group per CTA, no cluster), its own launch otherwise: what
+    /// measured faster on the H200 (decode b16 10.28 vs 10.38 ms; at 1–8 tokens the epilogue
+    /// variants are 0.14–0.5 ms slower, docs/PERF.md session 14). The default.
+    #[default]
+    Auto,
+    /// The epilogue wherever our kernels take the layer (at most 16 tokens).
+    On,
+    /// Always its own launch.
+    Off,
+}
+
+impl SwigluEpilogue {
+    /// Whether a layer of `m` tokens runs SiLU·up in the gate/up GEMM's epilogue.
+    pub fn applies(self, m: usize) -> bool {
+        match self {
+            Self::Auto => (9..=16).contains(&m),
+            Self::On => true,
+            Self::Off => false,
+        }
+    }
+}
+
+impl std::str::FromStr for SwigluEpilogue {
+    type Err = String;
+
+    /// `auto`, `on` (also `1`, `true`) or `off` (also `0`, `false`).
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Self::Auto),
+            "on" | "1" | "true" => Ok(Self::On),
+            "off" | "0" | "false" => Ok(Self::Off),
+            other => Err(format!("{other:?} is not a SwiGLU epilogue mode (expected auto, on or off)")),
+        }
+    }
 }
 
 /// How a decode step's attention launches on the fused CUDA path
@@ -601,7 +644,7 @@ impl DecoderLayer {
     /// The fused MLP: `x + o`, RMSNorm and quantization in one step, the gate/up GEMM, SiLU·up
     /// and quantization in one step, the down GEMM. Returns `(x + o, down output)`: the down
     /// output is added by the next layer's input norm (or the model's final norm).
-    fn mlp_fused(&self, x: &Tensor, o: &Unreduced, eps: f32, swiglu_epilogue: bool) -> Result<(Tensor, Option<Unreduced>)> {
+    fn mlp_fused(&self, x: &Tensor, o: &Unreduced, eps: f32, swiglu_epilogue: SwigluEpilogue) -> Result<(Tensor, Option<Unreduced>)> {
         let (Proj::Fused(AnyLinear::Fp8(gate_up), _), AnyLinear::Fp8(down)) = (&self.gate_up, &self.down) else {
             bail!("Qwen3: the fused MLP path needs FP8 gate/up (one GEMM) and down layers")
         };
@@ -610,7 +653,7 @@ impl DecoderLayer {
         // previous launch is the o GEMM: settled, loaded before the kernel waits.
         let (sum, qa, sa) = crate::fused::add_rmsnorm_quantize_unreduced_with(x, Some(o), &self.post_norm, eps, true)?;
         let x = sum.ok_or_else(|| candle_core::Error::Msg("add_rmsnorm_quantize returned no sum".into()))?;
-        let (qa, sa) = if swiglu_epilogue && dtype == DType::BF16 {
+        let (qa, sa) = if swiglu_epilogue.applies(qa.dim(0)?) && dtype == DType::BF16 {
             // One launch at decode sizes on our kernels (same bits as the two steps below).
             gate_up.forward_swiglu_quantized(&qa, &sa)?
         } else {
@@ -818,8 +861,8 @@ pub struct Qwen3Model {
     /// Fuse the elementwise work around the FP8 GEMMs with the activation quantization
     /// (see [`Qwen3Model::set_fused_elementwise`]).
     fused_elementwise: bool,
-    /// SiLU·up in the gate/up GEMM's epilogue ([`Qwen3Model::set_swiglu_epilogue`]).
-    swiglu_epilogue: bool,
+    /// Where SiLU·up runs ([`Qwen3Model::set_swiglu_epilogue`]).
+    swiglu_epilogue: SwigluEpilogue,
 }
 
 /// Where the model's tensors come from while building it.
@@ -952,7 +995,7 @@ impl Qwen3Model {
         let dtype = opts.dtype_for(device);
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
         let (hq, hkv, d) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim());
-        let dims = Dims { hq, hkv, d, eps: cfg.rms_norm_eps as f32, fused_attention: true, step: StepAttention::default(), swiglu_epilogue: false };
+        let dims = Dims { hq, hkv, d, eps: cfg.rms_norm_eps as f32, fused_attention: true, step: StepAttention::default(), swiglu_epilogue: SwigluEpilogue::default() };
         let nl = cfg.num_hidden_layers;
         let embed = match &mut src {
             Source::Checkpoint { vb, .. } => vb.get_with_hints_dtype((cfg.vocab_size, h), "model.embed_tokens.weight", Default::default(), dtype)?,
@@ -1024,7 +1067,7 @@ impl Qwen3Model {
             fused_attention: true,
             step_attention: StepAttention::default(),
             fused_elementwise: true,
-            swiglu_epilogue: false,
+            swiglu_epilogue: SwigluEpilogue::default(),
         })
     }
 
@@ -1097,21 +1140,17 @@ impl Qwen3Model {
         self.fused_elementwise = on;
     }
 
-    /// On the fused elementwise path, whether SiLU·up and the down projection's quantization run
-    /// in the gate/up GEMM's epilogue (`true`: one launch instead of two where our Hopper kernels
-    /// run the layer with at most 16 tokens, see [`Fp8BlockLinear::forward_swiglu_quantized`]) or
-    /// as their own launch after it (`false`, the default: measured faster on the H200 — the
-    /// epilogue's cluster launch and amax exchange cost more than the launch they save; numbers
-    /// in docs/PERF.md, session 6). Same activations either way when the gate/up GEMM does not
-    /// split K.
-    ///
-    /// [`Fp8BlockLinear::forward_swiglu_quantized`]: crate::Fp8BlockLinear::forward_swiglu_quantized
-    pub fn set_swiglu_epilogue(&mut self, on: bool) {
-        self.swiglu_epilogue = on;
+    /// On the fused elementwise path, where SiLU·up and the down projection's quantization run:
+    /// in the gate/up GEMM's epilogue (one launch instead of two where our Hopper kernels run the
+    /// layer with at most 16 tokens, see [`Fp8BlockLinear::forward_swiglu_quantized`]) or as
+    /// their own launch after it. [`SwigluEpilogue::Auto`] (the default) picks per token count
+    /// what measured faster on the H200.
+    pub fn set_swiglu_epilogue(&mut self, mode: SwigluEpilogue) {
+        self.swiglu_epilogue = mode;
     }
 
-    /// Whether SiLU·up runs in the gate/up GEMM's epilogue ([`Qwen3Model::set_swiglu_epilogue`]).
-    pub fn swiglu_epilogue(&self) -> bool {
+    /// Where SiLU·up runs ([`Qwen3Model::set_swiglu_epilogue`]).
+    pub fn swiglu_epilogue(&self) -> SwigluEpilogue {
         self.swiglu_epilogue
     }
 

@@ -132,8 +132,9 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   attr[1].id = cudaLaunchAttributeClusterDimension;
-  // Gated: the tiles of a 128-feature quantization group share their amax in a cluster.
-  attr[1].val.clusterDim.x = T::kGated ? 128 / (T::TM / 2) : T::kCluster;
+  // Gated: the tiles of a 128-feature quantization group share their amax in a cluster (128
+  // features per tile: one CTA, no cluster).
+  attr[1].val.clusterDim.x = T::kGated ? 128 / T::kGateRows : T::kCluster;
   attr[1].val.clusterDim.y = mode == kOutClusterSum ? a.split : 1;
   attr[1].val.clusterDim.z = 1;
   cudaLaunchConfig_t lc = {};
@@ -141,7 +142,8 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   lc.dynamicSmemBytes = smem;
   lc.stream = a.stream;
   lc.attrs = attr;
-  lc.numAttrs = (T::kCluster > 1 || T::kGated || mode == kOutClusterSum) ? 2 : 1;
+  // (No cluster attribute at size 1: it alone delays the kernel in a PDL chain.)
+  lc.numAttrs = (T::kCluster > 1 || (T::kGated && T::kGateRows < 128) || mode == kOutClusterSum) ? 2 : 1;
 
   const int64_t col_units = (p.shape.tiles_cols + T::kCluster - 1) / T::kCluster;
   const int64_t units = static_cast<int64_t>(p.shape.tiles_rows) * col_units;

@@ -139,8 +139,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   static_assert(T::TM == kRowWG * T::kWaves * 64, "TM = row warpgroups x waves x 64");
   static_assert(!T::kWgSplitK || (!T::kSwapAB && !T::kGated && !T::kTmaStore && T::kCluster == 1),
                 "K-interleaved warpgroups: plain tokens-on-M tiles");
-  static_assert(!T::kSwapAB || 128 % T::TM == 0,
-                "swap-AB: a weight tile must sit inside one 128-row block of weight scales");
+  static_assert(!T::kSwapAB || 128 % (T::kGated ? T::kGateRows : T::TM) == 0,
+                "swap-AB: a weight tile (each half of a gated one) must sit inside one 128-row "
+                "block of weight scales");
   static_assert(T::TN % 8 == 0 && T::TN <= 256, "wgmma N");
   static_assert(!T::kGated || (T::kSwapAB && T::kMathWG == 1 && T::kCluster == 1 &&
                                 T::TM == 2 * T::kGateRows),
@@ -153,7 +154,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // Cluster barriers the epilogue runs (every thread of the CTA must take part in each).
   constexpr bool kPushSum = kMode == kOutClusterSum && cluster_sum_push<T>();
   constexpr int kEpilogueClusterSyncs =
-      kPushSum ? 1 : (kMode == kOutClusterSum || kMode == kOutSwiGluQuant) ? 2 : 0;
+      kPushSum ? 1 : (kMode == kOutClusterSum || (kMode == kOutSwiGluQuant && T::kGateRows < 128)) ? 2 : 0;
 
   FP8GEMM_PROBE_AT(0);
   extern __shared__ uint8_t smem_raw[];
@@ -377,7 +378,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
             // Gated: rows of the gate half (wave 0, or warps 0-1 of one wave) take the gate
             // rows' block scale, the up half the up rows'.
             float sc = swv[0];
-            if constexpr (T::kGated) sc = (T::kWaves == 2 ? w == 1 : warp >= 2) ? swv[1] : swv[0];
+            if constexpr (T::kGated) sc = (T::kWaves >= 2 ? w >= T::kWaves / 2 : warp >= 2) ? swv[1] : swv[0];
             col_s[w][j][0] = sa_s[8 * j + c_in] * sc;
             col_s[w][j][1] = sa_s[8 * j + c_in + 1] * sc;
           }
@@ -565,8 +566,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       }
       ptx::cluster_sync();  // rank 0 done reading the peers
     } else if constexpr (kMode == kOutSwiGluQuant) {
-      swiglu_quant_epilogue<T::TN, T::kGateRows>(acc[0], acc[T::kWaves - 1], tile.row0 / 2, p.m, p.n / 2,
-                                   reinterpret_cast<float*>(ring.a(0)), p.q_out, p.sa_out);
+      swiglu_quant_epilogue<T::TN, T::kGateRows>(&acc[0][0], tile.row0 / 2, p.m, p.n / 2,
+                                                 reinterpret_cast<float*>(ring.a(0)), p.q_out, p.sa_out);
     } else if constexpr (kStoreTma) {
       // Each warpgroup stages its rows and one of its threads stores them; the bulk stores run
       // while the warpgroup goes on with its next tile (rows past m / columns past n: clipped).

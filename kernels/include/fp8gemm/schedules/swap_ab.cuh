@@ -5,6 +5,8 @@
 //
 // Gated (kGateRows > 0: the MLP's gate/up GEMM with the SwiGLU epilogue, kOutSwiGluQuant): a
 // tile holds kGateRows gate rows and the up rows of the same features, no split-K.
+//   kGateRows = 128: four waves (0-1 gate, 2-3 up): a whole quantization group per CTA, no
+//                    cluster; 256 weight rows, 33 KB per stage at 8 tokens.
 //   kGateRows = 64: two waves (wave 0 gate, wave 1 up): one thread holds gate and up of an
 //                   element; a 128-feature quantization group spans 2 CTAs.
 //   kGateRows = 32: one wave (warps 0-1 gate, warps 2-3 up, exchanged through shared memory):
@@ -18,8 +20,9 @@ namespace fp8gemm {
 // each read the 64-row weight tile from shared memory.
 template <int TOKENS, int kStages_, int kGateRows_ = 0, bool kHalves_ = true>
 struct SwapAB {
-  static_assert(kGateRows_ == 0 || kGateRows_ == 32 || kGateRows_ == 64, "gate rows per tile");
-  static constexpr int kMathWG = 1, kWaves = kGateRows_ == 64 ? 2 : 1, TM = 64 * kWaves,
+  static_assert(kGateRows_ == 0 || kGateRows_ == 32 || kGateRows_ == 64 || kGateRows_ == 128,
+                "gate rows per tile");
+  static constexpr int kMathWG = 1, kWaves = kGateRows_ >= 64 ? kGateRows_ / 32 : 1, TM = 64 * kWaves,
                        TN = TOKENS, kStages = kStages_;
   static constexpr int kGateRows = kGateRows_;
   static constexpr bool kSplitN = kHalves_;  // keep two units in flight (N halves, or the two waves)
