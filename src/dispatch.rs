@@ -291,10 +291,12 @@ pub fn parse_split_overrides(value: &str) -> Result<Vec<((usize, usize), i32)>> 
     Ok(out)
 }
 
+/// [`SPLIT_ENV`] parsed once: the entries, or the error message.
+type SplitOverrides = std::result::Result<Vec<((usize, usize), i32)>, String>;
+
 /// The split [`SPLIT_ENV`] forces for an `m × n × k` GEMM, if any.
 pub fn split_override(m: usize, n: usize, k: usize) -> Result<Option<i32>> {
-    static PARSED: std::sync::OnceLock<std::result::Result<Vec<((usize, usize), i32)>, String>> =
-        std::sync::OnceLock::new();
+    static PARSED: std::sync::OnceLock<SplitOverrides> = std::sync::OnceLock::new();
     let parsed = PARSED.get_or_init(|| match std::env::var(SPLIT_ENV) {
         Ok(v) => parse_split_overrides(&v).map_err(|e| e.to_string()),
         Err(_) => Ok(Vec::new()),

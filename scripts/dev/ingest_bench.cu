@@ -147,25 +147,10 @@ __global__ void __launch_bounds__(256, 1)
   if constexpr (kMc) ptx::cluster_sync();  // no CTA leaves while its peer may still write to it
 }
 
-#include "cuda_check.cuh"
+#include "tmap_u8.cuh"
 
 static CUtensorMap make_map(const void* base, uint64_t rows, uint32_t box_rows) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult q;
-  CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
-  auto enc = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  CUtensorMap map{};
-  const cuuint64_t dims[2] = {kRowBytes, rows};
-  const cuuint64_t strides[1] = {kRowBytes};
-  const cuuint32_t box[2] = {kRowBytes, box_rows};
-  const cuuint32_t estr[2] = {1, 1};
-  if (enc(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, estr,
-          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
-    std::fprintf(stderr, "cuTensorMapEncodeTiled failed (rows %llu, box %u)\n", (unsigned long long)rows, box_rows);
-    std::exit(1);
-  }
-  return map;
+  return make_u8_map(base, kRowBytes, rows, kRowBytes, box_rows);
 }
 
 template <int kMode, int kWait = kTryWait, int kBoxes = 1>

@@ -24,7 +24,7 @@
 
 #include "fp8gemm/ptx/mbarrier.cuh"
 #include "fp8gemm/ptx/tma.cuh"
-#include "cuda_check.cuh"
+#include "tmap_u8.cuh"
 
 namespace ptx = fp8gemm::ptx;
 
@@ -86,23 +86,7 @@ __global__ void __launch_bounds__(256) stream_kernel(const __grid_constant__ CUt
 }
 
 static CUtensorMap make_map(const void* base, uint64_t inner, uint64_t outer) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult q;
-  CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
-  auto enc = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  CUtensorMap map{};
-  const cuuint64_t dims[2] = {inner, outer};
-  const cuuint64_t strides[1] = {inner};
-  const cuuint32_t box[2] = {kRowBytes, kRows};
-  const cuuint32_t estr[2] = {1, 1};
-  if (enc(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, estr,
-          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
-    std::fprintf(stderr, "cuTensorMapEncodeTiled failed (%llu x %llu)\n", (unsigned long long)inner,
-                 (unsigned long long)outer);
-    std::exit(1);
-  }
-  return map;
+  return make_u8_map(base, inner, outer, kRowBytes, kRows);
 }
 
 template <bool kBlocked>
