@@ -14,7 +14,7 @@
 //! - [`checkpoint`]: `config.json` `quantization_config`, (sharded) safetensors, hub.
 //! - [`models::qwen3`]: Qwen3 built on `Fp8BlockLinear`.
 //!
-//! The numeric contract lives in [`format`]; the CPU reference in [`reference`] is the
+//! The numeric contract lives in [`format`](mod@format); the CPU reference in [`reference`](mod@reference) is the
 //! single source of truth for every test.
 
 pub mod checkpoint;
