@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
     { void* a[] = {&src, &y, &g, &nc, &bs, &eps}; launch(K_rms, dim3(m), dim3(bs), a); }
     CK(cudaGetLastError());
     if (fp8gemm_quantize_act(y, FP8GEMM_BF16, q1, s1, m, k, 0)) { printf("quant failed\n"); return 2; }
-    int st = fp8gemm_add_rmsnorm_quant(x, res ? r : nullptr, g, eps, res ? hs : nullptr, q2, s2, m, k, nullptr, 0);
+    int st = fp8gemm_add_rmsnorm_quant(x, res ? r : nullptr, g, eps, res ? hs : nullptr, q2, s2, m, k, nullptr, 0, 0);
     if (st) { printf("FAIL add_rmsnorm status %d m=%lld k=%lld\n", st, (long long)m, (long long)k); ++fails; continue; }
     CK(cudaDeviceSynchronize());
     cmp(res ? "add_rmsnorm q (res)" : "rmsnorm q", host_bytes(q1, m * k), host_bytes(q2, m * k), m, k);

@@ -131,16 +131,20 @@ pub const NORM_X_EARLY_ENV: &str = "CANDLE_FP8_NORM_X_EARLY";
 /// `FP8GEMM_NORM_X_SETTLED` (kernels/fused_quant.h).
 const NORM_X_SETTLED: u32 = 1;
 
+/// An on-by-default switch: off when `var` is `0`, read once into `cell`.
+fn switch_on(cell: &'static std::sync::OnceLock<bool>, var: &str) -> bool {
+    *cell.get_or_init(|| std::env::var(var).map_or(true, |v| v.trim() != "0"))
+}
+
 fn x_early_allowed() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var(NORM_X_EARLY_ENV).map_or(true, |v| v.trim() != "0"))
+    switch_on(&ON, NORM_X_EARLY_ENV)
 }
 
 /// Whether `m` rows of `k` columns take the split norm (see [`NORM_SPLIT_ENV`]).
 fn norm_split(m: usize, k: usize) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let on = *ON.get_or_init(|| std::env::var(NORM_SPLIT_ENV).map_or(true, |v| v.trim() != "0"));
-    on && m <= NORM_SPLIT_MAX_ROWS && (1024..=65536).contains(&k)
+    switch_on(&ON, NORM_SPLIT_ENV) && m <= NORM_SPLIT_MAX_ROWS && (1024..=65536).contains(&k)
 }
 
 /// Freshly allocated `(q, sa)` buffers for an `[m, k]` activation.

@@ -454,8 +454,8 @@ struct Dims {
 pub enum SwigluEpilogue {
     /// The epilogue for 9–16 tokens (the 16-token gated tile: 256 weight rows, a whole
     /// 128-feature quantization group per CTA, no cluster), its own launch otherwise: what
-    /// measured faster on the H200 (decode b16 10.28 vs 10.38 ms; at 1–8 tokens the epilogue
-    /// variants are 0.14–0.5 ms slower, docs/PERF.md session 14). The default.
+    /// measured faster on the H200 (decode b16 10.29 vs 10.33 ms; at 1–8 tokens the compiled
+    /// epilogue variants are 0.25–0.53 ms slower at batch 1, docs/PERF.md session 14). The default.
     #[default]
     Auto,
     /// The epilogue wherever our kernels take the layer (at most 16 tokens).

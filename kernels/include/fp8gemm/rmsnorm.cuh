@@ -81,9 +81,9 @@ __device__ __forceinline__ uint4 add_bf16x8(uint4 x, const uint4& b) {
 }
 
 // Eight values of h = x (+ residual) at element i (a multiple of 8) of an [m, ncols] bf16 matrix
-// of `count` elements: the residual is bf16 `residual`, the f32 split-K partials `rpart`
-// ([splits][count]), or absent (both null); with one, the sum is also stored to x_sum.
-// add_h8 takes x's eight values already loaded (`a`).
+// of `count` elements, given x's eight values `a` (the norms load them before or after their
+// PDL wait): the residual is bf16 `residual`, the f32 split-K partials `rpart` ([splits][count]),
+// or absent (both null); with one, the sum is also stored to x_sum.
 __device__ __forceinline__ uint4 add_h8(uint4 a, const __nv_bfloat16* __restrict__ residual,
                                         const float* __restrict__ rpart, int splits, int64_t count,
                                         int64_t i, __nv_bfloat16* __restrict__ x_sum) {
@@ -94,12 +94,6 @@ __device__ __forceinline__ uint4 add_h8(uint4 a, const __nv_bfloat16* __restrict
     *reinterpret_cast<uint4*>(x_sum + i) = a;
   }
   return a;
-}
-__device__ __forceinline__ uint4 load_h8(const __nv_bfloat16* __restrict__ x,
-                                         const __nv_bfloat16* __restrict__ residual,
-                                         const float* __restrict__ rpart, int splits, int64_t count,
-                                         int64_t i, __nv_bfloat16* __restrict__ x_sum) {
-  return add_h8(*reinterpret_cast<const uint4*>(x + i), residual, rpart, splits, count, i, x_sum);
 }
 
 // candle's warp reduction in rmsnorm: a butterfly over the 32 lanes, masks 16, 8, 4, 2, 1.
