@@ -18,7 +18,8 @@ DEST="$ROOT/.candle-cuda/candle-core"
 STAMP="$ROOT/.candle-cuda/.prepared-$VERSION"
 
 CARGO_HOME_DIR="${CARGO_HOME:-$HOME/.cargo}"
-find_src() { ls -d "$CARGO_HOME_DIR"/registry/src/*/candle-core-$VERSION 2>/dev/null | head -n 1; }
+# (`|| true`: on a fresh machine the registry does not exist yet and pipefail would end the script.)
+find_src() { ls -d "$CARGO_HOME_DIR"/registry/src/*/candle-core-$VERSION 2>/dev/null | head -n 1 || true; }
 SRC="$(find_src)"
 if [[ -z "$SRC" ]]; then
   # Not unpacked yet: let cargo download the locked dependencies.
