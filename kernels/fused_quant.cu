@@ -62,25 +62,9 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t base = row * ncols;
   const int nvec = ncols / 8;
 
-  // gamma is a model constant (fused_quant.h): stage it before waiting for the previous kernel,
-  // so that only x and the residual are loaded on the critical path.
-  for (int v = tid; v < nvec; v += kThreads)
-    reinterpret_cast<uint4*>(g_s)[v] = reinterpret_cast<const uint4*>(gamma)[v];
-  // A settled x (fused_quant.h) too: in a decode step it is the residual stream written three
-  // kernels back, long evicted from L2 by the weights, and its HBM round trip would otherwise
-  // queue behind the next GEMM's ring fill.
-  if (x_settled)
-    for (int v = tid; v < nvec; v += kThreads)
-      reinterpret_cast<uint4*>(h_s)[v] = *reinterpret_cast<const uint4*>(x + base + 8 * v);
-  // Wait for our inputs (and for the previous grid to stop reading anything we overwrite).
-  griddep_wait();
-
-  // 1. h, 8 values per step (each thread re-reads only the vectors it staged itself).
-  for (int v = tid; v < nvec; v += kThreads) {
-    const int64_t i = base + 8 * v;
-    const uint4 a = x_settled ? reinterpret_cast<const uint4*>(h_s)[v] : *reinterpret_cast<const uint4*>(x + i);
-    reinterpret_cast<uint4*>(h_s)[v] = add_h8(a, residual, rpart, splits, m * ncols, i, x_sum);
-  }
+  // 1. h, 8 values per step; gamma and a settled x (fused_quant.h) before the PDL wait.
+  stage_norm_row<kThreads>([](int v) { return 8 * v; }, nvec, base, x, gamma, residual, rpart, splits,
+                           m * ncols, x_settled != 0, x_sum, h_s, g_s);
   __syncthreads();
 
   // 2. candle's rmsnorm, expression by expression (reduce.cu).
@@ -155,19 +139,9 @@ __global__ void __launch_bounds__(kSplitThreads)
   auto col_of = [&](int v) { return (c + kSplitCtas * (v / 16)) * 128 + (v % 16) * 8; };
   const int nvec = nch * 16;
 
-  for (int v = tid; v < nvec; v += kSplitThreads)  // a model constant: before the wait
-    reinterpret_cast<uint4*>(g_s)[v] = reinterpret_cast<const uint4*>(gamma)[col_of(v) / 8];
-  if (x_settled)  // as in add_rmsnorm_quant_kernel
-    for (int v = tid; v < nvec; v += kSplitThreads)
-      reinterpret_cast<uint4*>(h_s)[v] = *reinterpret_cast<const uint4*>(x + base + col_of(v));
-  griddep_wait();
-
-  // 1. h = x (+ residual) for this CTA's chunks.
-  for (int v = tid; v < nvec; v += kSplitThreads) {
-    const int64_t i = base + col_of(v);
-    const uint4 a = x_settled ? reinterpret_cast<const uint4*>(h_s)[v] : *reinterpret_cast<const uint4*>(x + i);
-    reinterpret_cast<uint4*>(h_s)[v] = add_h8(a, residual, rpart, splits, m * ncols, i, x_sum);
-  }
+  // 1. h = x (+ residual) for this CTA's chunks, staged as in add_rmsnorm_quant_kernel.
+  stage_norm_row<kSplitThreads>(col_of, nvec, base, x, gamma, residual, rpart, splits, m * ncols,
+                                x_settled != 0, x_sum, h_s, g_s);
   __syncthreads();
 
   // 2. Virtual thread 128c + tid sums columns 128c + tid + 1024 i (candle's loop), i.e. entry

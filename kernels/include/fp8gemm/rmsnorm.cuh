@@ -96,6 +96,35 @@ __device__ __forceinline__ uint4 add_h8(uint4 a, const __nv_bfloat16* __restrict
   return a;
 }
 
+// One CTA's share of a norm row into shared memory around the PDL wait: vector v (8 values)
+// of the CTA is element `col_of(v)` of the row at `base`. gamma (a model constant) and a
+// settled x (the residual stream written several launches back: its HBM round trip would
+// otherwise queue behind the next GEMM's ring fill) are staged before griddepcontrol.wait;
+// the fresh residual or split-K partials are added after it (add_h8), into h_s.
+template <int kThreads, class ColOf>
+__device__ __forceinline__ void stage_norm_row(ColOf col_of, int nvec, int64_t base,
+                                               const __nv_bfloat16* __restrict__ x,
+                                               const __nv_bfloat16* __restrict__ gamma,
+                                               const __nv_bfloat16* __restrict__ residual,
+                                               const float* __restrict__ rpart, int splits,
+                                               int64_t count, bool x_settled,
+                                               __nv_bfloat16* __restrict__ x_sum,
+                                               __nv_bfloat16* h_s, __nv_bfloat16* g_s) {
+  const int tid = threadIdx.x;
+  for (int v = tid; v < nvec; v += kThreads)
+    reinterpret_cast<uint4*>(g_s)[v] = reinterpret_cast<const uint4*>(gamma)[col_of(v) / 8];
+  if (x_settled)
+    for (int v = tid; v < nvec; v += kThreads)
+      reinterpret_cast<uint4*>(h_s)[v] = *reinterpret_cast<const uint4*>(x + base + col_of(v));
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // our inputs; the previous grid done reading
+  // Each thread re-reads only the vectors it staged itself.
+  for (int v = tid; v < nvec; v += kThreads) {
+    const int64_t i = base + col_of(v);
+    const uint4 a = x_settled ? reinterpret_cast<const uint4*>(h_s)[v] : *reinterpret_cast<const uint4*>(x + i);
+    reinterpret_cast<uint4*>(h_s)[v] = add_h8(a, residual, rpart, splits, count, i, x_sum);
+  }
+}
+
 // candle's warp reduction in rmsnorm: a butterfly over the 32 lanes, masks 16, 8, 4, 2, 1.
 __device__ __forceinline__ float warp_sum_xor(float v) {
 #pragma unroll
