@@ -2,6 +2,7 @@
 // sizes the grid and shared memory, raises the smem limit once per kernel and device, and
 // launches on the caller's stream. Never synchronizes.
 #pragma once
+#include <cstdlib>
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -59,6 +60,19 @@ struct ConfigEntry {
   bool cluster_split;  // split-K may reduce inside a cluster (non-persistent, no multicast)
 };
 
+// Swap-AB (decode-size) weight loads carry an L2 evict-first policy: the weights stream once
+// per step (~490 MB per Qwen3-32B layer), and without the hint they evict what the small
+// kernels between the GEMMs read next (residual stream, KV cache, activations). Measured
+// in the decode step: docs/PERF.md, session 15. CANDLE_FP8_WEIGHT_EVICT_FIRST=0 turns it off
+// (read once per process).
+inline int weight_evict_first() {
+  static const int v = [] {
+    const char* e = std::getenv("CANDLE_FP8_WEIGHT_EVICT_FIRST");
+    return e != nullptr && e[0] == '0' && e[1] == '\0' ? 0 : 1;
+  }();
+  return v;
+}
+
 template <class T>
 int run_sm90_fp8_gemm(const GemmArgs& a) {
   using Ring = RingOf<T>;
@@ -89,6 +103,7 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   p.nb_total = (a.n + 127) / 128;
   p.q_out = a.q_out;
   p.sa_out = a.sa_out;
+  p.w_evict_first = T::kSwapAB ? weight_evict_first() : 0;
   const int rows = T::kSwapAB ? a.n : a.m, cols = T::kSwapAB ? a.m : a.n;
   p.shape.tiles_rows = (rows + T::TM - 1) / T::TM;
   p.shape.tiles_cols = (cols + T::TN - 1) / T::TN;

@@ -66,6 +66,9 @@ struct GemmParams {
   // sa [n/256][m_pad] f32), see the mode's comment.
   uint8_t* q_out;
   float* sa_out;
+  // Swap-AB: stream the weights with an L2 evict-first policy (launch.cuh, weight_evict_first),
+  // so that they do not push the activations, residual stream and KV cache out of L2.
+  int w_evict_first;
 };
 
 // Traits every schedule provides:
@@ -194,15 +197,20 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     if (tid_wg == 0) {
       RingState<T::kStages> st;
       bool waited = false;
+      const uint64_t w_policy = ptx::policy_evict_first();
       while (sched.next(tile)) {
+        // A box of the weights under swap-AB (evict-first when asked), of A otherwise.
+        auto load_a_box = [&](uint8_t* dst, uint64_t* full, int c0, int c1) {
+          if (T::kSwapAB && p.w_evict_first) ptx::tma_load_2d_hint(dst, &tmap_a, full, c0, c1, w_policy);
+          else ptx::tma_load_2d(dst, &tmap_a, full, c0, c1);
+        };
         auto load_a = [&](int stage, int kb) {
           uint64_t* full = ring.full(stage);
           if constexpr (T::kGated) {
             // kGateRows gate rows (features f0 ..) and the up rows of the same features.
             const int f0 = tile.row0 / 2;
-            ptx::tma_load_2d(ring.a(stage), &tmap_a, full, kb * kBlockK, f0);
-            ptx::tma_load_2d(ring.a(stage) + T::kGateRows * kBlockK, &tmap_a, full, kb * kBlockK,
-                             p.n / 2 + f0);
+            load_a_box(ring.a(stage), full, kb * kBlockK, f0);
+            load_a_box(ring.a(stage) + T::kGateRows * kBlockK, full, kb * kBlockK, p.n / 2 + f0);
           } else if constexpr (T::kCluster > 1) {
             // Row operand shared by the cluster: each CTA loads its slice for everyone.
             constexpr int kSlice = T::TM / T::kCluster;
@@ -210,7 +218,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                                        kb * kBlockK, tile.row0 + cta_rank * kSlice,
                                        static_cast<uint16_t>((1u << T::kCluster) - 1));
           } else {
-            ptx::tma_load_2d(ring.a(stage), &tmap_a, full, kb * kBlockK, tile.row0);
+            load_a_box(ring.a(stage), full, kb * kBlockK, tile.row0);
           }
         };
         auto load_b = [&](int stage, int kb) {
@@ -299,6 +307,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   static_assert(!kSwPrefetch || T::kPersistent, "scale prefetch: persistent schedules only");
   int sw_parity = 0;
   bool first_tile = true;
+  bool math_waited = false;
 
   while (sched.next(tile)) {
     const int nkb = tile.kb1 - tile.kb0;
@@ -463,11 +472,14 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     }
 
     FP8GEMM_PROBE_AT(3);
-    // The next kernel (split-K reduce, next layer) may start its prologue once all CTAs are here.
-    ptx::griddep_launch_dependents();
-    // Before writing y / partials / the workspace, which the previous kernel may still read.
-    // (The producer's wait has long returned by now: this one only makes it formal.)
-    ptx::griddep_wait();
+    if (!math_waited) {  // once per CTA (a persistent CTA's later tiles need neither)
+      // The next kernel (split-K reduce, next layer) may start its prologue once all CTAs are here.
+      ptx::griddep_launch_dependents();
+      // Before writing y / partials / the workspace, which the previous kernel may still read.
+      // (The producer's wait has long returned by now: this one only makes it formal.)
+      ptx::griddep_wait();
+      math_waited = true;
+    }
     FP8GEMM_PROBE_AT(1);
     // K-interleaved warpgroups: add the others' accumulators to warpgroup 0's, in warpgroup
     // order (deterministic), through the idle ring; then warpgroup 0 alone runs the epilogue.
