@@ -125,10 +125,7 @@ fp8gemm_config auto_config(int64_t m, int64_t n, int64_t k, int sms) {
   }
   if (m <= 256 && m64 * t128 <= sms)
     return make(FP8GEMM_KIND_SMALL_M, 64, 128, 6, split_for(m64 * t128, kb, sms, 16));
-  if (m <= 256)
-    return make(FP8GEMM_KIND_WARP_SPEC, 128, 128, 6,
-                split_for(((m + 127) / 128) * t128, kb, sms, 16));
-  // Persistent: 256 x 128 tiles run ~8 % faster per unit of work than 128 x 128 (fewer
+  // Persistent (also at M = 129-256 when 64 x 128 tiles take more than one wave): 256 x 128 tiles run ~8 % faster per unit of work than 128 x 128 (fewer
   // L2 bytes per MMA), but come in half as many tiles: compare rounds of tiles over the SMs.
   const int64_t rounds_big = (((m + 255) / 256) * t128 + sms - 1) / sms;
   const int64_t rounds_small = (((m + 127) / 128) * t128 + sms - 1) / sms;

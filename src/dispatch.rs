@@ -324,8 +324,7 @@ pub fn split_override(m: usize, n: usize, k: usize) -> Result<Option<i32>> {
 /// | 17–32 with ⌈N/64⌉ ≥ 1.5·S | swap-AB | 32 × 64 | 8 | none |
 /// | other 17–128 | small-M | 64 × 128 | 6 | one wave, ≥ 4 K blocks per split |
 /// | 129–256 while ⌈M/64⌉·t128 ≤ S | small-M | 64 × 128 | 6 | one wave, ≥ 16 K blocks per split |
-/// | other 129–256 | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split |
-/// | > 256 | persistent, TMA-store epilogue | 256 × 128 (2 waves of 128) if `200·R₂₅₆ < 108·R₁₂₈`, else 128 × 128 | 3 / 5 | none |
+/// | > 256, and other 129–256 | persistent, TMA-store epilogue | 256 × 128 (2 waves of 128) if `200·R₂₅₆ < 108·R₁₂₈`, else 128 × 128 | 3 / 5 | none |
 ///
 /// `R` = rounds of tiles over the SMs (⌈tiles / S⌉): a 256 × 128 tile does twice the work of a
 /// 128 × 128 one ~8 % more efficiently (session 7 sweep: 4096³ 132 vs 142 µs), so it wins
@@ -393,10 +392,13 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
     } else if m <= 256 && m64 * t128 <= sms {
         // One wave of 64 x 128 tiles beats 128 x 128 (160×4096²: 13.1 vs 16.3 µs).
         cfg(ScheduleKind::SmallM, 64, 128, 6, split_for(m64 * t128, kb, sms, 16))
-    } else if m <= 256 {
-        let tiles = m.div_ceil(128) * t128;
-        cfg(ScheduleKind::WarpSpecialized, 128, 128, 6, split_for(tiles, kb, sms, 16))
     } else {
+        // M > 256, and M = 129-256 when 64 x 128 tiles need more than one wave: persistent.
+        // At 129-256 it replaced the warp-specialized 128 x 128 tiles (session 15 sweep, hot /
+        // cold µs): 256×10240×5120 34.8 / 35.1 vs 39.7 / 38.6, 192×51200×5120 148.6 / 149.5
+        // vs 160.9 / 160.4, 256×51200×5120 152.6 / 148.3 vs 171.6 / 171.9, 256×5120×8192
+        // 28.0 / 28.2 vs 29.4 / 29.6, 256×5120×25600 84.9 / 84.8 vs 84.6 / 90.4
+        // (docs/perf/2026-12-01-s15/call2-evict-first/sweep-midm.txt).
         let rounds_big = (m.div_ceil(256) * t128).div_ceil(sms);
         let rounds_small = (m.div_ceil(128) * t128).div_ceil(sms);
         if rounds_big * 200 < rounds_small * 108 {
@@ -504,8 +506,13 @@ mod tests {
         assert_eq!(kind(64, 5120, 8192), ScheduleKind::SmallM);
         assert_eq!((kind(128, 51200, 5120), tile(128, 51200, 5120)), (ScheduleKind::WarpSpecialized, (128, 128)));
         assert_eq!(c(128, 51200, 5120).split_k, 1);
-        // 129-256 leave small-M once its tiles exceed one wave.
-        assert_eq!(kind(200, 10240, 5120), ScheduleKind::WarpSpecialized);
+        // 129-256 leave small-M once its tiles exceed one wave, for the persistent tiles
+        // (rounds rule as at M > 256).
+        assert_eq!(kind(192, 4096, 4096), ScheduleKind::SmallM);
+        assert_eq!((kind(200, 10240, 5120), tile(200, 10240, 5120)), (ScheduleKind::Persistent, (256, 128)));
+        assert_eq!((kind(256, 51200, 5120), tile(256, 51200, 5120)), (ScheduleKind::Persistent, (128, 128)));
+        assert_eq!((kind(256, 5120, 8192), tile(256, 5120, 8192)), (ScheduleKind::Persistent, (128, 128)));
+        assert_eq!(kind(192, 5120, 25600), ScheduleKind::SmallM);
         // Splits measured best on H200 (sweep of 2026-11-30, docs/KERNELS.md).
         assert_eq!(c(1, 4096, 4096).split_k, 2);
         assert_eq!(c(16, 4096, 4096).split_k, 2);
