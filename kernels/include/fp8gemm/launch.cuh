@@ -60,15 +60,17 @@ struct ConfigEntry {
   bool cluster_split;  // split-K may reduce inside a cluster (non-persistent, no multicast)
 };
 
-// Swap-AB (decode-size) weight loads carry an L2 evict-first policy: the weights stream once
-// per step (~490 MB per Qwen3-32B layer), and without the hint they evict what the small
-// kernels between the GEMMs read next (residual stream, KV cache, activations). Measured
-// in the decode step: docs/PERF.md, session 15. CANDLE_FP8_WEIGHT_EVICT_FIRST=0 turns it off
-// (read once per process).
-inline int weight_evict_first() {
-  static const int v = [] {
+// Swap-AB (decode-size) weight loads carry an L2 evict-first policy: in a decode step the
+// weights stream once (~490 MB per Qwen3-32B layer) and would otherwise evict what the small
+// kernels between the GEMMs read next (residual stream, KV cache, activations). Not the gated
+// gate/up tile (the SwiGLU epilogue at 9-16 tokens), which measured slower with it.
+// Session 15 (docs/PERF.md), four interleaved rounds on one H200: b1 -0.087 ms, b8 -0.069,
+// b16 -0.124; with the gated tile too b16 +0.064; for weight matrices >= L2 only, b1 -0.01.
+// CANDLE_FP8_WEIGHT_EVICT_FIRST=0 turns it off (read once per process).
+inline bool weight_evict_first() {
+  static const bool v = [] {
     const char* e = std::getenv("CANDLE_FP8_WEIGHT_EVICT_FIRST");
-    return e != nullptr && e[0] == '0' && e[1] == '\0' ? 0 : 1;
+    return !(e != nullptr && e[0] == '0' && e[1] == '\0');
   }();
   return v;
 }
@@ -103,7 +105,7 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   p.nb_total = (a.n + 127) / 128;
   p.q_out = a.q_out;
   p.sa_out = a.sa_out;
-  p.w_evict_first = T::kSwapAB ? weight_evict_first() : 0;
+  p.w_evict_first = T::kSwapAB && !T::kGated && weight_evict_first();
   const int rows = T::kSwapAB ? a.n : a.m, cols = T::kSwapAB ? a.m : a.n;
   p.shape.tiles_rows = (rows + T::TM - 1) / T::TM;
   p.shape.tiles_cols = (cols + T::TN - 1) / T::TN;

@@ -66,8 +66,9 @@ struct GemmParams {
   // sa [n/256][m_pad] f32), see the mode's comment.
   uint8_t* q_out;
   float* sa_out;
-  // Swap-AB: stream the weights with an L2 evict-first policy (launch.cuh, weight_evict_first),
-  // so that they do not push the activations, residual stream and KV cache out of L2.
+  // Swap-AB (not gated): stream the weights with an L2 evict-first policy (launch.cuh,
+  // weight_evict_first), so that they do not push the activations, residual stream and KV
+  // cache out of L2.
   int w_evict_first;
 };
 
@@ -199,7 +200,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       bool waited = false;
       const uint64_t w_policy = ptx::policy_evict_first();
       while (sched.next(tile)) {
-        // A box of the weights under swap-AB (evict-first when asked), of A otherwise.
+        // A box of A: the weights under swap-AB (evict-first when the launcher asks).
         auto load_a_box = [&](uint8_t* dst, uint64_t* full, int c0, int c1) {
           if (T::kSwapAB && p.w_evict_first) ptx::tma_load_2d_hint(dst, &tmap_a, full, c0, c1, w_policy);
           else ptx::tma_load_2d(dst, &tmap_a, full, c0, c1);
