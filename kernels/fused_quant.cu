@@ -27,10 +27,8 @@ bool raise_smem_limit_once(const void* func, std::atomic<uint64_t>& done_mask, i
 
 namespace fused {
 
-__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void griddep_launch_dependents() {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
+using ptx::griddep_launch_dependents;
+using ptx::griddep_wait;
 
 // One CTA per row, kThreads = candle's rmsnorm block size for this k (32 when k < 1024, else
 // 1024), so that every thread's partial sum of squares covers the same columns in the same

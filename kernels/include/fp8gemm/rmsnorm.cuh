@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "act_quant.cuh"
+#include "ptx/tma.cuh"
 
 namespace fp8gemm {
 
@@ -116,7 +117,7 @@ __device__ __forceinline__ void stage_norm_row(ColOf col_of, int nvec, int64_t b
   if (x_settled)
     for (int v = tid; v < nvec; v += kThreads)
       reinterpret_cast<uint4*>(h_s)[v] = *reinterpret_cast<const uint4*>(x + base + col_of(v));
-  asm volatile("griddepcontrol.wait;" ::: "memory");  // our inputs; the previous grid done reading
+  ptx::griddep_wait();  // our inputs; the previous grid done reading
   // Each thread re-reads only the vectors it staged itself.
   for (int v = tid; v < nvec; v += kThreads) {
     const int64_t i = base + col_of(v);

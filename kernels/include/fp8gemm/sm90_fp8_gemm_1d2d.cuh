@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     if (tid_wg == 0) {
       RingState<T::kStages> st;
       bool waited = false;
-      const uint64_t w_policy = ptx::policy_evict_first();
+      const uint64_t w_policy = T::kSwapAB ? ptx::policy_evict_first() : 0;  // swap-AB weights only
       while (sched.next(tile)) {
         // A box of A: the weights under swap-AB (evict-first when the launcher asks).
         auto load_a_box = [&](uint8_t* dst, uint64_t* full, int c0, int c1) {
