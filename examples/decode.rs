@@ -103,6 +103,11 @@ struct Args {
     /// `ncu --profile-from-start off` times exactly that step's kernels (docs/DECODE.md).
     #[arg(long)]
     profile_step: Option<usize>,
+    /// CUDA, development: after the run, write the per-CTA kernel timeline of a build compiled
+    /// with `CANDLE_FP8_NVCC_FLAGS=-DFP8GEMM_TRACE` to this file (the last steps; read it with
+    /// `python3 scripts/dev/trace_timeline.py FILE`). An error in any other build.
+    #[arg(long)]
+    trace_out: Option<PathBuf>,
 }
 
 /// Starts (`true`) or stops the CUDA profiler's collection window (`--profile-step`).
@@ -119,6 +124,22 @@ fn profiler(device: &Device, start: bool) {
     }
     #[cfg(not(feature = "cuda"))]
     let _ = (device, start);
+}
+
+/// `--trace-out`: the kernels' timeline trace (a `-DFP8GEMM_TRACE` build only).
+fn write_trace(device: &Device, path: &std::path::Path) -> Result<()> {
+    #[cfg(feature = "cuda")]
+    if device.is_cuda() {
+        return match candle_fp8::cuda::trace_dump(path)? {
+            Some(n) => {
+                eprintln!("--trace-out: {n} records written to {}", path.display());
+                Ok(())
+            }
+            None => bail!("--trace-out: this build has no trace (rebuild with CANDLE_FP8_NVCC_FLAGS=-DFP8GEMM_TRACE)"),
+        };
+    }
+    let _ = (device, path);
+    bail!("--trace-out needs --device cuda")
 }
 
 /// Text encoding / decoding for the chosen model.
@@ -411,6 +432,9 @@ fn main() -> Result<()> {
             profiler(&dev2, false);
         }
     })?;
+    if let Some(path) = &args.trace_out {
+        write_trace(&device, path)?;
+    }
     let mem_end = memory_in_use(&device);
     mem_peak = mem_peak.max(mem_end);
     // Everything outside the pool (context, modules, library workspaces) only grows, so

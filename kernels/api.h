@@ -127,6 +127,12 @@ int32_t fp8gemm_dequant_weight(const uint8_t* w, const float* sw, void* out, int
 // device without f32 transients.
 int32_t fp8gemm_random_e4m3(uint8_t* out, int64_t n, uint64_t seed, void* stream);
 
+// Development: waits for the device, then writes the kernel timeline trace rings of a build
+// compiled with -DFP8GEMM_TRACE (kernels/trace.cu, fp8gemm/trace.cuh) to `path`. Returns the
+// number of records written, -1 when the build has no trace, -2 on a CUDA error, -3 on a file
+// error.
+int64_t fp8gemm_trace_dump(const char* path);
+
 #ifdef __cplusplus
 }
 #endif

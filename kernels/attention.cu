@@ -17,6 +17,7 @@
 #include "fp8gemm/launch_pdl.cuh"
 #include "fp8gemm/act_quant.cuh"
 #include "fp8gemm/ptx/tma.cuh"
+#include "fp8gemm/trace.cuh"
 
 namespace fp8gemm::attn {
 
@@ -308,6 +309,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
   const int q0 = g * p.n_rep + hs * rep;  // first query head of this CTA (within the sequence)
   const int64_t p0 = split * p.chunk;
   const int64_t p1 = min(p.len, p0 + p.chunk);
+  // Trace marks: 1 past the PDL wait, 2 after the position tiles.
+  FP8GEMM_TRACE_BEGIN(FP8GEMM_TRACE_ATTENTION);
 
   ptx::griddep_launch_dependents();
 
@@ -358,6 +361,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
   [[maybe_unused]] FusedPrologue<kRep> pro;
   if constexpr (kFused) pro.load_constants(p, g, q0, rep, warp, lane);
   ptx::griddep_wait();  // q (or qkv) and the newest cache position come from the previous kernel
+  if (t == 0) FP8GEMM_TRACE_MARK(1);
   if constexpr (kFused) {
     // One CTA of the kv head (head split 0) appends; the others use their own copy.
     pro.run(p, b, g, q0, rep, has_new, has_new && hs == 0, warp, lane, q_s, kv_new[0], kv_new[1]);
@@ -479,6 +483,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
     if (more) load_v(tile0 + kTile, p1, vraw);
     __syncthreads();  // p_s is overwritten by the next tile
   }
+  if (t == 0) FP8GEMM_TRACE_MARK(2);
 
   // 4. Per head: sum the 8 position groups (thread t ends with output dim t), then write.
 #pragma unroll
@@ -551,6 +556,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(const Dec
       }
     }
   }
+  FP8GEMM_TRACE_END();
 }
 
 // One CTA per (query head, sequence): merges the splits' partial softmax states.
@@ -584,6 +590,9 @@ inline void split_plan(int64_t len, int64_t requested, int64_t* splits, int64_t*
 }  // namespace fp8gemm::attn
 
 using namespace fp8gemm::attn;
+
+// Timeline trace reader of this translation unit (builds with -DFP8GEMM_TRACE only).
+FP8GEMM_TRACE_READER(fp8gemm_trace_read_attention)
 
 extern "C" int32_t fp8gemm_qk_norm_rope_append(const void* qkv, const void* qk_norm,
                                                const void* cos_row, const void* sin_row,

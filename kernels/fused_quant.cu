@@ -17,6 +17,7 @@
 #include "fp8gemm/launch_pdl.cuh"
 #include "fp8gemm/act_quant.cuh"
 #include "fp8gemm/rmsnorm.cuh"
+#include "fp8gemm/trace.cuh"
 #include "fused_quant.h"
 
 namespace fp8gemm {
@@ -46,6 +47,8 @@ __global__ void __launch_bounds__(kThreads)
                              float* __restrict__ sa, const int64_t m, const int ncols,
                              const float* __restrict__ rpart, const int splits,
                              const int x_settled) {
+  // Trace marks: 1 past the PDL wait (stage_norm_row), 2 row staged, 3 scale known.
+  FP8GEMM_TRACE_BEGIN(FP8GEMM_TRACE_NORM);
   // Let a PDL-launched GEMM start its weight prefetch now (triggering after our loads instead,
   // so that its burst does not queue ahead of them, measured no better: docs/PERF.md).
   griddep_launch_dependents();
@@ -62,11 +65,13 @@ __global__ void __launch_bounds__(kThreads)
 
   // 1. h, 8 values per step; gamma and a settled x (fused_quant.h) before the PDL wait.
   stage_norm_row<kThreads>([](int v) { return 8 * v; }, nvec, base, x, gamma, residual, rpart, splits,
-                           m * ncols, x_settled != 0, x_sum, h_s, g_s);
+                           m * ncols, x_settled != 0, x_sum, h_s, g_s, FP8GEMM_TRACE_MARK_PTR(1));
   __syncthreads();
+  if (tid == 0) FP8GEMM_TRACE_MARK(2);
 
   // 2. candle's rmsnorm, expression by expression (reduce.cu).
   const float scale = rms_scale<kThreads, kThreads>(h_s, ncols, eps, s_sum);
+  if (tid == 0) FP8GEMM_TRACE_MARK(3);
 
   // 3. Normalize and quantize, one 128-wide group per half-warp.
   constexpr int kWarps = kThreads / 32;
@@ -88,6 +93,7 @@ __global__ void __launch_bounds__(kThreads)
     quantize_group(v, valid, sub, q + base + col, sa + int64_t(valid ? g : 0) * m_pad + row);
   }
   if (row == m - 1) zero_scale_padding(sa, m, kb, tid, kThreads);  // the last row's CTA
+  FP8GEMM_TRACE_END();
 }
 
 // Batch-1 variant: one row over kSplitCtas CTAs of 128 threads. At batch 1 the one-CTA kernel
@@ -121,6 +127,8 @@ __global__ void __launch_bounds__(kSplitThreads)
                                    float* __restrict__ sa, const int64_t m, const int ncols,
                                    const float* __restrict__ rpart, const int splits,
                                    unsigned* __restrict__ bar, const int x_settled) {
+  // Trace marks: 1 past the PDL wait (stage_norm_row), 2 chunks staged, 3 past the CTAs' barrier.
+  FP8GEMM_TRACE_BEGIN(FP8GEMM_TRACE_NORM_SPLIT);
   griddep_launch_dependents();
 
   const int c = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -139,8 +147,9 @@ __global__ void __launch_bounds__(kSplitThreads)
 
   // 1. h = x (+ residual) for this CTA's chunks, staged as in add_rmsnorm_quant_kernel.
   stage_norm_row<kSplitThreads>(col_of, nvec, base, x, gamma, residual, rpart, splits, m * ncols,
-                                x_settled != 0, x_sum, h_s, g_s);
+                                x_settled != 0, x_sum, h_s, g_s, FP8GEMM_TRACE_MARK_PTR(1));
   __syncthreads();
+  if (tid == 0) FP8GEMM_TRACE_MARK(2);
 
   // 2. Virtual thread 128c + tid sums columns 128c + tid + 1024 i (candle's loop), i.e. entry
   // tid of local chunk i; the warp's butterfly is candle's.
@@ -164,6 +173,7 @@ __global__ void __launch_bounds__(kSplitThreads)
     while (ld_acquire_u32(arrivals) < static_cast<unsigned>(kSplitCtas)) {
     }
     __threadfence();  // the other CTAs' sums, published before their arrival
+    FP8GEMM_TRACE_MARK(3);
   }
   __syncthreads();
   if (warp == 0) {
@@ -199,6 +209,7 @@ __global__ void __launch_bounds__(kSplitThreads)
     quantize_group(v, valid, sub, q + base + col, sa + int64_t(g) * m_pad + row);
   }
   if (row == m - 1 && c == 0) zero_scale_padding(sa, m, kb, tid, kSplitThreads);
+  FP8GEMM_TRACE_END();
 }
 
 // Half a warp per 128-wide group of a (= 128 columns of gate and the same of up), grid-stride
@@ -207,8 +218,10 @@ __global__ void __launch_bounds__(256) swiglu_quant_kernel(const __nv_bfloat16* 
                                                            uint8_t* __restrict__ q,
                                                            float* __restrict__ sa,
                                                            const int64_t m, const int64_t inter) {
+  FP8GEMM_TRACE_BEGIN(FP8GEMM_TRACE_SWIGLU);  // mark 1: past the PDL wait
   griddep_launch_dependents();
   griddep_wait();
+  if (threadIdx.x == 0) FP8GEMM_TRACE_MARK(1);
   const int64_t kb = inter / 128;
   const int64_t groups = m * kb;
   const int64_t m_pad = (m + 3) / 4 * 4;
@@ -241,12 +254,16 @@ __global__ void __launch_bounds__(256) swiglu_quant_kernel(const __nv_bfloat16* 
   }
   zero_scale_padding(sa, m, kb, int64_t(blockIdx.x) * blockDim.x + threadIdx.x,
                      int64_t(gridDim.x) * blockDim.x);
+  FP8GEMM_TRACE_END();
 }
 
 }  // namespace fused
 }  // namespace fp8gemm
 
 using namespace fp8gemm;
+
+// Timeline trace reader of this translation unit (builds with -DFP8GEMM_TRACE only).
+FP8GEMM_TRACE_READER(fp8gemm_trace_read_fused_quant)
 
 namespace {
 

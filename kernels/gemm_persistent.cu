@@ -17,3 +17,6 @@ const ConfigEntry* persistent_configs(int* count) {
 }
 
 }  // namespace fp8gemm
+
+// Timeline trace reader of this translation unit (builds with -DFP8GEMM_TRACE only).
+FP8GEMM_TRACE_READER(fp8gemm_trace_read_persistent)

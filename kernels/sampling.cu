@@ -14,6 +14,7 @@
 #include "api.h"
 #include "fp8gemm/launch_pdl.cuh"
 #include "fp8gemm/ptx/tma.cuh"
+#include "fp8gemm/trace.cuh"
 #include "sampling.h"
 
 namespace fp8gemm::sampling {
@@ -94,9 +95,11 @@ __global__ void __launch_bounds__(kThreads)
     argmax_rows_kernel(const T* __restrict__ x, const int cols, const int64_t row_stride,
                        uint32_t* __restrict__ out) {
   constexpr int kVec = 16 / sizeof(T);
+  FP8GEMM_TRACE_BEGIN(FP8GEMM_TRACE_ARGMAX);  // mark 1: past the PDL wait
   // The logits are the previous kernel's output; the next kernel may start its prologue now.
   ptx::griddep_launch_dependents();
   ptx::griddep_wait();
+  if (threadIdx.x == 0) FP8GEMM_TRACE_MARK(1);
 
   const int tid = threadIdx.x;
   const T* row = x + int64_t(blockIdx.x) * row_stride;
@@ -147,6 +150,7 @@ __global__ void __launch_bounds__(kThreads)
     // -inf start, so every non-NaN value is -inf and candle keeps column 0 too.
     if (lane == 0) out[blockIdx.x] = (isnan(to_f32(row[0])) || bi == kNoIndex) ? 0u : bi;
   }
+  FP8GEMM_TRACE_END();
 }
 
 template <typename T>
@@ -175,3 +179,6 @@ extern "C" int32_t fp8gemm_argmax_rows(const void* x, int32_t x_dtype, int64_t r
     default: return FP8GEMM_ERR_DTYPE;
   }
 }
+
+// Timeline trace reader of this translation unit (builds with -DFP8GEMM_TRACE only).
+FP8GEMM_TRACE_READER(fp8gemm_trace_read_sampling)

@@ -95,6 +95,7 @@ mod sys {
             stream: *mut c_void,
         ) -> i32;
         pub fn fp8gemm_random_e4m3(out: *mut u8, n: i64, seed: u64, stream: *mut c_void) -> i32;
+        pub fn fp8gemm_trace_dump(path: *const std::ffi::c_char) -> i64;
     }
 }
 
@@ -176,6 +177,9 @@ mod sys {
     }
     pub unsafe fn fp8gemm_random_e4m3(_: *mut u8, _: i64, _: u64, _: *mut c_void) -> i32 {
         FP8GEMM_ERR_CONFIG
+    }
+    pub unsafe fn fp8gemm_trace_dump(_: *const std::ffi::c_char) -> i64 {
+        -1
     }
 }
 

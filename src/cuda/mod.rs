@@ -436,6 +436,23 @@ pub fn compiled_configs() -> Vec<GemmConfig> {
     v
 }
 
+/// Development: waits for the device, then writes the per-CTA kernel timeline of a build whose
+/// kernels were compiled with `CANDLE_FP8_NVCC_FLAGS=-DFP8GEMM_TRACE` to `path` (read it with
+/// `python3 scripts/dev/trace_timeline.py`). Returns the number of records written, or `None`
+/// when this build has no trace (the default build). Each traced kernel's thread 0 appends one
+/// record per CTA to a ring of 2^20 records per translation unit (`kernels/trace.cu`).
+pub fn trace_dump(path: &std::path::Path) -> Result<Option<usize>> {
+    let c = std::ffi::CString::new(path.to_string_lossy().as_bytes())
+        .map_err(|_| candle_core::Error::Msg(format!("trace path {} contains a NUL byte", path.display())))?;
+    // SAFETY: a valid NUL-terminated path; the function synchronizes the device itself.
+    match unsafe { ffi::fp8gemm_trace_dump(c.as_ptr()) } {
+        -1 => Ok(None),
+        n if n >= 0 => Ok(Some(n as usize)),
+        -2 => bail!("candle-fp8 trace_dump: a CUDA call failed while reading the trace"),
+        e => bail!("candle-fp8 trace_dump: cannot write {} (status {e})", path.display()),
+    }
+}
+
 /// Grows the cached split-K workspace to what `cfg` needs (to the next power of two, so that
 /// a sequence of shapes settles quickly); returns the bytes this launch needs.
 fn reserve_workspace(

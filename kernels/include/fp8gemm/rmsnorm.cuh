@@ -8,6 +8,7 @@
 
 #include "act_quant.cuh"
 #include "ptx/tma.cuh"
+#include "trace.cuh"
 
 namespace fp8gemm {
 
@@ -101,7 +102,8 @@ __device__ __forceinline__ uint4 add_h8(uint4 a, const __nv_bfloat16* __restrict
 // of the CTA is element `col_of(v)` of the row at `base`. gamma (a model constant) and a
 // settled x (the residual stream written several launches back: its HBM round trip would
 // otherwise queue behind the next GEMM's ring fill) are staged before griddepcontrol.wait;
-// the fresh residual or split-K partials are added after it (add_h8), into h_s.
+// the fresh residual or split-K partials are added after it (add_h8), into h_s. `t_wait`: where
+// thread 0 stamps the end of the wait in a -DFP8GEMM_TRACE build (trace.cuh).
 template <int kThreads, class ColOf>
 __device__ __forceinline__ void stage_norm_row(ColOf col_of, int nvec, int64_t base,
                                                const __nv_bfloat16* __restrict__ x,
@@ -110,7 +112,8 @@ __device__ __forceinline__ void stage_norm_row(ColOf col_of, int nvec, int64_t b
                                                const float* __restrict__ rpart, int splits,
                                                int64_t count, bool x_settled,
                                                __nv_bfloat16* __restrict__ x_sum,
-                                               __nv_bfloat16* h_s, __nv_bfloat16* g_s) {
+                                               __nv_bfloat16* h_s, __nv_bfloat16* g_s,
+                                               unsigned long long* t_wait = nullptr) {
   const int tid = threadIdx.x;
   for (int v = tid; v < nvec; v += kThreads)
     reinterpret_cast<uint4*>(g_s)[v] = reinterpret_cast<const uint4*>(gamma)[col_of(v) / 8];
@@ -118,6 +121,9 @@ __device__ __forceinline__ void stage_norm_row(ColOf col_of, int nvec, int64_t b
     for (int v = tid; v < nvec; v += kThreads)
       reinterpret_cast<uint4*>(h_s)[v] = *reinterpret_cast<const uint4*>(x + base + col_of(v));
   ptx::griddep_wait();  // our inputs; the previous grid done reading
+#ifdef FP8GEMM_TRACE
+  if (t_wait != nullptr && tid == 0) *t_wait = trace::now();
+#endif
   // Each thread re-reads only the vectors it staged itself.
   for (int v = tid; v < nvec; v += kThreads) {
     const int64_t i = base + col_of(v);

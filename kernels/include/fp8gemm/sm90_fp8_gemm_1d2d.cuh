@@ -22,6 +22,7 @@
 #include "ptx/wgmma.cuh"
 #include "scheduler.cuh"
 #include "swiglu_epilogue.cuh"
+#include "trace.cuh"
 
 namespace fp8gemm {
 
@@ -161,6 +162,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       kPushSum ? 1 : (kMode == kOutClusterSum || (kMode == kOutSwiGluQuant && T::kGateRows < 128)) ? 2 : 0;
 
   FP8GEMM_PROBE_AT(0);
+  // Trace marks (thread 0, a math thread): 2 first K block landed, 3 last K block done, end
+  // after its epilogue.
+  FP8GEMM_TRACE_BEGIN(FP8GEMM_TRACE_GEMM);
   extern __shared__ uint8_t smem_raw[];
   const Ring ring(smem_raw);
   float* sw_cache = ring.sw_cache();
@@ -364,6 +368,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       }
       ptx::mbarrier_wait(ring.full(st.stage), st.phase);
       if (i == 0) FP8GEMM_PROBE_AT(2);
+      if (i == 0 && threadIdx.x == 0) FP8GEMM_TRACE_MARK(2);
       const float* sa_s = ring.scales(st.stage);
 
       // Scales of this K block, read before the stage is handed back.
@@ -472,6 +477,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       st.advance();
     }
 
+    if (threadIdx.x == 0) FP8GEMM_TRACE_MARK(3);
     FP8GEMM_PROBE_AT(3);
     if (!math_waited) {  // once per CTA (a persistent CTA's later tiles need neither)
       // The next kernel (split-K reduce, next layer) may start its prologue once all CTAs are here.
@@ -610,6 +616,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     if (tid_wg == 0) ptx::tma_store_wait_all();  // y complete before the grid ends
   }
   FP8GEMM_PROBE_AT(4);
+  FP8GEMM_TRACE_END();
   if constexpr (T::kCluster > 1) ptx::cluster_sync();
 }
 

@@ -1,0 +1,102 @@
+// Development timeline trace of every launch (nvcc -DFP8GEMM_TRACE, e.g.
+// CANDLE_FP8_NVCC_FLAGS=-DFP8GEMM_TRACE; scripts/dev/trace_timeline.py reads the dump).
+//
+// Why: CUPTI gives a kernel's first start and last end; a decode step's ~29 µs per layer of
+// small-kernel time and the GEMMs' ramps and tails need each CTA's phases. Thread 0 of every
+// traced CTA appends one 32-byte record to a ring in global memory: %globaltimer at entry and
+// the nanoseconds from entry to up to three marks (0 = not reached) and to its end. Marks are
+// per kernel kind (commented where each kernel begins its trace). The ring slot is taken by an atomic issued at entry whose
+// result is only read at the end, so a CTA does not wait for it.
+//
+// Without FP8GEMM_TRACE every macro is empty and nothing is allocated.
+#pragma once
+#include <cstdint>
+
+// Kernel kinds (the record's tag).
+#define FP8GEMM_TRACE_GEMM 1
+#define FP8GEMM_TRACE_NORM_SPLIT 2
+#define FP8GEMM_TRACE_NORM 3
+#define FP8GEMM_TRACE_SWIGLU 4
+#define FP8GEMM_TRACE_ATTENTION 5
+#define FP8GEMM_TRACE_COMBINE 6
+#define FP8GEMM_TRACE_ARGMAX 7
+#define FP8GEMM_TRACE_QUANT 8
+
+#ifdef FP8GEMM_TRACE
+namespace fp8gemm::trace {
+
+struct Rec {
+  unsigned long long t0;  // %globaltimer at entry (ns)
+  uint32_t d[4];          // ns from entry to marks 1..4 (0: not reached)
+  uint16_t tag, sm;       // kernel kind, %smid
+  uint32_t cta;           // linear block index
+};
+static_assert(sizeof(Rec) == 32, "record layout read by scripts/dev/trace_timeline.py");
+
+constexpr uint32_t kCap = 1u << 20;  // records per translation unit (32 MB)
+// One ring per translation unit (no relocatable device code): each .cu that traces defines a
+// reader with FP8GEMM_TRACE_READER, and kernels/trace.cu dumps them all.
+static __device__ Rec g_ring[kCap];
+static __device__ uint32_t g_count;
+
+__device__ __forceinline__ unsigned long long now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Thread 0 reserves a slot (the atomic's result is only read at the end).
+__device__ __forceinline__ uint32_t begin() { return threadIdx.x == 0 ? atomicAdd(&g_count, 1u) : 0u; }
+
+// Thread 0 writes its record; t = entry and marks 1..3 of this thread (0: not reached).
+__device__ __forceinline__ void end(uint32_t slot, uint16_t tag, const unsigned long long (&t)[4]) {
+  if (threadIdx.x != 0) return;
+  const unsigned long long t_end = now();
+  Rec r;
+  r.t0 = t[0];
+#pragma unroll
+  for (int i = 0; i < 3; ++i) r.d[i] = t[i + 1] ? static_cast<uint32_t>(t[i + 1] - t[0]) : 0u;
+  r.d[3] = static_cast<uint32_t>(t_end - t[0]);
+  r.tag = tag;
+  uint32_t sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  r.sm = static_cast<uint16_t>(sm);
+  r.cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  g_ring[slot % kCap] = r;
+}
+
+}  // namespace fp8gemm::trace
+
+// At the top of a kernel body (every thread): the entry time, the slot and the kind. Marks live
+// in thread 0's registers (no shared memory: the GEMM rings use all of it).
+#define FP8GEMM_TRACE_BEGIN(tag)                                                  \
+  unsigned long long fp8gemm_trace_t[4] = {fp8gemm::trace::now(), 0ull, 0ull, 0ull}; \
+  const uint32_t fp8gemm_trace_slot = fp8gemm::trace::begin();                    \
+  constexpr uint16_t fp8gemm_trace_tag = (tag)
+// Mark i (1..3) now, by thread 0 (the only thread whose marks are recorded). The end is mark 4.
+#define FP8GEMM_TRACE_MARK(i) (fp8gemm_trace_t[(i)] = fp8gemm::trace::now())
+// Where a helper marks for its caller (stage_norm_row): the mark's address, or nullptr.
+#define FP8GEMM_TRACE_MARK_PTR(i) (&fp8gemm_trace_t[(i)])
+// Where thread 0 leaves the kernel (other threads: no effect).
+#define FP8GEMM_TRACE_END() fp8gemm::trace::end(fp8gemm_trace_slot, fp8gemm_trace_tag, fp8gemm_trace_t)
+// Defines extern "C" int NAME(void* dst, uint32_t cap, uint32_t* count): copies this
+// translation unit's ring (cap records at most) and its append count.
+#define FP8GEMM_TRACE_READER(NAME)                                                                   \
+  extern "C" int NAME(void* dst, uint32_t cap, uint32_t* count) {                                  \
+    const size_t n = cap < fp8gemm::trace::kCap ? cap : fp8gemm::trace::kCap;                       \
+    if (cudaMemcpyFromSymbol(count, fp8gemm::trace::g_count, sizeof(uint32_t)) != cudaSuccess) return 1; \
+    return cudaMemcpyFromSymbol(dst, fp8gemm::trace::g_ring, n * sizeof(fp8gemm::trace::Rec)) != cudaSuccess; \
+  }
+#else
+#define FP8GEMM_TRACE_BEGIN(tag) \
+  do {                           \
+  } while (0)
+#define FP8GEMM_TRACE_MARK(i) \
+  do {                        \
+  } while (0)
+#define FP8GEMM_TRACE_MARK_PTR(i) nullptr
+#define FP8GEMM_TRACE_END() \
+  do {                      \
+  } while (0)
+#define FP8GEMM_TRACE_READER(NAME)
+#endif
