@@ -8,7 +8,8 @@
 # BATCHES (default "1 16"), REPEAT times (default 1), logs to $OUT/sweep-<setting>-b<B>.log,
 # and prints one table row per run: setting, batch, TPOT mean/p50, TTFT, host enqueue per step.
 # The first decode process on a fresh machine runs ~10 % slow: WARMUP=1 (default) runs one first.
-# A setting DECODE_BIN=path runs that decode binary instead of bundle/bin/decode (old vs new build).
+# A setting DECODE_BIN=path runs that decode binary instead of bundle/bin/decode (old vs new build);
+# A=1,B=2 sets several variables.
 set -uo pipefail
 SETTINGS="${1:?settings}"; BATCHES="${2:-1 16}"
 OUT="${OUT:-bundle/out}"; mkdir -p "$OUT"
@@ -28,7 +29,7 @@ for r in $(seq "${REPEAT:-1}"); do
     for b in $BATCHES; do
       log="$OUT/sweep-${s//[^A-Za-z0-9_.-]/_}-b$b-r$r.log"
       bin="$BIN/decode"; [[ $s == DECODE_BIN=* ]] && bin="${s#DECODE_BIN=}"  # A/B of two builds
-      env "$s" timeout "${DECODE_TIMEOUT:-120}" "$bin" --device cuda --random-weights \
+      env ${s//,/ } timeout "${DECODE_TIMEOUT:-120}" "$bin" --device cuda --random-weights \
         "${DECODE_MODEL:-qwen3-32b}" --prompt-len 100 --max-new-tokens "${DECODE_TOKENS:-48}" \
         --ignore-eos --batch "$b" ${DECODE_ARGS:-} >"$log" 2>&1
       rc=$?

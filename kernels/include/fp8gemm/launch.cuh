@@ -75,6 +75,23 @@ inline bool weight_evict_first() {
   return v;
 }
 
+// Swap-AB (decode-size) tiles pace the first fill of their ring: at most this many weight
+// stages in flight per CTA until the previous kernel is done (0: the whole ring at once). The
+// small kernel the GEMM overlaps then no longer queues its loads behind a ~10-28 MB burst of
+// weight requests. Session 16 (docs/PERF.md), interleaved rounds on one H200, decode TPOT b1 /
+// b16: off 9.45 / 10.27 ms, W = 2 8.99 / 9.96, W = 3 9.17 / 10.04, W = 4 9.27 / 10.10, W = 2
+// paced to the end (no release) 9.23 / 10.12 (call 4); W = 1 8.953 / 9.993 vs W = 2 8.981 /
+// 10.031 (call 7). CANDLE_FP8_PREFILL_WINDOW=W overrides (read once per process; 0: off).
+inline int prefill_window() {
+  static const int v = [] {
+    const char* e = std::getenv("CANDLE_FP8_PREFILL_WINDOW");
+    if (e == nullptr || e[0] == '\0') return 1;
+    const int w = std::atoi(e);
+    return w > 0 ? w : 0;
+  }();
+  return v;
+}
+
 template <class T>
 int run_sm90_fp8_gemm(const GemmArgs& a) {
   using Ring = RingOf<T>;
@@ -106,6 +123,7 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   p.q_out = a.q_out;
   p.sa_out = a.sa_out;
   p.w_evict_first = T::kSwapAB && !T::kGated && weight_evict_first();
+  p.prefill_window = T::kSwapAB ? prefill_window() : 0;
   const int rows = T::kSwapAB ? a.n : a.m, cols = T::kSwapAB ? a.m : a.n;
   p.shape.tiles_rows = (rows + T::TM - 1) / T::TM;
   p.shape.tiles_cols = (cols + T::TN - 1) / T::TN;

@@ -18,7 +18,12 @@ constexpr int kBlockK = 128;  // one FP8 scale block along K = one stage = 4 x w
 
 __host__ __device__ constexpr int round_up_c(int x, int a) { return (x + a - 1) / a * a; }
 
-template <int kStages_, int TM, int TN, int kScaleTokens, int kStoreBytes = 0, int kInboxBytes = 0>
+// kWeightBarriers: a third set of per-stage barriers, "weights landed", and a "released" barrier
+// (the previous kernel is done), for the swap-AB decode tiles whose pre-wait fill is paced (the
+// first pass through the ring loads the weights and the activations under separate barriers;
+// sm90_fp8_gemm_1d2d.cuh).
+template <int kStages_, int TM, int TN, int kScaleTokens, int kStoreBytes = 0, int kInboxBytes = 0,
+          bool kWeightBarriers = false>
 struct SmemRing {
   static constexpr int kStages = kStages_;
   static constexpr int kABytes = TM * kBlockK;
@@ -27,7 +32,7 @@ struct SmemRing {
   static constexpr int kSSlot = round_up_c(kSBytes, 128);     // slot size in the ring
   static constexpr int kTxBytes = kABytes + kBBytes + kSBytes;  // expect_tx per stage
   static constexpr int kRingBytes = kStages * (kABytes + kBBytes + kSSlot);
-  static constexpr int kBarrierBytes = 2 * kStages * 8;
+  static constexpr int kBarrierBytes = (kWeightBarriers ? 3 * kStages + 1 : 2 * kStages) * 8;
   static constexpr int kStoreOff = round_up_c(kRingBytes, 1024);
   static constexpr int kInboxOff = kStoreOff + kStoreBytes;
   static constexpr int kBarrierOff = kInboxOff + round_up_c(kInboxBytes, 1024);
@@ -57,6 +62,14 @@ struct SmemRing {
   __device__ __forceinline__ uint64_t* empty(int s) const {
     return reinterpret_cast<uint64_t*>(base + kBarrierOff) + kStages + s;
   }
+  __device__ __forceinline__ uint64_t* wfull(int s) const {
+    static_assert(kWeightBarriers, "no weight barriers in this ring");
+    return reinterpret_cast<uint64_t*>(base + kBarrierOff) + 2 * kStages + s;
+  }
+  __device__ __forceinline__ uint64_t* released() const {
+    static_assert(kWeightBarriers, "no weight barriers in this ring");
+    return reinterpret_cast<uint64_t*>(base + kBarrierOff) + 3 * kStages;
+  }
   // Per-tile cache of weight scales, after the barriers.
   __device__ __forceinline__ float* sw_cache() const {
     return reinterpret_cast<float*>(base + kBarrierOff + kBarrierBytes);
@@ -71,7 +84,9 @@ struct SmemRing {
     for (int s = 0; s < kStages; ++s) {
       ptx::mbarrier_init(full(s), 1);
       ptx::mbarrier_init(empty(s), consumer_warps);
+      if constexpr (kWeightBarriers) ptx::mbarrier_init(wfull(s), 1);
     }
+    if constexpr (kWeightBarriers) ptx::mbarrier_init(released(), 1);
     ptx::fence_barrier_init();
   }
 };

@@ -71,6 +71,9 @@ struct GemmParams {
   // weight_evict_first), so that they do not push the activations, residual stream and KV
   // cache out of L2.
   int w_evict_first;
+  // Swap-AB: pace the first fill of the ring to this many weight stages in flight per CTA until
+  // the previous kernel is done (0: request them all at once). launch.cuh, prefill_window.
+  int prefill_window;
 };
 
 // Traits every schedule provides:
@@ -110,7 +113,7 @@ __host__ __device__ constexpr int cluster_inbox_bytes() {
 // Shared-memory layout of a schedule; with kTmaStore the output staging holds the whole tile.
 template <class T>
 using RingOf = SmemRing<T::kStages, T::TM, T::TN, (T::kSwapAB ? T::TN : T::TM),
-                        T::kTmaStore ? T::TM * T::TN * 2 : 0, cluster_inbox_bytes<T>()>;
+                        T::kTmaStore ? T::TM * T::TN * 2 : 0, cluster_inbox_bytes<T>(), T::kSwapAB>;
 
 // Rows of sw (128-row blocks of W) one tile can touch.
 template <class T>
@@ -199,71 +202,111 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   if (wg == T::kMathWG) {
     // ---- TMA warp-group: loads A, B and the activation scales of one K block per stage.
     if constexpr (T::kProducerRegs > 0) ptx::setmaxnreg_dec<T::kProducerRegs>();
+    const uint64_t w_policy = T::kSwapAB ? ptx::policy_evict_first() : 0;  // swap-AB weights only
+    // A box of A: the weights under swap-AB (evict-first when the launcher asks).
+    auto load_a_box = [&](uint8_t* dst, uint64_t* bar, int c0, int c1) {
+      if (T::kSwapAB && p.w_evict_first) ptx::tma_load_2d_hint(dst, &tmap_a, bar, c0, c1, w_policy);
+      else ptx::tma_load_2d(dst, &tmap_a, bar, c0, c1);
+    };
+    auto load_a = [&](const Tile& t, int stage, int kb, uint64_t* bar) {
+      if constexpr (T::kGated) {
+        // kGateRows gate rows (features f0 ..) and the up rows of the same features.
+        const int f0 = t.row0 / 2;
+        load_a_box(ring.a(stage), bar, kb * kBlockK, f0);
+        load_a_box(ring.a(stage) + T::kGateRows * kBlockK, bar, kb * kBlockK, p.n / 2 + f0);
+      } else if constexpr (T::kCluster > 1) {
+        // Row operand shared by the cluster: each CTA loads its slice for everyone.
+        constexpr int kSlice = T::TM / T::kCluster;
+        ptx::tma_load_2d_multicast(ring.a(stage) + cta_rank * kSlice * kBlockK, &tmap_a, bar,
+                                   kb * kBlockK, t.row0 + cta_rank * kSlice,
+                                   static_cast<uint16_t>((1u << T::kCluster) - 1));
+      } else {
+        load_a_box(ring.a(stage), bar, kb * kBlockK, t.row0);
+      }
+    };
+    auto load_b = [&](const Tile& t, int stage, int kb) {
+      ptx::tma_load_2d(ring.b(stage), &tmap_b, ring.full(stage), kb * kBlockK, t.col0);
+    };
+    // The weight operand is A under swap-AB, B otherwise; the other one and the activation
+    // scales come from the previous kernel.
+    auto load_w = [&](const Tile& t, int stage, int kb) {
+      if constexpr (T::kSwapAB) load_a(t, stage, kb, ring.full(stage)); else load_b(t, stage, kb);
+    };
+    auto load_act = [&](const Tile& t, int stage, int kb) {
+      if constexpr (T::kSwapAB) load_b(t, stage, kb); else load_a(t, stage, kb, ring.full(stage));
+      ptx::tma_load_2d(ring.scales(stage), &tmap_sa, ring.full(stage),
+                       T::kSwapAB ? t.col0 : t.row0, kb);
+    };
+    // Paced first fill (swap-AB with p.prefill_window = W > 0): the weights of the first pass
+    // through the ring are loaded by a second thread under the "weights landed" barriers, with
+    // at most W stages in flight per CTA until the previous kernel is done (thread 0 arrives on
+    // "released" once past griddepcontrol.wait; then the rest goes out at once), while thread
+    // 0 loads the activations. Unpaced, every CTA's whole ring is requested at once and the
+    // small kernel running meanwhile queues its loads behind that burst (decode trace, session
+    // 16); paced to the end, CTAs that start after the previous kernel (a second wave) fill
+    // their rings slowly (the gate/up GEMM's tail grew by 3.7 µs).
+    if constexpr (T::kSwapAB) {
+      if (p.prefill_window > 0 && tid_wg == 32) {
+        Tile t;
+        if (sched.next(t)) {
+          const int pre = min(T::kStages, t.kb1 - t.kb0);
+          bool free_run = false;
+          for (int i = 0; i < pre; ++i) {
+            if (i >= p.prefill_window && !free_run) {
+              while (!ptx::mbarrier_test_wait(ring.wfull(i - p.prefill_window), 0)) {
+                if (ptx::mbarrier_test_wait(ring.released(), 0)) {
+                  free_run = true;
+                  break;
+                }
+              }
+            }
+            ptx::mbarrier_arrive_expect_tx(ring.wfull(i), Ring::kABytes);
+            load_a(t, i, t.kb0 + i, ring.wfull(i));
+          }
+        }
+      }
+    }
     if (tid_wg == 0) {
       RingState<T::kStages> st;
       bool waited = false;
-      const uint64_t w_policy = T::kSwapAB ? ptx::policy_evict_first() : 0;  // swap-AB weights only
       while (sched.next(tile)) {
-        // A box of A: the weights under swap-AB (evict-first when the launcher asks).
-        auto load_a_box = [&](uint8_t* dst, uint64_t* full, int c0, int c1) {
-          if (T::kSwapAB && p.w_evict_first) ptx::tma_load_2d_hint(dst, &tmap_a, full, c0, c1, w_policy);
-          else ptx::tma_load_2d(dst, &tmap_a, full, c0, c1);
-        };
-        auto load_a = [&](int stage, int kb) {
-          uint64_t* full = ring.full(stage);
-          if constexpr (T::kGated) {
-            // kGateRows gate rows (features f0 ..) and the up rows of the same features.
-            const int f0 = tile.row0 / 2;
-            load_a_box(ring.a(stage), full, kb * kBlockK, f0);
-            load_a_box(ring.a(stage) + T::kGateRows * kBlockK, full, kb * kBlockK, p.n / 2 + f0);
-          } else if constexpr (T::kCluster > 1) {
-            // Row operand shared by the cluster: each CTA loads its slice for everyone.
-            constexpr int kSlice = T::TM / T::kCluster;
-            ptx::tma_load_2d_multicast(ring.a(stage) + cta_rank * kSlice * kBlockK, &tmap_a, full,
-                                       kb * kBlockK, tile.row0 + cta_rank * kSlice,
-                                       static_cast<uint16_t>((1u << T::kCluster) - 1));
-          } else {
-            load_a_box(ring.a(stage), full, kb * kBlockK, tile.row0);
-          }
-        };
-        auto load_b = [&](int stage, int kb) {
-          ptx::tma_load_2d(ring.b(stage), &tmap_b, ring.full(stage), kb * kBlockK, tile.col0);
-        };
-        // The weight operand is A under swap-AB, B otherwise; the other one and the activation
-        // scales come from the previous kernel.
-        auto load_w = [&](int stage, int kb) {
-          if constexpr (T::kSwapAB) load_a(stage, kb); else load_b(stage, kb);
-        };
-        auto load_act = [&](int stage, int kb) {
-          if constexpr (T::kSwapAB) load_b(stage, kb); else load_a(stage, kb);
-          ptx::tma_load_2d(ring.scales(stage), &tmap_sa, ring.full(stage),
-                           T::kSwapAB ? tile.col0 : tile.row0, kb);
-        };
         int kb = tile.kb0;
         if (!waited) {
-          // First tile: fill the ring with weight tiles while the previous kernel finishes
-          // (at decode sizes the weights are nearly all the bytes), then add the activations.
           const int pre = min(T::kStages, tile.kb1 - tile.kb0);
-          RingState<T::kStages> w_st = st;
-          for (int i = 0; i < pre; ++i) {
-            ptx::mbarrier_wait(ring.empty(w_st.stage), w_st.phase ^ 1);
-            ptx::mbarrier_arrive_expect_tx(ring.full(w_st.stage), Ring::kTxBytes);
-            load_w(w_st.stage, kb + i);
-            w_st.advance();
-          }
-          ptx::griddep_wait();
-          waited = true;
-          for (int i = 0; i < pre; ++i) {
-            load_act(st.stage, kb + i);
-            st.advance();
+          if (T::kSwapAB && p.prefill_window > 0) {
+            // The weights of stages 0 .. pre-1 come from thread 32 (wfull barriers).
+            ptx::griddep_wait();
+            if constexpr (T::kSwapAB) ptx::mbarrier_arrive(ring.released());
+            waited = true;
+            for (int i = 0; i < pre; ++i) {
+              ptx::mbarrier_arrive_expect_tx(ring.full(st.stage), Ring::kTxBytes - Ring::kABytes);
+              load_act(tile, st.stage, kb + i);
+              st.advance();
+            }
+          } else {
+            // First tile: fill the ring with weight tiles while the previous kernel finishes
+            // (at decode sizes the weights are nearly all the bytes), then add the activations.
+            RingState<T::kStages> w_st = st;
+            for (int i = 0; i < pre; ++i) {
+              ptx::mbarrier_wait(ring.empty(w_st.stage), w_st.phase ^ 1);
+              ptx::mbarrier_arrive_expect_tx(ring.full(w_st.stage), Ring::kTxBytes);
+              load_w(tile, w_st.stage, kb + i);
+              w_st.advance();
+            }
+            ptx::griddep_wait();
+            waited = true;
+            for (int i = 0; i < pre; ++i) {
+              load_act(tile, st.stage, kb + i);
+              st.advance();
+            }
           }
           kb += pre;
         }
         for (; kb < tile.kb1; ++kb) {
           ptx::mbarrier_wait(ring.empty(st.stage), st.phase ^ 1);
           ptx::mbarrier_arrive_expect_tx(ring.full(st.stage), Ring::kTxBytes);
-          load_w(st.stage, kb);
-          load_act(st.stage, kb);
+          load_w(tile, st.stage, kb);
+          load_act(tile, st.stage, kb);
           st.advance();
         }
       }
@@ -313,6 +356,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   int sw_parity = 0;
   bool first_tile = true;
   bool math_waited = false;
+  bool first_pass = true;  // the first tile's first pass through the ring
 
   while (sched.next(tile)) {
     const int nkb = tile.kb1 - tile.kb0;
@@ -367,6 +411,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         continue;
       }
       ptx::mbarrier_wait(ring.full(st.stage), st.phase);
+      if constexpr (T::kSwapAB) {  // paced first fill: the first pass's weights land separately
+        if (p.prefill_window > 0 && first_pass && i < T::kStages) ptx::mbarrier_wait(ring.wfull(st.stage), 0);
+      }
       if (i == 0) FP8GEMM_PROBE_AT(2);
       if (i == 0 && threadIdx.x == 0) FP8GEMM_TRACE_MARK(2);
       const float* sa_s = ring.scales(st.stage);
@@ -477,8 +524,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       st.advance();
     }
 
-    if (threadIdx.x == 0) FP8GEMM_TRACE_MARK(3);
+    first_pass = false;
     FP8GEMM_PROBE_AT(3);
+    if (threadIdx.x == 0) FP8GEMM_TRACE_MARK(3);
     if (!math_waited) {  // once per CTA (a persistent CTA's later tiles need neither)
       // The next kernel (split-K reduce, next layer) may start its prologue once all CTAs are here.
       ptx::griddep_launch_dependents();

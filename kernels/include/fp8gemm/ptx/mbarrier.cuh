@@ -37,6 +37,17 @@ __device__ __forceinline__ bool mbarrier_try_wait(uint64_t* bar, uint32_t parity
   return ok != 0;
 }
 
+// Non-blocking probe: has the phase with the given parity completed? (never suspends the thread)
+__device__ __forceinline__ bool mbarrier_test_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile(
+      "{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+      : "=r"(ok)
+      : "r"(smem_addr(bar)), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+
 // Blocks until the phase with the given parity has completed.
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   while (!mbarrier_try_wait(bar, parity)) {
