@@ -1,0 +1,42 @@
+#!/bin/bash
+# Shared prelude of a device-call script (docs/perf/*/sNcallM.sh, run on the H200 as
+# `bash bundle/dev/sNcallM.sh` with bundle/dev carried). Source it first:
+#
+#   source scripts/dev/call_prelude.sh
+#   run_suites gpu gpu_fused qwen3_gpu:CANDLE_FP8_PREFILL_WINDOW=2
+#   OUT=$R/dec REPEAT=3 bash scripts/dev/decode_sweep.sh "X=1 A=0" "1 16" > $R/decode.txt 2>&1
+#   cat $R/dec/sweep-table.txt
+#   pack_out s17call1
+#
+# It sets LD_LIBRARY_PATH, R (= $OUT/r, the folder that comes back), BIN (the unpacked binaries:
+# every bundle/dev/NAME.xz becomes $BIN/NAME) and T0, and prints the GPU's serial, clock and power.
+export LD_LIBRARY_PATH="/usr/local/cuda/targets/x86_64-linux/lib:/usr/local/nvidia/lib64:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+R="${OUT:?set OUT to the output folder of the device tool}/r"
+BIN="$PWD/bundle/bin"
+T0=$(date +%s)
+mkdir -p "$R" "$BIN"
+nvidia-smi --query-gpu=serial,clocks.sm,power.draw --format=csv,noheader
+for f in bundle/dev/*.xz; do
+  [[ -e $f ]] || continue
+  xz -dc "$f" > "$BIN/$(basename "$f" .xz)"
+done
+chmod +x "$BIN"/* 2>/dev/null || true
+
+# Seconds since the prelude ran.
+elapsed() { echo "$(( $(date +%s) - T0 )) s"; }
+
+# GPU test suites, one line each: NAME, or NAME:VAR=VALUE[,VAR=VALUE] to run it with those
+# variables set. Logs in $R/test-NAME[-VALUES].txt; the first SKIP/FAILED/panicked lines after.
+run_suites() {
+  local spec t vars log
+  for spec in "$@"; do
+    t=${spec%%:*}; vars=""; [[ $spec == *:* ]] && vars=${spec#*:}
+    log="$R/test-$t${vars:+-${vars//[^A-Za-z0-9_.-]/_}}.txt"
+    env ${vars//,/ } timeout "${SUITE_TIMEOUT:-200}" "$BIN/$t" --test-threads=1 > "$log" 2>&1
+    echo "$t ${vars} rc=$? $(grep '^test result' "$log") at $(elapsed)"
+  done
+  grep -h "SKIP\|FAILED\|panicked" "$R"/test-*.txt | head -5
+}
+
+# Archives $R as $OUT/NAME.tgz (what the device tool brings back) and removes it.
+pack_out() { (cd "$OUT" && tar czf "$1.tgz" r && rm -rf r && echo "packed at $(elapsed)"); }
