@@ -30,8 +30,5 @@ const ConfigEntry* small_m_configs(int* count) {
 
 }  // namespace fp8gemm
 
-// Timeline probe reader of this translation unit (builds with -DFP8GEMM_PROBE only).
-FP8GEMM_PROBE_READER(fp8gemm_probe_read_small_m)
-
 // Timeline trace reader of this translation unit (builds with -DFP8GEMM_TRACE only).
 FP8GEMM_TRACE_READER(fp8gemm_trace_read_small_m)

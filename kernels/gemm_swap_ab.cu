@@ -45,8 +45,5 @@ const ConfigEntry* swiglu_configs(int* count) {
 
 }  // namespace fp8gemm
 
-// Timeline probe reader of this translation unit (builds with -DFP8GEMM_PROBE only).
-FP8GEMM_PROBE_READER(fp8gemm_probe_read_swap_ab)
-
 // Timeline trace reader of this translation unit (builds with -DFP8GEMM_TRACE only).
 FP8GEMM_TRACE_READER(fp8gemm_trace_read_swap_ab)

@@ -2,7 +2,7 @@
 # Builds libfp8gemm.so from kernels/ (run from the folder holding kernels/). Parallel per .cu.
 set -e
 NVCC=${NVCC:-nvcc}
-FLAGS="-gencode=arch=compute_90a,code=sm_90a -std=c++17 -O3 -Xcompiler -fPIC -I kernels/include -I kernels ${EXTRA_FLAGS:-}"  # EXTRA_FLAGS=-DFP8GEMM_PROBE: timeline probe
+FLAGS="-gencode=arch=compute_90a,code=sm_90a -std=c++17 -O3 -Xcompiler -fPIC -I kernels/include -I kernels ${EXTRA_FLAGS:-}"  # EXTRA_FLAGS=-DFP8GEMM_TRACE: per-CTA timeline (harness.py probe)
 mkdir -p build
 for f in kernels/*.cu; do
   b=$(basename $f .cu)

@@ -480,13 +480,20 @@ def sweep(lib, args):
 
 
 def probe(lib, args):
-    """Per-CTA timeline of one launch of each config (a build with EXTRA_FLAGS=-DFP8GEMM_PROBE;
+    """Per-CTA timeline of one launch of each config (a build with EXTRA_FLAGS=-DFP8GEMM_TRACE;
     one tile per CTA): hot (same inputs as the warm-up) and cold (another weight copy, L2
-    flushed by a 256 MB write); small-M and swap-AB kernels. Times in us from the first CTA's entry: median / max over CTAs
-    of entry, after griddepcontrol.wait, first K block landed, last K block done, end."""
+    flushed by a 256 MB write). Times in us from the first CTA's entry: median / max over CTAs
+    of entry, after the math warps' griddepcontrol.wait (after the main loop), first K block
+    landed, last K block done, end. The records are the last launch's from the trace rings
+    (fp8gemm_trace_dump, read by scripts/dev/trace_timeline.py)."""
+    import tempfile
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import trace_timeline
+
     L = lib.L
-    for f in (L.fp8gemm_probe_read_small_m, L.fp8gemm_probe_read_swap_ab):
-        f.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    L.fp8gemm_trace_dump.argtypes = [ctypes.c_char_p]
+    L.fp8gemm_trace_dump.restype = ctypes.c_int64
+    dump = os.path.join(tempfile.mkdtemp(), "trace.bin")
     shapes = [tuple(int(v) for v in s.split(",")) for s in (args.shapes or [])]
     names = args.only.split(",") if args.only else []
     flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
@@ -511,14 +518,18 @@ def probe(lib, args):
                 torch.cuda.synchronize()
                 assert st == 0, L.fp8gemm_status_string(st)
                 n_cta = ((M + c.block_m - 1) // c.block_m) * ((N + c.block_n - 1) // c.block_n) * max(1, c.split_k)
-                buf = (ctypes.c_ulonglong * (n_cta * 5))()
-                read = L.fp8gemm_probe_read_swap_ab if c.kind == KIND["swap_ab"] else L.fp8gemm_probe_read_small_m
-                assert read(buf, n_cta) == 0
-                t = torch.tensor(list(buf), dtype=torch.float64).view(n_cta, 5)
+                got = L.fp8gemm_trace_dump(dump.encode())
+                assert got >= 0, "no trace in this build (EXTRA_FLAGS=-DFP8GEMM_TRACE)" if got == -1 else f"trace dump: {got}"
+                # GEMM records by entry time; the launches ran one after another, so the last
+                # n_cta are this launch's CTAs.
+                recs = [r for r in trace_timeline.load(dump) if r[2] == 1][-n_cta:]
+                nan = float("nan")
+                t = torch.tensor([[t0] + [t0 + dd if dd else nan for dd in (d[0], d[1], d[2], d[3])]
+                                  for t0, _, _, d, _, _ in recs], dtype=torch.float64)
                 t = (t - t[:, 0].min()) / 1e3
-                med, mx = t.median(dim=0).values, t.max(dim=0).values
+                med, mx = t.nanmedian(dim=0).values, t.nan_to_num(-1.0).max(dim=0).values
                 cols = " ".join(f"{med[i]:.2f}/{mx[i]:.2f}" for i in range(5))
-                print(f"PROBE {M} {N} {K} {cfg_str(c)} {temp} {n_cta} | {cols} | {mx[4]:.2f}", flush=True)
+                print(f"PROBE {M} {N} {K} {cfg_str(c)} {temp} {len(recs)} | {cols} | {mx[4]:.2f}", flush=True)
                 # The tail: quantiles of entry and end (a late wave or a slow CTA shows here).
                 qs = torch.tensor([0.1, 0.5, 0.9, 0.99, 1.0], dtype=torch.float64)
                 for slot, name in ((0, "entry"), (2, "first_kb"), (4, "end")):

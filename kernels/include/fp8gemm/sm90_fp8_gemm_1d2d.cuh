@@ -26,38 +26,6 @@
 
 namespace fp8gemm {
 
-// Development timeline probe (nvcc -DFP8GEMM_PROBE; scripts/dev/harness.py probe): thread 0 of
-// each CTA (a math thread) records %globaltimer at kernel entry (slot 0), when its first K block
-// has landed (2), after its last K block (3), after the math warps' griddepcontrol.wait — since
-// session 14 after the main loop, so slot 1 follows slot 3 — (1) and at the end (4). One copy per
-// translation unit, read by the function FP8GEMM_PROBE_READER defines there (gemm_small_m.cu,
-// gemm_swap_ab.cu); one tile per CTA assumed.
-#ifdef FP8GEMM_PROBE
-constexpr int kProbeSlots = 5, kProbeCtas = 4096;
-static __device__ unsigned long long g_probe[kProbeCtas][kProbeSlots];
-#define FP8GEMM_PROBE_AT(slot)                                                                   \
-  do {                                                                                           \
-    const unsigned cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);         \
-    if (threadIdx.x == 0 && cta < kProbeCtas) {                                                  \
-      unsigned long long t;                                                                      \
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));                                      \
-      g_probe[cta][slot] = t;                                                                    \
-    }                                                                                            \
-  } while (0)
-// Defines extern "C" int NAME(unsigned long long* dst, int ctas): copies ctas x 5 timestamps.
-#define FP8GEMM_PROBE_READER(NAME)                                                               \
-  extern "C" int NAME(unsigned long long* dst, int ctas) {                                       \
-    const size_t n = static_cast<size_t>(ctas < fp8gemm::kProbeCtas ? ctas : fp8gemm::kProbeCtas); \
-    return cudaMemcpyFromSymbol(dst, fp8gemm::g_probe,                                           \
-                                n * fp8gemm::kProbeSlots * sizeof(unsigned long long)) != cudaSuccess; \
-  }
-#else
-#define FP8GEMM_PROBE_READER(NAME)
-#define FP8GEMM_PROBE_AT(slot) \
-  do {                         \
-  } while (0)
-#endif
-
 struct GemmParams {
   int m, n, k;     // problem (y is m x n)
   int kb_total;    // k / 128 = row stride of sw
@@ -164,9 +132,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   constexpr int kEpilogueClusterSyncs =
       kPushSum ? 1 : (kMode == kOutClusterSum || (kMode == kOutSwiGluQuant && T::kGateRows < 128)) ? 2 : 0;
 
-  FP8GEMM_PROBE_AT(0);
-  // Trace marks (thread 0, a math thread): 2 first K block landed, 3 last K block done, end
-  // after its epilogue.
+  // Timeline trace marks (-DFP8GEMM_TRACE, thread 0, a math thread): 2 first K block landed,
+  // 3 last K block done, 1 past the math warps' griddepcontrol.wait (after the main loop, so it
+  // follows 3), end after its epilogue.
   FP8GEMM_TRACE_BEGIN(FP8GEMM_TRACE_GEMM);
   extern __shared__ uint8_t smem_raw[];
   const Ring ring(smem_raw);
@@ -414,7 +382,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       if constexpr (T::kSwapAB) {  // paced first fill: the first pass's weights land separately
         if (p.prefill_window > 0 && first_pass && i < T::kStages) ptx::mbarrier_wait(ring.wfull(st.stage), 0);
       }
-      if (i == 0) FP8GEMM_PROBE_AT(2);
       if (i == 0 && threadIdx.x == 0) FP8GEMM_TRACE_MARK(2);
       const float* sa_s = ring.scales(st.stage);
 
@@ -525,7 +492,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     }
 
     first_pass = false;
-    FP8GEMM_PROBE_AT(3);
     if (threadIdx.x == 0) FP8GEMM_TRACE_MARK(3);
     if (!math_waited) {  // once per CTA (a persistent CTA's later tiles need neither)
       // The next kernel (split-K reduce, next layer) may start its prologue once all CTAs are here.
@@ -535,7 +501,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       ptx::griddep_wait();
       math_waited = true;
     }
-    FP8GEMM_PROBE_AT(1);
+    if (threadIdx.x == 0) FP8GEMM_TRACE_MARK(1);
     // K-interleaved warpgroups: add the others' accumulators to warpgroup 0's, in warpgroup
     // order (deterministic), through the idle ring; then warpgroup 0 alone runs the epilogue.
     const bool owner = !T::kWgSplitK || wg == 0;
@@ -663,7 +629,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   if constexpr (kStoreTma) {
     if (tid_wg == 0) ptx::tma_store_wait_all();  // y complete before the grid ends
   }
-  FP8GEMM_PROBE_AT(4);
   FP8GEMM_TRACE_END();
   if constexpr (T::kCluster > 1) ptx::cluster_sync();
 }
