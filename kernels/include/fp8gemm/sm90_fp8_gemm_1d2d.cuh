@@ -166,6 +166,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
   typename T::Scheduler sched(p.shape);
   Tile tile;
+  // Swap-AB with a prefill window: the first pass's weights are loaded paced (producer below).
+  const bool paced = T::kSwapAB && p.prefill_window > 0;
 
   if (wg == T::kMathWG) {
     // ---- TMA warp-group: loads A, B and the activation scales of one K block per stage.
@@ -205,16 +207,16 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       ptx::tma_load_2d(ring.scales(stage), &tmap_sa, ring.full(stage),
                        T::kSwapAB ? t.col0 : t.row0, kb);
     };
-    // Paced first fill (swap-AB with p.prefill_window = W > 0): the weights of the first pass
-    // through the ring are loaded by a second thread under the "weights landed" barriers, with
-    // at most W stages in flight per CTA until the previous kernel is done (thread 0 arrives on
-    // "released" once past griddepcontrol.wait; then the rest goes out at once), while thread
-    // 0 loads the activations. Unpaced, every CTA's whole ring is requested at once and the
-    // small kernel running meanwhile queues its loads behind that burst (decode trace, session
-    // 16); paced to the end, CTAs that start after the previous kernel (a second wave) fill
-    // their rings slowly (the gate/up GEMM's tail grew by 3.7 µs).
+    // Paced first fill (`paced`: swap-AB with p.prefill_window = W > 0): the weights of the
+    // first pass through the ring are loaded by a second thread under the "weights landed"
+    // barriers, with at most W stages in flight per CTA until the previous kernel is done
+    // (thread 0 arrives on "released" once past griddepcontrol.wait; then the rest goes out at
+    // once), while thread 0 loads the activations. Unpaced, every CTA's whole ring is requested
+    // at once and the small kernel running meanwhile queues its loads behind that burst (decode
+    // trace, session 16); paced to the end, CTAs that start after the previous kernel (a second
+    // wave) fill their rings slowly (the gate/up GEMM's tail grew by 3.7 µs).
     if constexpr (T::kSwapAB) {
-      if (p.prefill_window > 0 && tid_wg == 32) {
+      if (paced && tid_wg == 32) {
         Tile t;
         if (sched.next(t)) {
           const int pre = min(T::kStages, t.kb1 - t.kb0);
@@ -241,7 +243,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         int kb = tile.kb0;
         if (!waited) {
           const int pre = min(T::kStages, tile.kb1 - tile.kb0);
-          if (T::kSwapAB && p.prefill_window > 0) {
+          if (paced) {
             // The weights of stages 0 .. pre-1 come from thread 32 (wfull barriers).
             ptx::griddep_wait();
             if constexpr (T::kSwapAB) ptx::mbarrier_arrive(ring.released());
@@ -380,7 +382,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       }
       ptx::mbarrier_wait(ring.full(st.stage), st.phase);
       if constexpr (T::kSwapAB) {  // paced first fill: the first pass's weights land separately
-        if (p.prefill_window > 0 && first_pass && i < T::kStages) ptx::mbarrier_wait(ring.wfull(st.stage), 0);
+        if (paced && first_pass && i < T::kStages) ptx::mbarrier_wait(ring.wfull(st.stage), 0);
       }
       if (i == 0 && threadIdx.x == 0) FP8GEMM_TRACE_MARK(2);
       const float* sa_s = ring.scales(st.stage);
