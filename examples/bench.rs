@@ -105,6 +105,15 @@ mod imp {
         /// cache was last touched one step ago), and print `ATTN b len splits us` lines.
         #[arg(long)]
         attention: bool,
+        /// Time only these columns (comma-separated: ours, into, lt, bf16, full); all by default.
+        /// With one column and one shape, `--trace-out` holds that column's launch chain.
+        #[arg(long, value_delimiter = ',', default_value = "ours,into,lt,bf16,full")]
+        columns: Vec<String>,
+        /// After the run, write the per-CTA timeline trace here (a build with
+        /// `CANDLE_FP8_NVCC_FLAGS=-DFP8GEMM_TRACE`; read it with
+        /// `scripts/dev/trace_timeline.py FILE --chain N`). The rings keep the latest ~1M CTAs.
+        #[arg(long)]
+        trace_out: Option<std::path::PathBuf>,
     }
 
     /// `--attention`: the decode attention's time per (batch, len, splits), cold caches.
@@ -459,6 +468,11 @@ mod imp {
             }
         }
 
+        const COLUMNS: [&str; 5] = ["ours", "into", "lt", "bf16", "full"];
+        if let Some(c) = args.columns.iter().find(|c| !COLUMNS.contains(&c.as_str())) {
+            bail!("--columns: unknown column {c:?} (expected some of {})", COLUMNS.join(", "))
+        }
+        let col = |c: &str| args.columns.iter().any(|x| x == c);
         let mut json_rows = Vec::new();
         if args.attention {
             attention_sweep(&dev, &stream, &args, &mut json_rows)?;
@@ -553,11 +567,11 @@ mod imp {
                         }
                     };
                     stamp("ours");
-                    let ours = if have_ours { Some(gemm(Provider::Hopper)?) } else { None };
+                    let ours = if have_ours && col("ours") { Some(gemm(Provider::Hopper)?) } else { None };
                     stamp("into");
                     // Ours into a preallocated output: no graph memory nodes between the
                     // launches, as the torch-timed peers (anchors.py) and DeepGEMM run.
-                    let ours_into = if have_ours {
+                    let ours_into = if have_ours && col("into") {
                         let out = Tensor::zeros((m, n), DType::BF16, &dev)?;
                         let (t, _) = time_us(&stream, reps, &args, &mut |i| {
                             let (wq, sw) = &w.w[i % nw];
@@ -568,14 +582,19 @@ mod imp {
                         None
                     };
                     stamp("cublaslt");
-                    let lt = if have_lt { Some(gemm(Provider::CublasLt)?) } else { None };
+                    let lt = if have_lt && col("lt") { Some(gemm(Provider::CublasLt)?) } else { None };
                     stamp("bf16");
-                    let (bf16, mode) = time_us(&stream, reps, &args, &mut |i| {
-                        drop(a.x.matmul(&w.wb[i % nw].t()?)?);
-                        Ok(())
-                    })?;
+                    let (bf16, mode) = if col("bf16") {
+                        let (t, mode) = time_us(&stream, reps, &args, &mut |i| {
+                            drop(a.x.matmul(&w.wb[i % nw].t()?)?);
+                            Ok(())
+                        })?;
+                        (Some(t), mode)
+                    } else {
+                        (None, "graph")
+                    };
                     stamp("full");
-                    let full = if have_ours && m <= args.full_linear_max_m {
+                    let full = if have_ours && col("full") && m <= args.full_linear_max_m {
                         // The layer users call: bf16 x -> quantize -> GEMM (adjacent launches).
                         let layers = (0..nw)
                             .map(|i| {
@@ -595,18 +614,18 @@ mod imp {
                     let temp = if cold { "cold" } else { "hot" };
                     let tflops = |t: Option<f64>| t.map(|t| flops / t * 1e-6);
                     println!(
-                        "  m={m:<5} {temp:<4} ours {:>9} into {:>9} lt {:>9} bf16 {bf16:>9.2} full {:>9} | ours/lt {:>6} ours/floor {:>6} floor {floor_us:.2}",
-                        fmt(ours), fmt(ours_into), fmt(lt), fmt(full),
+                        "  m={m:<5} {temp:<4} ours {:>9} into {:>9} lt {:>9} bf16 {:>9} full {:>9} | ours/lt {:>6} ours/floor {:>6} floor {floor_us:.2}",
+                        fmt(ours), fmt(ours_into), fmt(lt), fmt(bf16), fmt(full),
                         ratio(ours, lt), ratio(ours, Some(floor_us))
                     );
                     json_rows.push(json!({
                         "m": m, "n": n, "k": k, "label": label, "temp": temp, "timing": mode,
                         "ours_us": ours, "ours_into_us": ours_into, "cublaslt_us": lt, "bf16_us": bf16, "full_linear_us": full,
-                        "ours_tflops": tflops(ours), "cublaslt_tflops": tflops(lt), "bf16_tflops": flops / bf16 * 1e-6,
+                        "ours_tflops": tflops(ours), "cublaslt_tflops": tflops(lt), "bf16_tflops": tflops(bf16),
                         "floor_us": floor_us, "ours_over_cublaslt": ours.zip(lt).map(|(a, b)| a / b),
                         "ours_over_floor": ours.map(|o| o / floor_us), "relerr": acc.clone(),
                     }));
-                    table.push(Row { m, n, k, label: format!("{label}/{temp}"), mode, ours, ours_into, lt, bf16: Some(bf16), floor: floor_us });
+                    table.push(Row { m, n, k, label: format!("{label}/{temp}"), mode, ours, ours_into, lt, bf16, floor: floor_us });
                 }
             }
         }
@@ -622,6 +641,12 @@ mod imp {
                 r.ours.map(|t| format!("{:.0}", fl / t * 1e-6)).unwrap_or("-".into()),
                 ratio(r.ours, r.lt), ratio(r.ours, Some(r.floor)), r.mode
             );
+        }
+        if let Some(path) = &args.trace_out {
+            match candle_fp8::cuda::trace_dump(path)? {
+                Some(n) => println!("trace: {n} records -> {}", path.display()),
+                None => println!("trace: this build has no trace (CANDLE_FP8_NVCC_FLAGS=-DFP8GEMM_TRACE); nothing written"),
+            }
         }
         if let Some(path) = &args.json {
             let doc = json!({

@@ -398,3 +398,6 @@ extern "C" int32_t fp8gemm_compiled_configs(fp8gemm_config* out, int32_t capacit
   }
   return n;
 }
+
+// Timeline trace reader of this translation unit: the split-K reduce (-DFP8GEMM_TRACE only).
+FP8GEMM_TRACE_READER(fp8gemm_trace_read_gemm)

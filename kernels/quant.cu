@@ -7,6 +7,7 @@
 
 #include "api.h"
 #include "fp8gemm/act_quant.cuh"
+#include "fp8gemm/trace.cuh"
 
 namespace fp8gemm {
 
@@ -18,6 +19,7 @@ __global__ void __launch_bounds__(256) quantize_act_kernel(const T* __restrict__
                                                            uint8_t* __restrict__ q,
                                                            float* __restrict__ sa, int64_t m,
                                                            int64_t k) {
+  FP8GEMM_TRACE_BEGIN(FP8GEMM_TRACE_QUANT);
   // Let a PDL-launched GEMM start now: it prefetches its weights while we run and waits
   // (griddepcontrol.wait) for our completion before it reads q / sa.
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -82,6 +84,7 @@ __global__ void __launch_bounds__(256) quantize_act_kernel(const T* __restrict__
   }
   zero_scale_padding(sa, m, kb, int64_t(blockIdx.x) * blockDim.x + threadIdx.x,
                      int64_t(gridDim.x) * blockDim.x);
+  FP8GEMM_TRACE_END();
 }
 
 // out[r][c] = bf16(e4m3(w[r][c]) * sw[r/128][c/128]); 8 values per thread when k % 8 == 0.
@@ -145,6 +148,9 @@ __global__ void __launch_bounds__(256) random_e4m3_kernel(uint8_t* __restrict__ 
 }
 
 }  // namespace fp8gemm
+
+// Timeline trace reader of this translation unit (builds with -DFP8GEMM_TRACE only).
+FP8GEMM_TRACE_READER(fp8gemm_trace_read_quant)
 
 using namespace fp8gemm;
 

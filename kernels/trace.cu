@@ -3,7 +3,8 @@
 //
 // File: per translation unit a header of four u32 (magic "FP8T", unit id, append count, ring
 // capacity) followed by min(count, capacity) 32-byte records (trace::Rec). Unit ids: 0 swap-AB,
-// 1 small-M, 2 warp-specialized, 3 persistent, 4 fused_quant, 5 attention, 6 sampling.
+// 1 small-M, 2 warp-specialized, 3 persistent, 4 fused_quant, 5 attention, 6 sampling,
+// 7 quant (activation quantizer), 8 gemm (split-K reduce).
 // A ring that wrapped (count > capacity) holds the latest `capacity` records out of order;
 // scripts/dev/trace_timeline.py sorts by entry time.
 #include <cuda_runtime.h>
@@ -24,6 +25,8 @@ int fp8gemm_trace_read_persistent(void*, uint32_t, uint32_t*);
 int fp8gemm_trace_read_fused_quant(void*, uint32_t, uint32_t*);
 int fp8gemm_trace_read_attention(void*, uint32_t, uint32_t*);
 int fp8gemm_trace_read_sampling(void*, uint32_t, uint32_t*);
+int fp8gemm_trace_read_quant(void*, uint32_t, uint32_t*);
+int fp8gemm_trace_read_gemm(void*, uint32_t, uint32_t*);
 }
 
 extern "C" int64_t fp8gemm_trace_dump(const char* path) {
@@ -31,7 +34,8 @@ extern "C" int64_t fp8gemm_trace_dump(const char* path) {
   const Reader readers[] = {fp8gemm_trace_read_swap_ab,  fp8gemm_trace_read_small_m,
                             fp8gemm_trace_read_warp_specialized, fp8gemm_trace_read_persistent,
                             fp8gemm_trace_read_fused_quant, fp8gemm_trace_read_attention,
-                            fp8gemm_trace_read_sampling};
+                            fp8gemm_trace_read_sampling, fp8gemm_trace_read_quant,
+                            fp8gemm_trace_read_gemm};
   if (cudaDeviceSynchronize() != cudaSuccess) return -2;
   FILE* f = std::fopen(path, "wb");
   if (!f) return -3;

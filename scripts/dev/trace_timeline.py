@@ -3,6 +3,11 @@
 CANDLE_FP8_NVCC_FLAGS=-DFP8GEMM_TRACE; kernels/include/fp8gemm/trace.cuh, kernels/trace.cu).
 
     python3 scripts/dev/trace_timeline.py FILE [--steps N] [--csv OUT]
+    python3 scripts/dev/trace_timeline.py FILE --chain N
+
+`--chain N` (any launch sequence, e.g. `bench --columns into --trace-out FILE` on one shape):
+the same per-kernel medians over the last N launches, grouped by kernel kind, and the last
+launches one by one.
 
 Splits the records into launches (entries of consecutive launches never interleave under PDL: a
 dependent grid starts only after every CTA of the one before has triggered), the launches into
@@ -25,8 +30,8 @@ import statistics
 import struct
 import sys
 
-TAGS = {1: "gemm", 2: "norm8", 3: "norm", 4: "swiglu", 5: "attn", 6: "combine", 7: "argmax", 8: "quant"}
-UNITS = ["swap_ab", "small_m", "warp_spec", "persistent", "fused_quant", "attention", "sampling"]
+TAGS = {1: "gemm", 2: "norm8", 3: "norm", 4: "swiglu", 5: "attn", 6: "combine", 7: "argmax", 8: "quant", 9: "reduce"}
+UNITS = ["swap_ab", "small_m", "warp_spec", "persistent", "fused_quant", "attention", "sampling", "quant", "gemm"]
 REC = struct.Struct("<Q4IHHI")
 
 
@@ -123,14 +128,92 @@ def layer_names(step):
     return names
 
 
+def metrics(l, prev):
+    """The table's cells for launch `l` after launch `prev` (µs; see the module doc)."""
+    crit = (l.last_end - prev.last_end) / 1e3
+    m1 = l.marks(1)
+    wait = (m1[0] - prev.last_end) / 1e3 if m1 else float("nan")
+    ends = l.marks(4)
+    r = {"n": len(l.ctas), "crit": crit, "wait": wait, "lead": (prev.last_end - l.first_entry) / 1e3}
+    if l.tag == 1:
+        p90 = ends[int(0.9 * (len(ends) - 1))] if ends else 0
+        first_end = ends[0] if ends else 0
+        early = [t0 + d[1] - prev.last_end for t0, d, _, _ in l.ctas if t0 < prev.last_end and d[1]]
+        r.update(act=statistics.median(early) / 1e3 if early else float("nan"),
+                 loop=l.phase(2, 3), epi=l.phase(3, 4),
+                 tail=(ends[-1] - p90) / 1e3 if ends else float("nan"),
+                 late=sum(1 for t0, _, _, _ in l.ctas if t0 > first_end))
+    elif l.tag in (2, 3):
+        r.update(stage=l.phase(1, 2), bar=l.phase(2, 3), out=l.phase(3, 4))
+    else:
+        r.update(body=l.phase(1 if l.tag != 8 else 0, 4))
+    return r
+
+
+KEYS = ["n", "crit", "wait", "lead", "act", "loop", "epi", "tail", "late", "stage", "bar", "out", "body"]
+
+
+def print_medians(rows, order, per, unit):
+    """One line per kernel name: medians of each key over its rows (crit summed, / `per`)."""
+    print("kernel        " + " ".join(f"{k:>7}" for k in KEYS) + "  count")
+    tot = 0.0
+    for n in order:
+        rs = rows[n]
+        cells = []
+        for k in KEYS:
+            v = [r[k] for r in rs if k in r and r[k] == r[k]]
+            cells.append(f"{statistics.median(v):7.2f}" if v else f"{'':>7}")
+        crit_sum = sum(r["crit"] for r in rs) / per
+        tot += crit_sum
+        print(f"{n:13} " + " ".join(cells) + f"  {len(rs):5}  (crit/{unit} {crit_sum:8.1f})")
+    return tot
+
+
+def chain(ls, n):
+    """--chain: medians per kernel kind over the last n launches, then the last few one by one."""
+    ls = ls[-(n + 1) :]
+    rows, order = {}, []
+    for prev, l in zip(ls, ls[1:]):
+        name = f"{l.name()}.{UNITS[l.unit]}" if l.tag == 1 else l.name()
+        if name not in rows:
+            rows[name] = []
+            order.append(name)
+        rows[name].append(metrics(l, prev))
+    print(f"{len(ls) - 1} launches; median per kernel kind (us; lead = first entry before the previous launch's last end)")
+    tot = print_medians(rows, order, 1, "all")
+    span = (ls[-1].last_end - ls[0].last_end) / 1e3
+    print(f"last end - first launch's end over {len(ls) - 1} launches: {span:.1f} us ({span / max(1, len(ls) - 1):.2f} per launch; crit sum {tot:.1f})")
+    print()
+    print("last launches (us from the first shown launch's first entry): name ctas first_entry first_past_wait last_end")
+    base = ls[-8].first_entry if len(ls) >= 8 else ls[0].first_entry
+    for l in ls[-8:]:
+        m1 = l.marks(1)
+        past = f"{(m1[0] - base) / 1e3:8.2f}" if m1 else f"{'-':>8}"
+        print(f"  {l.name():7} {len(l.ctas):5} {(l.first_entry - base) / 1e3:8.2f} {past} {(l.last_end - base) / 1e3:8.2f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("file")
     ap.add_argument("--steps", type=int, default=3, help="last N complete steps (default 3)")
     ap.add_argument("--csv", help="also write every launch of those steps to this CSV")
+    ap.add_argument("--chain", type=int, help="no decode steps: medians over the last N launches")
+    ap.add_argument("--ctas", help="with --chain: write every CTA of those launches to this CSV")
     a = ap.parse_args()
     recs = load(a.file)
     ls = launches(recs)
+    if a.chain:
+        if len(ls) < 2:
+            sys.exit("fewer than two launches in the trace")
+        chain(ls, a.chain)
+        if a.ctas:
+            with open(a.ctas, "w") as f:
+                f.write("launch,kernel,unit,cta,sm,entry_ns,m1_ns,m2_ns,m3_ns,end_ns\n")
+                base = ls[-a.chain].first_entry
+                for i, l in enumerate(ls[-a.chain :]):
+                    for t0, d, sm, cta in l.ctas:
+                        f.write(f"{i},{l.name()},{UNITS[l.unit]},{cta},{sm},{t0 - base},{d[0]},{d[1]},{d[2]},{d[3]}\n")
+        return
     st = steps(ls)
     if not st:
         sys.exit("no complete step (two argmax launches) in the trace")
@@ -146,24 +229,8 @@ def main():
         prev = None
         for l, n in zip(step, names):
             if prev is not None:
-                crit = (l.last_end - prev.last_end) / 1e3
-                m1 = l.marks(1)
-                wait = (m1[0] - prev.last_end) / 1e3 if m1 else float("nan")
-                ends = l.marks(4)
-                r = {"n": len(l.ctas), "crit": crit, "wait": wait}
-                if l.tag == 1:
-                    p90 = ends[int(0.9 * (len(ends) - 1))] if ends else 0
-                    first_end = ends[0] if ends else 0
-                    early = [t0 + d[1] - prev.last_end for t0, d, _, _ in l.ctas if t0 < prev.last_end and d[1]]
-                    r.update(act=statistics.median(early) / 1e3 if early else float("nan"),
-                             loop=l.phase(2, 3), epi=l.phase(3, 4),
-                             tail=(ends[-1] - p90) / 1e3 if ends else float("nan"),
-                             late=sum(1 for t0, _, _, _ in l.ctas if t0 > first_end),
-                             lead=(prev.last_end - l.first_entry) / 1e3)
-                elif l.tag in (2, 3):
-                    r.update(stage=l.phase(1, 2), bar=l.phase(2, 3), out=l.phase(3, 4), lead=(prev.last_end - l.first_entry) / 1e3)
-                else:
-                    r.update(body=l.phase(1, 4), lead=(prev.last_end - l.first_entry) / 1e3)
+                r = metrics(l, prev)
+                crit, wait = r["crit"], r["wait"]
                 if n not in rows:
                     rows[n] = []
                     order.append(n)
@@ -172,18 +239,7 @@ def main():
             prev = l
     print()
     print("median over layers and steps (us); lead = how long before the previous launch's end the first CTA entered")
-    keys = ["n", "crit", "wait", "lead", "act", "loop", "epi", "tail", "late", "stage", "bar", "out", "body"]
-    print("kernel        " + " ".join(f"{k:>7}" for k in keys) + "  count")
-    tot = 0.0
-    for n in order:
-        rs = rows[n]
-        cells = []
-        for k in keys:
-            v = [r[k] for r in rs if k in r and r[k] == r[k]]
-            cells.append(f"{statistics.median(v):7.2f}" if v else f"{'':>7}")
-        crit_sum = sum(r["crit"] for r in rs) / len(st)
-        tot += crit_sum
-        print(f"{n:13} " + " ".join(cells) + f"  {len(rs):5}  (crit/step {crit_sum:8.1f})")
+    tot = print_medians(rows, order, len(st), "step")
     print(f"sum of crit per step: {tot:.1f} us")
     if a.csv:
         with open(a.csv, "w") as f:

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "ptx/mbarrier.cuh"
+#include "trace.cuh"
 
 namespace fp8gemm {
 
@@ -87,10 +88,12 @@ template <int kThreads = 256>
 __global__ void __launch_bounds__(kThreads) splitk_reduce_kernel(const float* __restrict__ partial,
                                                             __nv_bfloat16* __restrict__ y,
                                                             int64_t count, int splits) {
+  FP8GEMM_TRACE_BEGIN(FP8GEMM_TRACE_REDUCE);  // mark 1: past the PDL wait
   // Let the next kernel launch now (it waits for our completion before reading y): keeps the
   // chain of early launches going, so the GEMM after it can fill its ring during us.
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");  // the GEMM's partials are complete
+  if (threadIdx.x == 0) FP8GEMM_TRACE_MARK(1);
   const int64_t n4 = count / 4;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n4;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -109,6 +112,7 @@ __global__ void __launch_bounds__(kThreads) splitk_reduce_kernel(const float* __
     packed.y = *reinterpret_cast<uint32_t*>(&hi);
     reinterpret_cast<uint2*>(y)[i] = packed;
   }
+  FP8GEMM_TRACE_END();
 }
 
 }  // namespace fp8gemm

@@ -21,6 +21,7 @@
 #define FP8GEMM_TRACE_COMBINE 6
 #define FP8GEMM_TRACE_ARGMAX 7
 #define FP8GEMM_TRACE_QUANT 8
+#define FP8GEMM_TRACE_REDUCE 9
 
 #ifdef FP8GEMM_TRACE
 namespace fp8gemm::trace {
