@@ -317,7 +317,7 @@ pub fn split_override(m: usize, n: usize, k: usize) -> Result<Option<i32>> {
 ///
 /// | M | schedule | tile (block_m × block_n) | stages | split-K |
 /// |---|---|---|---|---|
-/// | 1–8 | swap-AB | 8 tokens × 64 weight rows | 8 | none if N/64 ≥ S, else the larger of `swap_split` and `split_for(N/64, kb, 3·S, 16)` (three CTAs per SM) |
+/// | 1–8 | swap-AB | 8 tokens × 64 weight rows | 8 | 2 if S ≤ N/64 < 2·S and kb ≥ 32; none if N/64 ≥ 2·S; else the larger of `swap_split` and `split_for(N/64, kb, 3·S, 16)` (three CTAs per SM) |
 /// | 9–16 | swap-AB | 16 × 64 | 8 | none if N/64 ≥ S, else `swap_split` |
 /// | 65–128 with t128 ≥ 40 | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split |
 /// | 17–64 with S/4 < ⌈N/64⌉ ≤ S/2, K ≥ 1024 | small-M | 64 × 64 | 8 | 2 (a 2-CTA cluster sums) |
@@ -344,9 +344,18 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
     let m64 = m.div_ceil(64);
     if m <= 16 {
         // Memory-bound: with >= 1 tile per SM every tile is resident at once and a split only
-        // adds the reduction (measured 1×10240×5120: split 1 15.8 µs, split 2 17.1, split 3 17.3).
+        // adds the reduction (measured 1×10240×5120: split 1 15.8 µs, split 2 17.1, split 3 17.3
+        // in session 10, launched alone) — except at M <= 8 with one partial wave of tiles
+        // (S <= N/64 < 2·S): a launch that follows a GEMM through PDL gets its CTAs packed two
+        // or three per SM on ~80 SMs (trace, session 17); split 2 (a 2-CTA cluster sum, no
+        // extra launch) runs 1×10240×5120 in 14.8–15.1 µs instead of 16.9–17.5 (bench "into",
+        // M = 1–8) and decode b1 8.958 / 8.961 ms vs 9.018 / 8.981
+        // (docs/perf/2026-12-01-s17/call7-qkv-split/). At 16 tokens it lost (19.1 vs 18.2 µs,
+        // b16 +0.34 ms).
         let tiles = n.div_ceil(64);
-        let split = if tiles >= sms {
+        let split = if m <= 8 && tiles >= sms && tiles < 2 * sms && kb >= 32 {
+            2
+        } else if tiles >= sms {
             1
         } else if m <= 8 {
             // 8-token tiles (74 KB) run three per SM: fill those slots in one wave when each
@@ -518,7 +527,12 @@ mod tests {
         assert_eq!(c(16, 4096, 4096).split_k, 2);
         assert_eq!(c(16, 5120, 8192).split_k, 3);
         assert_eq!(c(16, 5120, 25600).split_k, 3);
-        assert_eq!(c(1, 10240, 5120).split_k, 1);
+        // One partial wave of 8-token tiles (160 over 132 SMs): a 2-CTA cluster sum.
+        assert_eq!(c(1, 10240, 5120).split_k, 2);
+        assert_eq!(c(8, 10240, 5120).split_k, 2);
+        assert_eq!(c(9, 10240, 5120).split_k, 1);
+        assert_eq!(c(1, 10240, 2048).split_k, 1); // kb 16: too short to split
+        assert_eq!(c(1, 16896, 5120).split_k, 1); // 264 tiles = 2·S
         assert_eq!(c(1, 5120, 8192).split_k, 4); // 320 CTAs: three per SM, one wave
         assert_eq!(c(1, 5120, 25600).split_k, 4);
         assert_eq!(c(8, 4096, 16384).split_k, 6); // 384 CTAs
