@@ -591,7 +591,7 @@ mod imp {
                         })?;
                         (Some(t), mode)
                     } else {
-                        (None, "graph")
+                        (None, "-") // the timing mode is read from the bf16 column
                     };
                     stamp("full");
                     let full = if have_ours && col("full") && m <= args.full_linear_max_m {
