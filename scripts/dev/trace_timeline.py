@@ -146,7 +146,8 @@ def metrics(l, prev):
     elif l.tag in (2, 3):
         r.update(stage=l.phase(1, 2), bar=l.phase(2, 3), out=l.phase(3, 4))
     else:
-        r.update(body=l.phase(1 if l.tag != 8 else 0, 4))
+        # From the PDL wait (mark 1), or from entry for a kernel that does not wait (quantizer).
+        r.update(body=l.phase(1 if l.marks(1) else 0, 4))
     return r
 
 
@@ -169,8 +170,9 @@ def print_medians(rows, order, per, unit):
     return tot
 
 
-def chain(ls, n):
-    """--chain: medians per kernel kind over the last n launches, then the last few one by one."""
+def chain(ls, n, ctas_csv=None):
+    """--chain: medians per kernel kind over the last n launches, then the last few one by one;
+    every CTA of those n launches to `ctas_csv` if given."""
     ls = ls[-(n + 1) :]
     rows, order = {}, []
     for prev, l in zip(ls, ls[1:]):
@@ -190,6 +192,13 @@ def chain(ls, n):
         m1 = l.marks(1)
         past = f"{(m1[0] - base) / 1e3:8.2f}" if m1 else f"{'-':>8}"
         print(f"  {l.name():7} {len(l.ctas):5} {(l.first_entry - base) / 1e3:8.2f} {past} {(l.last_end - base) / 1e3:8.2f}")
+    if ctas_csv:
+        shown = ls[-n:]
+        with open(ctas_csv, "w") as f:
+            f.write("launch,kernel,unit,cta,sm,entry_ns,m1_ns,m2_ns,m3_ns,end_ns\n")
+            for i, l in enumerate(shown):
+                for t0, d, sm, cta in l.ctas:
+                    f.write(f"{i},{l.name()},{UNITS[l.unit]},{cta},{sm},{t0 - shown[0].first_entry},{d[0]},{d[1]},{d[2]},{d[3]}\n")
 
 
 def main():
@@ -205,14 +214,7 @@ def main():
     if a.chain:
         if len(ls) < 2:
             sys.exit("fewer than two launches in the trace")
-        chain(ls, a.chain)
-        if a.ctas:
-            with open(a.ctas, "w") as f:
-                f.write("launch,kernel,unit,cta,sm,entry_ns,m1_ns,m2_ns,m3_ns,end_ns\n")
-                base = ls[-a.chain].first_entry
-                for i, l in enumerate(ls[-a.chain :]):
-                    for t0, d, sm, cta in l.ctas:
-                        f.write(f"{i},{l.name()},{UNITS[l.unit]},{cta},{sm},{t0 - base},{d[0]},{d[1]},{d[2]},{d[3]}\n")
+        chain(ls, a.chain, a.ctas)
         return
     st = steps(ls)
     if not st:
