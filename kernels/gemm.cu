@@ -17,6 +17,7 @@ namespace fp8gemm {
 
 const ConfigEntry* small_m_configs(int* count);
 const ConfigEntry* swap_ab_configs(int* count);
+const ConfigEntry* swap_ab_quant_in_configs(int* count);
 const ConfigEntry* warp_specialized_configs(int* count);
 const ConfigEntry* persistent_configs(int* count);
 const ConfigEntry* swiglu_configs(int* count);
@@ -138,11 +139,17 @@ fp8gemm_config auto_config(int64_t m, int64_t n, int64_t k, int sms) {
                                                : make(FP8GEMM_KIND_PERSISTENT, 128, 128, 5, 1);
 }
 
-const ConfigEntry* find_config(const fp8gemm_config& c) {
+// The compiled entry for a config: among the GEMMs on (qa, sa), or with `quant_in` among those
+// that quantize a bf16 x themselves.
+const ConfigEntry* find_config(const fp8gemm_config& c, bool quant_in = false) {
   using Lister = const ConfigEntry* (*)(int*);
-  const Lister lists[] = {small_m_configs, swap_ab_configs, warp_specialized_configs,
+  const Lister plain[] = {small_m_configs, swap_ab_configs, warp_specialized_configs,
                           persistent_configs};
-  for (Lister l : lists) {
+  const Lister quantizing[] = {swap_ab_quant_in_configs};
+  const Lister* lists = quant_in ? quantizing : plain;
+  const int num_lists = quant_in ? 1 : 4;
+  for (int li = 0; li < num_lists; ++li) {
+    const Lister l = lists[li];
     int count = 0;
     const ConfigEntry* e = l(&count);
     for (int i = 0; i < count; ++i)
@@ -284,18 +291,23 @@ static GemmArgs operand_args(const uint8_t* qa, const float* sa, const uint8_t* 
   return a;
 }
 
-// fp8gemm_gemm and fp8gemm_gemm_unreduced: `reduce` = false leaves workspace partials unreduced.
-static int32_t gemm_impl(const uint8_t* qa, const float* sa, const uint8_t* w, const float* sw,
-                         void* y, int64_t m, int64_t n, int64_t k, const fp8gemm_config* cfg,
-                         void* workspace, size_t workspace_bytes, void* stream, bool reduce) {
+// fp8gemm_gemm, fp8gemm_gemm_unreduced and fp8gemm_gemm_quant_in: `reduce` = false leaves
+// workspace partials unreduced; `x` non-null = the bf16 activation, quantized by the kernel
+// (qa, sa unused).
+static int32_t gemm_impl(const uint8_t* qa, const float* sa, const __nv_bfloat16* x,
+                         const uint8_t* w, const float* sw, void* y, int64_t m, int64_t n,
+                         int64_t k, const fp8gemm_config* cfg, void* workspace,
+                         size_t workspace_bytes, void* stream, bool reduce) {
   if (m < 1 || n < 16 || k < 128 || k % 128 != 0 || n % 16 != 0) return FP8GEMM_ERR_SHAPE;
   if (m > 0x7fffffff || n > 0x7fffffff || k > 0x7fffffff) return FP8GEMM_ERR_SHAPE;
-  if (!operands_ok(qa, sa, w, sw) || (y && !aligned16(y))) return FP8GEMM_ERR_ALIGN;
+  const bool inputs_ok = x ? aligned16(x) && w && sw && aligned16(w) && (reinterpret_cast<uintptr_t>(sw) & 3) == 0
+                           : operands_ok(qa, sa, w, sw);
+  if (!inputs_ok || (y && !aligned16(y))) return FP8GEMM_ERR_ALIGN;
   DeviceInfo info;
   int dev = 0;
   if (int st = device_info(&info, &dev)) return st;
   const fp8gemm_config c = resolve(cfg, m, n, k, info.sms);
-  const ConfigEntry* e = find_config(c);
+  const ConfigEntry* e = find_config(c, x != nullptr);
   if (!e) return FP8GEMM_ERR_CONFIG;
   const int split = effective_split(c, k);
   if (split > 1 && !e->split_ok) return FP8GEMM_ERR_CONFIG;
@@ -306,6 +318,7 @@ static int32_t gemm_impl(const uint8_t* qa, const float* sa, const uint8_t* w, c
   if (y == nullptr && (reduce || need == 0)) return FP8GEMM_ERR_ALIGN;
 
   GemmArgs a = operand_args(qa, sa, w, sw, m, n, k, split, info, dev, stream);
+  a.x = x;
   a.y = static_cast<__nv_bfloat16*>(y);
   a.partial = need > 0 ? static_cast<float*>(workspace) : nullptr;
   if (c.num_sms > 0 && c.num_sms < info.sms) a.grid_limit = c.num_sms;
@@ -319,14 +332,22 @@ extern "C" int32_t fp8gemm_gemm(const uint8_t* qa, const float* sa, const uint8_
                                 const float* sw, void* y, int64_t m, int64_t n, int64_t k,
                                 const fp8gemm_config* cfg, void* workspace,
                                 size_t workspace_bytes, void* stream) {
-  return gemm_impl(qa, sa, w, sw, y, m, n, k, cfg, workspace, workspace_bytes, stream, true);
+  return gemm_impl(qa, sa, nullptr, w, sw, y, m, n, k, cfg, workspace, workspace_bytes, stream, true);
 }
 
 extern "C" int32_t fp8gemm_gemm_unreduced(const uint8_t* qa, const float* sa, const uint8_t* w,
                                           const float* sw, void* y, int64_t m, int64_t n,
                                           int64_t k, const fp8gemm_config* cfg, void* workspace,
                                           size_t workspace_bytes, void* stream) {
-  return gemm_impl(qa, sa, w, sw, y, m, n, k, cfg, workspace, workspace_bytes, stream, false);
+  return gemm_impl(qa, sa, nullptr, w, sw, y, m, n, k, cfg, workspace, workspace_bytes, stream, false);
+}
+
+extern "C" int32_t fp8gemm_gemm_quant_in(const void* x, const uint8_t* w, const float* sw, void* y,
+                                         int64_t m, int64_t n, int64_t k, const fp8gemm_config* cfg,
+                                         void* workspace, size_t workspace_bytes, void* stream) {
+  if (x == nullptr) return FP8GEMM_ERR_ALIGN;
+  return gemm_impl(nullptr, nullptr, static_cast<const __nv_bfloat16*>(x), w, sw, y, m, n, k, cfg,
+                   workspace, workspace_bytes, stream, true);
 }
 
 // Default tile of the gated (SwiGLU) schedule: at 9-16 tokens 256 weight rows (a whole

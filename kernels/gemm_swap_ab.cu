@@ -19,6 +19,16 @@ const ConfigEntry* swap_ab_configs(int* count) {
   return kConfigs;
 }
 
+// The same 8-token tile quantizing its bf16 activation itself (kQuantIn, quant_operand.cuh):
+// fp8gemm_gemm_quant_in, the full linear at 1-8 tokens in one launch.
+const ConfigEntry* swap_ab_quant_in_configs(int* count) {
+  static const ConfigEntry kConfigs[] = {
+      {FP8GEMM_KIND_SWAP_AB, 8, 64, 8, true, &run_sm90_fp8_gemm<SwapAB<8, 8, 0, true, true>>, true},
+  };
+  *count = sizeof(kConfigs) / sizeof(kConfigs[0]);
+  return kConfigs;
+}
+
 // The gated variants (gate/up GEMM with the SwiGLU + quantization epilogue,
 // fp8gemm_gemm_swiglu_quant): block_m = tokens, block_n = weight rows per tile (gate + up).
 // 64 rows (32 features, 4-CTA clusters) keeps the plain decode tile's footprint: 8 stages,

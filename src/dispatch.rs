@@ -248,6 +248,27 @@ fn split_for(tiles: usize, kb: usize, max_ctas: usize, min_kb: usize) -> i32 {
         .unwrap_or(1) as i32
 }
 
+/// Environment variable: the default of `Fp8BlockLinear::with_in_kernel_quantization` —
+/// whether the full linear on bf16 input at decode sizes quantizes the activation inside the
+/// GEMM (`1`) or in a separate quantizer launch before it (`0`, unset: the default while the
+/// path awaits its first validation on an H200). Read once per process; both paths give the
+/// same bits.
+pub const QUANT_IN_ENV: &str = "CANDLE_FP8_QUANT_IN";
+
+/// [`QUANT_IN_ENV`]: `true` only for `1`.
+pub fn quant_in_default() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var(QUANT_IN_ENV).is_ok_and(|v| v.trim() == "1"))
+}
+
+/// Whether our kernels can quantize a bf16 activation inside the GEMM for `cfg` (one launch for
+/// the whole linear): the swap-AB 8-token tile with 8 stages, any K split — what
+/// [`choose_config`] picks at M ≤ 8. Mirrors `swap_ab_quant_in_configs` in
+/// `kernels/gemm_swap_ab.cu`.
+pub fn quantizes_in_kernel(cfg: &GemmConfig) -> bool {
+    cfg.schedule() == Some(ScheduleKind::SwapAb) && cfg.block_m == 8 && cfg.block_n == 64 && cfg.stages == 8
+}
+
 static CONFIG_OVERRIDE: std::sync::Mutex<Option<GemmConfig>> = std::sync::Mutex::new(None);
 
 /// Forces every GEMM of our kernels in this process onto `cfg` (`None`: back to
@@ -587,6 +608,26 @@ mod tests {
         assert_eq!(config_override(), Some(forced));
         set_config_override(None);
         assert_eq!(config_override(), None);
+    }
+
+    #[test]
+    fn in_kernel_quantization_covers_exactly_the_8_token_tile() {
+        // Every decode-size shape (M <= 8) gets the tile compiled with in-kernel quantization,
+        // whatever its K split; no larger M does (its tile has no such variant).
+        let shapes = [(4096, 4096), (10240, 5120), (5120, 8192), (51200, 5120), (5120, 25600), (272, 2048), (128, 128)];
+        for (n, k) in shapes {
+            for m in 1..=8 {
+                let c = choose_config(m, n, k, 132);
+                assert!(quantizes_in_kernel(&c), "m={m} n={n} k={k}: {c:?}");
+            }
+            for m in [9, 16, 17, 32, 64, 128, 129, 4096] {
+                let c = choose_config(m, n, k, 132);
+                assert!(!quantizes_in_kernel(&c), "m={m} n={n} k={k}: {c:?}");
+            }
+        }
+        let tile = choose_config(1, 4096, 4096, 132);
+        assert!(!quantizes_in_kernel(&GemmConfig { stages: 6, ..tile }), "another ring depth is not compiled");
+        assert!(!quantizes_in_kernel(&GemmConfig { block_m: 16, ..tile }), "nor the 16-token tile");
     }
 
     #[test]

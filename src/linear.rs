@@ -34,6 +34,8 @@ pub struct Fp8BlockLinear {
     request: BackendRequest,
     provider: OnceLock<Provider>,
     dequantized: OnceLock<Tensor>,
+    /// In-kernel activation quantization at decode sizes (`None`: [`dispatch::QUANT_IN_ENV`]).
+    quant_in: Option<bool>,
 }
 
 impl Fp8BlockLinear {
@@ -74,6 +76,7 @@ impl Fp8BlockLinear {
             request: dispatch::backend_from_env()?,
             provider: OnceLock::new(),
             dequantized: OnceLock::new(),
+            quant_in: None,
         })
     }
 
@@ -109,6 +112,17 @@ impl Fp8BlockLinear {
     pub fn with_backend(mut self, request: BackendRequest) -> Self {
         self.request = request;
         self.provider = OnceLock::new();
+        self
+    }
+
+    /// Whether `forward` on bf16 input with our Hopper kernels may quantize the activation
+    /// inside the GEMM (one launch instead of the quantizer + the GEMM, the same bits) where a
+    /// configuration is compiled for it: the swap-AB 8-token tile, i.e. M ≤ 8
+    /// ([`dispatch::quantizes_in_kernel`]). Overrides [`dispatch::QUANT_IN_ENV`] for this layer.
+    /// Experimental: off by default until it has been validated and timed on an H200
+    /// (docs/PERF.md, session 18).
+    pub fn with_in_kernel_quantization(mut self, on: bool) -> Self {
+        self.quant_in = Some(on);
         self
     }
 
@@ -232,6 +246,7 @@ impl Fp8BlockLinear {
         };
         let mut fused = Self::new(Tensor::cat(&ws, 0)?, Tensor::cat(&ss, 0)?, bias)?;
         fused.request = first.request;
+        fused.quant_in = first.quant_in;
         Ok(fused)
     }
 
@@ -265,7 +280,8 @@ impl Fp8BlockLinear {
             Provider::Dequant => x.to_dtype(DType::BF16)?.matmul(&self.dequantized_bf16()?.t()?),
             #[cfg(feature = "cuda")]
             Provider::Hopper if x.device().is_cuda() && x.dim(0)? > 0 => {
-                ops::quantize_matmul_hopper(x, &self.weight, &self.scale_inv)
+                let quant_in = self.quant_in.unwrap_or_else(dispatch::quant_in_default);
+                ops::quantize_matmul_hopper(x, &self.weight, &self.scale_inv, quant_in)
             }
             p => {
                 let (qa, sa) = quant::quantize_activation(x)?;

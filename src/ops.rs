@@ -388,12 +388,13 @@ pub fn fp8_block_matmul_into(qa: &Tensor, sa: &Tensor, w: &Tensor, sw: &Tensor, 
     out.inplace_op3(qa, w, &Fp8BlockMatmulInto { sa: sa.clone(), sw: sw.clone(), shape })
 }
 
-/// `quantize_activation(x)` then our GEMM, as two adjacent launches with every buffer allocated
-/// first (see `cuda::quantize_gemm`): the GEMM streams its weights while the quantizer runs.
-/// `x` bf16/f16/f32 `[M, K]` on the CUDA device of `w`, `M ≥ 1`, `K % 128 == 0`; `w`, `sw` as
-/// validated by `Fp8BlockLinear`.
+/// `quantize_activation(x)` then our GEMM (see `cuda::quantize_gemm`): with `quant_in` and a
+/// bf16 `x` at the sizes compiled for it, one launch that quantizes inside the GEMM; otherwise
+/// two adjacent launches with every buffer allocated first (the GEMM streams its weights while
+/// the quantizer runs). `x` bf16/f16/f32 `[M, K]` on the CUDA device of `w`, `M ≥ 1`,
+/// `K % 128 == 0`; `w`, `sw` as validated by `Fp8BlockLinear`.
 #[cfg(feature = "cuda")]
-pub(crate) fn quantize_matmul_hopper(x: &Tensor, w: &Tensor, sw: &Tensor) -> Result<Tensor> {
+pub(crate) fn quantize_matmul_hopper(x: &Tensor, w: &Tensor, sw: &Tensor, quant_in: bool) -> Result<Tensor> {
     use candle_core::{op::BackpropOp, Storage};
     let (m, k) = dims2("x", x)?;
     let n = w.dim(0)?;
@@ -408,7 +409,7 @@ pub(crate) fn quantize_matmul_hopper(x: &Tensor, w: &Tensor, sw: &Tensor) -> Res
         let (Storage::Cuda(xs), Storage::Cuda(ws), Storage::Cuda(ss)) = (&*xs, &*ws, &*ss) else {
             bail!("fp8 linear: x, weight and weight_scale_inv must all be on the CUDA device")
         };
-        crate::cuda::quantize_gemm((xs, xl), (ws, wl), (ss, sl), m, n, k)?
+        crate::cuda::quantize_gemm((xs, xl), (ws, wl), (ss, sl), m, n, k, quant_in)?
     };
     log_provider_once(Provider::Hopper);
     Ok(Tensor::from_storage(Storage::Cuda(y), (m, n), BackpropOp::none(), false))

@@ -19,13 +19,14 @@ mod gpu;
 use gpu::{poison, usable, PROVIDERS};
 
 
-use candle_core::{DType, Device, Result, Tensor};
-use candle_fp8::dispatch::{BackendRequest, Provider, BACKEND_ENV};
+use candle_core::{DType, Device, Module, Result, Tensor};
+use candle_fp8::dispatch::{choose_config, quantizes_in_kernel, BackendRequest, Provider, BACKEND_ENV};
 use candle_fp8::format::{act_scale_m_stride, e4m3_to_f32, num_blocks, BLOCK, F8E4M3};
 use candle_fp8::ops::{device_caps, fp8_block_matmul, fp8_block_matmul_into, fp8_block_matmul_with};
 use candle_fp8::quant::{act_scales_view, quantize_activation};
 use candle_fp8::reference::{calc_diff, reference_matmul, rel_err};
 use candle_fp8::testing::{random_operands, Operands, Rng};
+use candle_fp8::Fp8BlockLinear;
 use rayon::prelude::*;
 
 const MS: [usize; 28] = [
@@ -286,6 +287,52 @@ fn into_preallocated_output_equals_the_op() -> Result<()> {
         assert!(bits(&big.narrow(0, 3, m)?)? == want, "m={m} n={n} k={k}: into an offset view differs");
         let around = bits(&Tensor::cat(&[big.narrow(0, 0, 3)?, big.narrow(0, 3 + m, 2)?], 0)?)?;
         assert!(around.iter().all(|&b| half::bf16::from_bits(b).is_nan()), "m={m} n={n} k={k}: wrote outside the view");
+    }
+    Ok(())
+}
+
+#[test]
+fn full_linear_quantizing_in_the_gemm_equals_quantize_then_gemm() -> Result<()> {
+    // At M <= 8 `Fp8BlockLinear::forward` on bf16 input with in-kernel quantization on quantizes
+    // inside the swap-AB GEMM (one launch). Its bits must equal the two-launch path (`quantize_activation` + the GEMM) for
+    // every output mode of that tile: no split (51200 x 5120, 1024 x 512), a 2-CTA cluster sum
+    // (10240 x 5120, 4096 x 4096) and the workspace (5120 x 8192, split 4); ragged M (rows
+    // past M inside the 8-token tile), rows of very different magnitudes, an all-zero row, and
+    // a NaN in the last row (which must poison exactly that row, as the quantizer does).
+    let dev = gpu_or_skip!("full_linear_quantizing_in_the_gemm_equals_quantize_then_gemm");
+    if !usable(&dev, "full_linear_quantizing_in_the_gemm_equals_quantize_then_gemm")?.contains(&Provider::Hopper) {
+        println!("SKIP full_linear_quantizing_in_the_gemm_equals_quantize_then_gemm: our kernels cannot run on this device");
+        return Ok(());
+    }
+    let sms = 132; // H100 SXM / H200; at M <= 8 the tile does not depend on it (only the split)
+    let shapes: &[(usize, usize)] = &[(51200, 5120), (1024, 512), (10240, 5120), (4096, 4096), (5120, 8192)];
+    for &(n, k) in shapes {
+        let op = random_operands(1, n, k, (n + k) as u64, &dev)?;
+        let layer = Fp8BlockLinear::new(op.w.clone(), op.sw.clone(), None)?
+            .with_backend(BackendRequest::Force(Provider::Hopper))
+            .with_in_kernel_quantization(true);
+        for m in [1, 2, 5, 8] {
+            let cfg = choose_config(m, n, k, sms);
+            assert!(quantizes_in_kernel(&cfg), "m={m} n={n} k={k}: {cfg:?} does not take the in-kernel path");
+            for nan in [false, true] {
+                let mut data = activation_data(m, k, (m * n) as u64);
+                if nan {
+                    data[(m - 1) * k + k / 2] = f32::NAN;
+                }
+                let x = Tensor::from_vec(data, (m, k), &Device::Cpu)?.to_dtype(DType::BF16)?.to_device(&dev)?;
+                let (qa, sa) = quantize_activation(&x)?;
+                let want = bits(&layer.forward_quantized(&qa, &sa)?)?;
+                poison(&dev, 8 * m * n)?;
+                let got = bits(&layer.forward(&x)?)?;
+                let what = format!("m={m} n={n} k={k} {cfg:?} nan={nan}");
+                if let Some(i) = (0..want.len()).find(|&i| want[i] != got[i]) {
+                    panic!("{what}: differs first at row {} col {}: {:#06x} vs {:#06x}", i / n, i % n, got[i], want[i]);
+                }
+                let nan_rows: Vec<usize> =
+                    (0..m).filter(|r| got[r * n..(r + 1) * n].iter().any(|&b| half::bf16::from_bits(b).is_nan())).collect();
+                assert_eq!(nan_rows, if nan { vec![m - 1] } else { vec![] }, "{what}: rows with NaN");
+            }
+        }
     }
     Ok(())
 }

@@ -71,6 +71,20 @@ mod sys {
         ) -> i32;
         pub fn fp8gemm_reduce_partials(partials: *const f32, y: *mut c_void, m: i64, n: i64, splits: i32, stream: *mut c_void) -> i32;
         #[allow(clippy::too_many_arguments)]
+        pub fn fp8gemm_gemm_quant_in(
+            x: *const c_void,
+            w: *const u8,
+            sw: *const f32,
+            y: *mut c_void,
+            m: i64,
+            n: i64,
+            k: i64,
+            cfg: *const GemmConfig,
+            workspace: *mut c_void,
+            workspace_bytes: usize,
+            stream: *mut c_void,
+        ) -> i32;
+        #[allow(clippy::too_many_arguments)]
         pub fn fp8gemm_gemm_swiglu_quant(
             qa: *const u8,
             sa: *const f32,
@@ -145,6 +159,21 @@ mod sys {
     }
     pub use self::fp8gemm_gemm as fp8gemm_gemm_unreduced;
     pub unsafe fn fp8gemm_reduce_partials(_: *const f32, _: *mut c_void, _: i64, _: i64, _: i32, _: *mut c_void) -> i32 {
+        FP8GEMM_ERR_CONFIG
+    }
+    pub unsafe fn fp8gemm_gemm_quant_in(
+        _: *const c_void,
+        _: *const u8,
+        _: *const f32,
+        _: *mut c_void,
+        _: i64,
+        _: i64,
+        _: i64,
+        _: *const GemmConfig,
+        _: *mut c_void,
+        _: usize,
+        _: *mut c_void,
+    ) -> i32 {
         FP8GEMM_ERR_CONFIG
     }
     #[allow(clippy::too_many_arguments)]

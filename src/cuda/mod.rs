@@ -276,10 +276,12 @@ fn launch_quantize(x: &CudaStorage, x_l: &Layout, q: *mut u8, sa: *mut f32, m: u
     ffi::check("quantize_activation", status)
 }
 
-/// The full linear on our kernels: `y = fp8_gemm(quantize(x), w, sw)` with every buffer
-/// allocated first, so that the quantizer and the GEMM are adjacent launches on the stream
-/// (the GEMM is PDL-launched and streams its weights while the quantizer runs; an allocation,
-/// memset or event between them would serialize the two).
+/// The full linear on our kernels: `y = fp8_gemm(quantize(x), w, sw)`. With `quant_in`, a bf16
+/// `x` and a configuration that quantizes in the kernel ([`crate::dispatch::quantizes_in_kernel`]:
+/// the decode sizes, M ≤ 8) one launch does both; otherwise every buffer is allocated first, so
+/// that the quantizer and the GEMM are adjacent launches on the stream (the GEMM is
+/// PDL-launched and streams its weights while the quantizer runs; an allocation, memset or
+/// event between them would serialize the two). Same bits either way.
 ///
 /// `x`: bf16 or f32, contiguous `[m, k]`, `k % 128 == 0`; `w`, `sw` as for [`fp8_gemm`].
 #[allow(clippy::too_many_arguments)]
@@ -290,6 +292,7 @@ pub(crate) fn quantize_gemm(
     m: usize,
     n: usize,
     k: usize,
+    quant_in: bool,
 ) -> Result<CudaStorage> {
     require_contiguous("the activation", x.1)?;
     if m == 0 || n == 0 || k == 0 || k % BLOCK != 0 {
@@ -297,11 +300,50 @@ pub(crate) fn quantize_gemm(
     }
     let dev = x.0.device.clone();
     let stream = dev.cuda_stream();
+    let wv = view::<F8E4M3>("the weight", w.0, w.1, n * k)?;
+    let swv = view::<f32>("the weight scales", sw.0, sw.1, num_blocks(n) * num_blocks(k))?;
+    let cfg = hopper_config(&dev, m, n, k)?;
+    if quant_in && x.0.dtype() == DType::BF16 && crate::dispatch::quantizes_in_kernel(&cfg) {
+        // Decode sizes: the GEMM quantizes x itself (one launch, the same bits).
+        let mut y = unsafe { dev.alloc::<bf16>(m * n)? };
+        let xv = view::<bf16>("the activation", x.0, x.1, m * k)?;
+        let st = stream_state(&dev);
+        let mut ws = st.workspace.lock().unwrap();
+        let need = reserve_workspace(&dev, &mut ws, &cfg, m, n, k)?;
+        let (ws_ptr, ws_len, _gws) = match ws.as_mut() {
+            Some(b) if need > 0 => {
+                let len = b.len();
+                let (ptr, g) = b.device_ptr_mut(&stream);
+                (ptr as *mut c_void, len, Some(g))
+            }
+            _ => (std::ptr::null_mut(), 0, None),
+        };
+        let (x_ptr, _gx) = xv.device_ptr(&stream);
+        let (w_ptr, _gw) = wv.device_ptr(&stream);
+        let (sw_ptr, _gs) = swv.device_ptr(&stream);
+        let (y_ptr, _gy) = y.device_ptr_mut(&stream);
+        let status = unsafe {
+            ffi::fp8gemm_gemm_quant_in(
+                x_ptr as *const c_void,
+                w_ptr as *const u8,
+                sw_ptr as *const f32,
+                y_ptr as *mut c_void,
+                m as i64,
+                n as i64,
+                k as i64,
+                &cfg,
+                ws_ptr,
+                ws_len,
+                raw_stream(&dev),
+            )
+        };
+        ffi::check(&format!("gemm with in-kernel quantization (m={m} n={n} k={k}, {cfg:?})"), status)?;
+        drop((_gx, _gw, _gs, _gy, _gws));
+        return Ok(CudaStorage::wrap_cuda_slice(y, dev));
+    }
     let mut q = unsafe { dev.alloc::<F8E4M3>(m * k)? };
     let mut sa = unsafe { dev.alloc::<f32>(act_scale_len(m, k))? };
     let mut y = unsafe { dev.alloc::<bf16>(m * n)? };
-    let wv = view::<F8E4M3>("the weight", w.0, w.1, n * k)?;
-    let swv = view::<f32>("the weight scales", sw.0, sw.1, num_blocks(n) * num_blocks(k))?;
     {
         let (q_ptr, _g1) = q.device_ptr_mut(&stream);
         let (sa_ptr, _g2) = sa.device_ptr_mut(&stream);
@@ -315,7 +357,6 @@ pub(crate) fn quantize_gemm(
             sw: sw_ptr as *const f32,
             y: y_ptr as *mut c_void,
         };
-        let cfg = hopper_config(&dev, m, n, k)?;
         // Workspace first (a growth allocates), then the two launches back to back.
         let st = stream_state(&dev);
         let mut ws = st.workspace.lock().unwrap();

@@ -23,6 +23,7 @@ struct GemmArgs {
   float* partial;   // split-K workspace (split * m * n floats) or null
   uint8_t* q_out;   // gated schedules: the SwiGLU output's (q, sa) (GemmParams::q_out)
   float* sa_out;
+  const __nv_bfloat16* x;  // kQuantIn schedules: the bf16 activation (qa, sa unused)
   int m, n, k;
   int split;        // effective K split (>= 1, <= k / 128)
   int grid_limit;   // persistent grid size (#SMs to use)
@@ -100,14 +101,18 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   constexpr int kWBox = T::kSwapAB ? (T::kGated ? T::TM / 2 : T::TM) : T::TN;
   constexpr int kSwRows = sw_rows_per_tile<T>();
   const int kb_total = a.k / kBlockK;
-  const uint64_t m_pad = (static_cast<uint64_t>(a.m) + 3) / 4 * 4;
 
-  CUtensorMap t_act, t_w, t_sa, t_y = {};
-  // With a cluster, each CTA loads 1/kCluster of the activation tile (multicast).
-  int st = make_tmap_2d(&t_act, false, a.qa, a.k, a.m, a.k, kBlockK, kTokBox / T::kCluster, true);
-  if (st == FP8GEMM_OK) st = make_tmap_2d(&t_w, false, a.w, a.k, a.n, a.k, kBlockK, kWBox, true);
-  if (st == FP8GEMM_OK)
-    st = make_tmap_2d(&t_sa, true, a.sa, a.m, kb_total, m_pad * 4, kTokBox, 1, false);
+  CUtensorMap t_act = {}, t_w = {}, t_sa = {}, t_y = {};
+  int st = make_tmap_2d(&t_w, false, a.w, a.k, a.n, a.k, kBlockK, kWBox, true);
+  if constexpr (T::kQuantIn) {
+    if (a.x == nullptr) return FP8GEMM_ERR_ALIGN;  // the kernel reads x itself: no tensor maps
+  } else {
+    const uint64_t m_pad = (static_cast<uint64_t>(a.m) + 3) / 4 * 4;
+    // With a cluster, each CTA loads 1/kCluster of the activation tile (multicast).
+    if (st == FP8GEMM_OK) st = make_tmap_2d(&t_act, false, a.qa, a.k, a.m, a.k, kBlockK, kTokBox / T::kCluster, true);
+    if (st == FP8GEMM_OK)
+      st = make_tmap_2d(&t_sa, true, a.sa, a.m, kb_total, m_pad * 4, kTokBox, 1, false);
+  }
   // TMA-store epilogue: y as [m][n] bf16, one box = a warpgroup's rows x 64 columns.
   if (st == FP8GEMM_OK && T::kTmaStore)
     st = make_tmap_2d_typed(&t_y, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, a.y, a.n, a.m, uint64_t(a.n) * 2, 64,
@@ -124,6 +129,7 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   p.sa_out = a.sa_out;
   p.w_evict_first = T::kSwapAB && !T::kGated && weight_evict_first();
   p.prefill_window = T::kSwapAB ? prefill_window() : 0;
+  p.x_in = a.x;
   const int rows = T::kSwapAB ? a.n : a.m, cols = T::kSwapAB ? a.m : a.n;
   p.shape.tiles_rows = (rows + T::TM - 1) / T::TM;
   p.shape.tiles_cols = (cols + T::TN - 1) / T::TN;

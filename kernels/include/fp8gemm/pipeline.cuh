@@ -79,10 +79,11 @@ struct SmemRing {
   // Partial sums pushed by the other CTA of a split-K cluster (kInboxBytes > 0).
   __device__ __forceinline__ float* inbox() const { return reinterpret_cast<float*>(base + kInboxOff); }
 
-  // One thread: full barriers expect 1 producer arrive; empty ones one arrive per consumer warp.
-  __device__ __forceinline__ void init(uint32_t consumer_warps) const {
+  // One thread: full barriers expect `producers` arrives (the TMA thread, plus the quantizing
+  // warps of a kQuantIn schedule); empty ones one arrive per consumer warp.
+  __device__ __forceinline__ void init(uint32_t consumer_warps, uint32_t producers = 1) const {
     for (int s = 0; s < kStages; ++s) {
-      ptx::mbarrier_init(full(s), 1);
+      ptx::mbarrier_init(full(s), producers);
       ptx::mbarrier_init(empty(s), consumer_warps);
       if constexpr (kWeightBarriers) ptx::mbarrier_init(wfull(s), 1);
     }

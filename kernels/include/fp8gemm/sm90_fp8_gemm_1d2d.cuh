@@ -17,6 +17,7 @@
 
 #include "epilogue.cuh"
 #include "pipeline.cuh"
+#include "quant_operand.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/tma.cuh"
 #include "ptx/wgmma.cuh"
@@ -42,6 +43,8 @@ struct GemmParams {
   // Swap-AB: pace the first fill of the ring to this many weight stages in flight per CTA until
   // the previous kernel is done (0: request them all at once). launch.cuh, prefill_window.
   int prefill_window;
+  // kQuantIn schedules: the bf16 activation [m][k] the kernel quantizes itself (no qa / sa).
+  const __nv_bfloat16* x_in;
 };
 
 // Traits every schedule provides:
@@ -49,6 +52,7 @@ struct GemmParams {
 //   kSwapAB, kThreads, kMathRegs/kProducerRegs (0 = no setmaxnreg), Scheduler, kSplitN (keep
 //   two units of MMA work in flight: the N halves of a wave, or for narrow tiles two waves),
 //   kWgSplitK (the math warpgroups share the tile's rows and take alternate K blocks),
+//   kQuantIn (swap-AB: the activation operand is quantized in the kernel, quant_operand.cuh),
 //   kGated / kGateRows (swap-AB tile of kGateRows gate rows + the same features' up rows, for
 //   kOutSwiGluQuant; schedules/swap_ab.cuh), kTmaStore (kOutBf16 through shared memory and
 //   TMA stores), kPrefetchScales, kPersistent, kCluster
@@ -92,8 +96,9 @@ __host__ __device__ constexpr int sw_rows_per_tile() {
   return (T::TN + 127) / 128 + 1;  // straddling width: at most this many blocks
 }
 
+// kQuantIn tiles must keep the plain 8-token tile's three CTAs per SM (<= 80 registers).
 template <class T, int kMode>
-__global__ void __launch_bounds__(T::kThreads, 1)
+__global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
     sm90_fp8_gemm_1d2d_kernel(const __grid_constant__ CUtensorMap tmap_a,
                               const __grid_constant__ CUtensorMap tmap_b,
                               const __grid_constant__ CUtensorMap tmap_sa,
@@ -123,6 +128,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                                 T::TM == 2 * T::kGateRows),
                 "gated: one swap-AB warpgroup, kGateRows gate rows then as many up rows");
   static_assert((kMode == kOutSwiGluQuant) == T::kGated, "the gated schedule has its own output");
+  static_assert(!T::kQuantIn || (T::kSwapAB && !T::kGated && T::kCluster == 1 && T::kMathWG == 1),
+                "in-kernel quantization: plain swap-AB tiles (the producer's spare warps do it)");
+  // Bytes the TMA thread's arrive expects per stage: the activation tile and its scales come
+  // from the quantizing warps' arrives instead under kQuantIn.
+  constexpr uint32_t kStageTx = T::kQuantIn ? RingOf<T>::kABytes : RingOf<T>::kTxBytes;
   // TMA-store epilogue: bf16 output of a tokens-on-M tile (other modes store directly).
   constexpr bool kStoreTma = T::kTmaStore && kMode == kOutBf16;
   static_assert(!T::kTmaStore || (!T::kSwapAB && T::TN % 64 == 0),
@@ -146,11 +156,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
   if (threadIdx.x == 0) {
     ptx::prefetch_tensormap(&tmap_a);
-    ptx::prefetch_tensormap(&tmap_b);
-    ptx::prefetch_tensormap(&tmap_sa);
+    if constexpr (!T::kQuantIn) {  // (no activation tensor maps: they are left empty)
+      ptx::prefetch_tensormap(&tmap_b);
+      ptx::prefetch_tensormap(&tmap_sa);
+    }
     if constexpr (kStoreTma) ptx::prefetch_tensormap(&tmap_y);
     // empty: every consumer warp of the cluster (of the one warpgroup that owns the stage)
-    ring.init((T::kWgSplitK ? 1 : T::kMathWG) * 4 * T::kCluster);
+    ring.init((T::kWgSplitK ? 1 : T::kMathWG) * 4 * T::kCluster, T::kQuantIn ? 1 + kQuantWarps : 1);
   }
   __syncthreads();
   if constexpr (T::kCluster > 1) ptx::cluster_sync();  // peer barriers initialised
@@ -203,6 +215,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       if constexpr (T::kSwapAB) load_a(t, stage, kb, ring.full(stage)); else load_b(t, stage, kb);
     };
     auto load_act = [&](const Tile& t, int stage, int kb) {
+      if constexpr (T::kQuantIn) return;  // the quantizing warps fill B and the scales
       if constexpr (T::kSwapAB) load_b(t, stage, kb); else load_a(t, stage, kb, ring.full(stage));
       ptx::tma_load_2d(ring.scales(stage), &tmap_sa, ring.full(stage),
                        T::kSwapAB ? t.col0 : t.row0, kb);
@@ -249,7 +262,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
             if constexpr (T::kSwapAB) ptx::mbarrier_arrive(ring.released());
             waited = true;
             for (int i = 0; i < pre; ++i) {
-              ptx::mbarrier_arrive_expect_tx(ring.full(st.stage), Ring::kTxBytes - Ring::kABytes);
+              if constexpr (kStageTx > Ring::kABytes)
+                ptx::mbarrier_arrive_expect_tx(ring.full(st.stage), kStageTx - Ring::kABytes);
+              else
+                ptx::mbarrier_arrive(ring.full(st.stage));
               load_act(tile, st.stage, kb + i);
               st.advance();
             }
@@ -259,7 +275,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
             RingState<T::kStages> w_st = st;
             for (int i = 0; i < pre; ++i) {
               ptx::mbarrier_wait(ring.empty(w_st.stage), w_st.phase ^ 1);
-              ptx::mbarrier_arrive_expect_tx(ring.full(w_st.stage), Ring::kTxBytes);
+              ptx::mbarrier_arrive_expect_tx(ring.full(w_st.stage), kStageTx);
               load_w(tile, w_st.stage, kb + i);
               w_st.advance();
             }
@@ -274,7 +290,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         }
         for (; kb < tile.kb1; ++kb) {
           ptx::mbarrier_wait(ring.empty(st.stage), st.phase ^ 1);
-          ptx::mbarrier_arrive_expect_tx(ring.full(st.stage), Ring::kTxBytes);
+          ptx::mbarrier_arrive_expect_tx(ring.full(st.stage), kStageTx);
           load_w(tile, st.stage, kb);
           load_act(tile, st.stage, kb);
           st.advance();
@@ -282,6 +298,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       }
       if (!waited) ptx::griddep_wait();
       ptx::griddep_launch_dependents();
+    }
+    if constexpr (T::kQuantIn) {
+      if (tid_wg >= 128 - kQuantThreads)
+        quantize_operand<T::TN>(ring, sched, p.x_in, p.m, p.k, tid_wg - (128 - kQuantThreads));
     }
     if constexpr (T::kCluster > 1) ptx::cluster_sync();  // peers done arriving on our barriers
     if constexpr (kPushSum) ptx::cluster_wait();  // the math warpgroups' wait before pushing
@@ -471,6 +491,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         if constexpr (!kPipe) issue(unit);
         if constexpr (kPipe && u + 1 < U) ptx::wgmma_wait<1>(); else ptx::wgmma_wait<0>();
         if constexpr (u + 1 == U) {
+          // kQuantIn: the quantizing warps overwrite the stage's scales with generic stores once
+          // it is free; every lane's read of them must be ordered before lane 0's release.
+          if constexpr (T::kQuantIn) __syncwarp();
           if (lane == 0) {  // all units done: the stage is free (in every CTA that shares it)
             ptx::mbarrier_arrive(ring.empty(st.stage));
 #pragma unroll

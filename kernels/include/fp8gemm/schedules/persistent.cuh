@@ -28,6 +28,7 @@ struct Persistent {
   static constexpr bool kSwapAB = false, kPersistent = true;
   static constexpr bool kGated = false;
   static constexpr int kGateRows = 0;
+  static constexpr bool kQuantIn = false;  // activations arrive quantized (TMA)
   static constexpr int kThreads = (kMathWG + 1) * 128;
   // Register split: 2 math warpgroups 232 + producer 40; 3 math warpgroups 160 + producer 24.
   static constexpr int kMathRegs = kMathWG_ == 2 ? 232 : 160;

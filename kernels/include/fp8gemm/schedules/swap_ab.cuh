@@ -18,7 +18,9 @@ namespace fp8gemm {
 
 // kHalves_ = false: one full-width wgmma per K block instead of two N halves (TN >= 16), which
 // each read the 64-row weight tile from shared memory.
-template <int TOKENS, int kStages_, int kGateRows_ = 0, bool kHalves_ = true>
+// kQuantIn_: the activation operand is bf16 x, quantized inside the kernel by two producer
+// warps (quant_operand.cuh) instead of TMA-loaded from a separate quantizer's (q, sa).
+template <int TOKENS, int kStages_, int kGateRows_ = 0, bool kHalves_ = true, bool kQuantIn_ = false>
 struct SwapAB {
   static_assert(kGateRows_ == 0 || kGateRows_ == 32 || kGateRows_ == 64 || kGateRows_ == 128,
                 "gate rows per tile");
@@ -32,6 +34,7 @@ struct SwapAB {
   static constexpr int kCluster = 1;
   static constexpr bool kTmaStore = false;  // direct stores (split-K / transposed outputs)
   static constexpr bool kPrefetchScales = false;  // one tile per CTA: nothing to prefetch
+  static constexpr bool kQuantIn = kQuantIn_;
   static constexpr int kThreads = (kMathWG + 1) * 128;
   static constexpr int kMathRegs = 0, kProducerRegs = 0;
   using Scheduler = OneTileScheduler<TM, TN, /*act on rows*/ false>;

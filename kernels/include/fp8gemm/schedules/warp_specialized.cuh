@@ -18,6 +18,7 @@ struct WarpSpecialized {
   static constexpr int kGateRows = 0;
   static constexpr bool kTmaStore = false;  // direct stores (split-K / transposed outputs)
   static constexpr bool kPrefetchScales = false;  // one tile per CTA: nothing to prefetch
+  static constexpr bool kQuantIn = false;  // activations arrive quantized (TMA)
   static constexpr int kThreads = (kMathWG + 1) * 128;
   static constexpr int kMathRegs = 232, kProducerRegs = 40;
   using Scheduler = OneTileScheduler<TM, TN, /*act on rows*/ true, kCluster>;
