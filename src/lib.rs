@@ -18,6 +18,7 @@
 //! single source of truth for every test.
 
 pub mod checkpoint;
+mod cpu_gemm;
 pub mod dispatch;
 pub mod format;
 pub mod fused;

@@ -7,10 +7,9 @@
 //! and applies the op.
 
 use crate::dispatch::{self, BackendRequest, DeviceCaps, Provider};
-use crate::format::{act_scale_m_stride, e4m3_to_f32, num_blocks, weight_scale_shape, BLOCK, F8E4M3};
+pub use crate::cpu_gemm::cpu_blocked_gemm;
+use crate::format::{act_scale_m_stride, num_blocks, weight_scale_shape, F8E4M3};
 use candle_core::{bail, CpuStorage, CustomOp2, DType, Device, Layout, Result, Shape, Tensor};
-use half::bf16;
-use rayon::prelude::*;
 use std::collections::HashSet;
 use std::sync::Mutex;
 
@@ -228,122 +227,6 @@ impl candle_core::InplaceOp3 for Fp8BlockMatmulInto {
         log_provider_once(Provider::Hopper);
         Ok(())
     }
-}
-
-/// Partial dot products of one K block: `out[i * rows + r] = Σ_c a[i][c] · tile[r][c]` for all
-/// tokens `i < m` and weight rows `r < rows`, four tokens at a time so that each loaded weight
-/// value feeds four accumulators (8 lanes each, which the compiler maps onto SIMD registers).
-#[inline(always)]
-fn block_partials_body(a: &[f32], lda: usize, m: usize, tile: &[f32], rows: usize, cols: usize, out: &mut [f32]) {
-    let mut i = 0;
-    while i < m {
-        let g = (m - i).min(4);
-        let ar: [&[f32]; 4] = std::array::from_fn(|t| &a[(i + t.min(g - 1)) * lda..][..cols]);
-        for r in 0..rows {
-            let b = &tile[r * cols..(r + 1) * cols];
-            let mut acc = [[0f32; 8]; 4];
-            let full = cols / 8 * 8;
-            // Fixed-size 8-lane arrays: one bounds check per chunk, none per lane, so it vectorizes.
-            for c in (0..full).step_by(8) {
-                let bc: &[f32; 8] = b[c..c + 8].try_into().expect("8 lanes");
-                for (at, a) in acc.iter_mut().zip(ar.iter()) {
-                    let ac: &[f32; 8] = a[c..c + 8].try_into().expect("8 lanes");
-                    for l in 0..8 {
-                        at[l] += ac[l] * bc[l];
-                    }
-                }
-            }
-            for t in 0..g {
-                let mut sum = acc[t].iter().sum::<f32>();
-                for cc in full..cols {
-                    sum += ar[t][cc] * b[cc];
-                }
-                out[(i + t) * rows + r] = sum;
-            }
-        }
-        i += g;
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn block_partials_avx2(a: &[f32], lda: usize, m: usize, tile: &[f32], rows: usize, cols: usize, out: &mut [f32]) {
-    block_partials_body(a, lda, m, tile, rows, cols, out)
-}
-
-/// [`block_partials_body`], with AVX2+FMA code when the CPU has it (checked once).
-fn block_partials(a: &[f32], lda: usize, m: usize, tile: &[f32], rows: usize, cols: usize, out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        static HAS_AVX2: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        if *HAS_AVX2.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
-            // SAFETY: the CPU supports the features the function was compiled for.
-            return unsafe { block_partials_avx2(a, lda, m, tile, rows, cols, out) };
-        }
-    }
-    block_partials_body(a, lda, m, tile, rows, cols, out)
-}
-
-/// The CPU blocked-FP8 GEMM. One rayon task per 128-row block of `w`: each K block's weight
-/// tile is decoded once (unscaled e4m3 values, exact in f32), dotted with every token's
-/// decoded activations, and the partial sum is promoted into the f32 accumulator with
-/// `sa[m, kb] · sw[nb, kb]` — the same two-level accumulation as the GPU kernels.
-///
-/// `sa` is MN-major with column stride `sa_stride`; `sw` row-major `[ceil(n/128), ceil(k/128)]`.
-#[allow(clippy::too_many_arguments)]
-pub fn cpu_blocked_gemm(
-    qa: &[F8E4M3],
-    sa: &[f32],
-    sa_stride: usize,
-    w: &[F8E4M3],
-    sw: &[f32],
-    m: usize,
-    n: usize,
-    k: usize,
-) -> Vec<bf16> {
-    let kb = num_blocks(k);
-    let nb = num_blocks(n);
-    let a: Vec<f32> = qa[..m * k].iter().map(|&v| e4m3_to_f32(v)).collect();
-    let blocks: Vec<Vec<f32>> = (0..nb)
-        .into_par_iter()
-        .map(|bn| {
-            let rows = BLOCK.min(n - bn * BLOCK);
-            let mut acc = vec![0f32; m * rows];
-            let mut tile = vec![0f32; rows * BLOCK];
-            let mut partial = vec![0f32; m * rows];
-            for bk in 0..kb {
-                let c0 = bk * BLOCK;
-                let cols = BLOCK.min(k - c0);
-                for r in 0..rows {
-                    let src = &w[(bn * BLOCK + r) * k + c0..][..cols];
-                    for (d, &s) in tile[r * cols..(r + 1) * cols].iter_mut().zip(src) {
-                        *d = e4m3_to_f32(s);
-                    }
-                }
-                block_partials(&a[c0..], k, m, &tile, rows, cols, &mut partial);
-                // Promotion: the block's partial sums enter the f32 accumulator with both scales.
-                let s_w = sw[bn * kb + bk];
-                for i in 0..m {
-                    let scale = sa[bk * sa_stride + i] * s_w;
-                    let (out, p) = (&mut acc[i * rows..(i + 1) * rows], &partial[i * rows..(i + 1) * rows]);
-                    for (o, v) in out.iter_mut().zip(p) {
-                        *o += v * scale;
-                    }
-                }
-            }
-            acc
-        })
-        .collect();
-    let mut y = vec![bf16::ZERO; m * n];
-    for (bn, acc) in blocks.iter().enumerate() {
-        let rows = BLOCK.min(n - bn * BLOCK);
-        for i in 0..m {
-            for r in 0..rows {
-                y[i * n + bn * BLOCK + r] = bf16::from_f32(acc[i * rows + r]);
-            }
-        }
-    }
-    y
 }
 
 /// Blocked-FP8 GEMM: `y[M, N] = Σ_kb sa[m, kb] · sw[n/128, kb] · Σ_{k ∈ kb} qa[m, k] · w[n, k]`
