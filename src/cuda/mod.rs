@@ -307,38 +307,24 @@ pub(crate) fn quantize_gemm(
         // Decode sizes: the GEMM quantizes x itself (one launch, the same bits).
         let mut y = unsafe { dev.alloc::<bf16>(m * n)? };
         let xv = view::<bf16>("the activation", x.0, x.1, m * k)?;
-        let st = stream_state(&dev);
-        let mut ws = st.workspace.lock().unwrap();
-        let need = reserve_workspace(&dev, &mut ws, &cfg, m, n, k)?;
-        let (ws_ptr, ws_len, _gws) = match ws.as_mut() {
-            Some(b) if need > 0 => {
-                let len = b.len();
-                let (ptr, g) = b.device_ptr_mut(&stream);
-                (ptr as *mut c_void, len, Some(g))
-            }
-            _ => (std::ptr::null_mut(), 0, None),
-        };
-        let (x_ptr, _gx) = xv.device_ptr(&stream);
-        let (w_ptr, _gw) = wv.device_ptr(&stream);
-        let (sw_ptr, _gs) = swv.device_ptr(&stream);
-        let (y_ptr, _gy) = y.device_ptr_mut(&stream);
-        let status = unsafe {
-            ffi::fp8gemm_gemm_quant_in(
-                x_ptr as *const c_void,
-                w_ptr as *const u8,
-                sw_ptr as *const f32,
-                y_ptr as *mut c_void,
-                m as i64,
-                n as i64,
-                k as i64,
-                &cfg,
-                ws_ptr,
-                ws_len,
-                raw_stream(&dev),
-            )
-        };
-        ffi::check(&format!("gemm with in-kernel quantization (m={m} n={n} k={k}, {cfg:?})"), status)?;
-        drop((_gx, _gw, _gs, _gy, _gws));
+        {
+            let (x_ptr, _gx) = xv.device_ptr(&stream);
+            let (w_ptr, _gw) = wv.device_ptr(&stream);
+            let (sw_ptr, _gs) = swv.device_ptr(&stream);
+            let (y_ptr, _gy) = y.device_ptr_mut(&stream);
+            let ptrs = GemmPtrs {
+                qa: std::ptr::null(),
+                sa: std::ptr::null(),
+                x: x_ptr as *const c_void,
+                w: w_ptr as *const u8,
+                sw: sw_ptr as *const f32,
+                y: y_ptr as *mut c_void,
+            };
+            let st = stream_state(&dev);
+            let mut ws = st.workspace.lock().unwrap();
+            let need = reserve_workspace(&dev, &mut ws, &cfg, m, n, k)?;
+            launch_hopper(&dev, &mut ws, need, &ptrs, &cfg, m, n, k)?;
+        }
         return Ok(CudaStorage::wrap_cuda_slice(y, dev));
     }
     let mut q = unsafe { dev.alloc::<F8E4M3>(m * k)? };
@@ -353,6 +339,7 @@ pub(crate) fn quantize_gemm(
         let ptrs = GemmPtrs {
             qa: q_ptr as *const u8,
             sa: sa_ptr as *const f32,
+            x: std::ptr::null(),
             w: w_ptr as *const u8,
             sw: sw_ptr as *const f32,
             y: y_ptr as *mut c_void,
@@ -446,6 +433,9 @@ pub(crate) fn fp8_gemm(
 struct GemmPtrs {
     qa: *const u8,
     sa: *const f32,
+    /// Non-null: the bf16 activation, quantized by the GEMM itself (`fp8gemm_gemm_quant_in`;
+    /// `qa`, `sa` unused).
+    x: *const c_void,
     w: *const u8,
     sw: *const f32,
     y: *mut c_void,
@@ -511,7 +501,8 @@ fn reserve_workspace(
     Ok(need)
 }
 
-/// Launches our GEMM; `need` workspace bytes were reserved by [`reserve_workspace`].
+/// Launches our GEMM (on `qa`, `sa`, or quantizing `x` itself when set); `need` workspace bytes
+/// were reserved by [`reserve_workspace`].
 #[allow(clippy::too_many_arguments)]
 fn launch_hopper(
     dev: &CudaDevice,
@@ -532,10 +523,16 @@ fn launch_hopper(
         }
         _ => (std::ptr::null_mut(), 0, None),
     };
+    let (m_, n_, k_) = (m as i64, n as i64, k as i64);
     let status = unsafe {
-        ffi::fp8gemm_gemm(p.qa, p.sa, p.w, p.sw, p.y, m as i64, n as i64, k as i64, cfg, ws_ptr, ws_len, raw_stream(dev))
+        if p.x.is_null() {
+            ffi::fp8gemm_gemm(p.qa, p.sa, p.w, p.sw, p.y, m_, n_, k_, cfg, ws_ptr, ws_len, raw_stream(dev))
+        } else {
+            ffi::fp8gemm_gemm_quant_in(p.x, p.w, p.sw, p.y, m_, n_, k_, cfg, ws_ptr, ws_len, raw_stream(dev))
+        }
     };
-    ffi::check(&format!("gemm (m={m} n={n} k={k}, {cfg:?})"), status)
+    let what = if p.x.is_null() { "gemm" } else { "gemm with in-kernel quantization" };
+    ffi::check(&format!("{what} (m={m} n={n} k={k}, {cfg:?})"), status)
 }
 
 /// Our kernels: schedule from [`choose_config`], cached split-K workspace.
@@ -596,7 +593,7 @@ fn with_gemm_ptrs<R>(ops: &Operands, dev: &CudaDevice, y: *mut c_void, f: impl F
     let (sa, _g2) = ops.sa.device_ptr(&stream);
     let (w, _g3) = ops.w.device_ptr(&stream);
     let (sw, _g4) = ops.sw.device_ptr(&stream);
-    f(&GemmPtrs { qa: qa as *const u8, sa: sa as *const f32, w: w as *const u8, sw: sw as *const f32, y })
+    f(&GemmPtrs { qa: qa as *const u8, sa: sa as *const f32, x: std::ptr::null(), w: w as *const u8, sw: sw as *const f32, y })
 }
 
 /// A GEMM output whose split-K reduction may still be pending: bf16 `y [m, n]`, or the f32
