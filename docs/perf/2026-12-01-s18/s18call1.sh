@@ -14,6 +14,9 @@ for tool in memcheck racecheck; do
     $BIN/gpu_reliability --test-threads=1 --nocapture forced_splits > $R/san-$tool.txt 2>&1
   echo "sanitizer $tool rc=$? $(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY\|test result' $R/san-$tool.txt | tr '\n' ' ') at $(elapsed)"
 done
+# SASS of the in-kernel-quantization instantiations (QGMMA present, no LDL/STL).
+PATH=/usr/local/cuda/bin:$PATH cuobjdump -sass $BIN/bench > $R/bench.sass 2>/dev/null
+python3 scripts/dev/sass_count.py $R/bench.sass | grep -E "kernel|SwapABILi8ELi8ELi0ELb1ELb1E" ; rm -f $R/bench.sass
 SH="1,4096,4096 8,4096,4096 1,10240,5120 8,10240,5120 1,5120,8192 8,5120,8192 1,51200,5120 8,51200,5120 1,5120,25600 8,5120,25600"
 for round in 1 2; do
   for q in 1 0; do
