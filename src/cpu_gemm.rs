@@ -1,12 +1,14 @@
 //! The CPU blocked-FP8 GEMM (the `cpu` provider): e4m3 weights decoded on the fly, 128-wide K
 //! blocks promoted into an f32 accumulator with both scales, as on the GPU.
 //!
-//! On x86-64 with AVX2 + F16C the weight rows are decoded eight values at a time (e4m3 bytes
-//! placed into f16 bit patterns and converted by `vcvtph2ps`, exact) and a register block of
-//! up to 4 tokens × 4 rows is accumulated with explicit vector multiplies and adds; elsewhere a
-//! lookup table and portable code do the same arithmetic. Both paths add the products in the
-//! same order (8 lanes over the K block, then the lanes in order, then the tail), without
-//! fused multiply-adds, so the result does not depend on the CPU it runs on.
+//! On x86-64 with AVX2 + F16C the weight rows are decoded sixteen values at a time (e4m3 bytes
+//! placed into f16 bit patterns and converted by `vcvtph2ps`: the value × 2⁻⁸, exact) and
+//! register blocks of 1 token × 8 rows, 2 × 4 or 3-4 × 2 are accumulated with explicit vector
+//! multiplies and adds; elsewhere a lookup table and portable code do the same arithmetic. Both
+//! paths add the products in the same order (8 lanes over the K block, then the lanes in order,
+//! then the tail), without fused multiply-adds, so the result does not depend on the CPU it
+//! runs on. Each row's next K block is prefetched: a block's 128 rows are 128 interleaved
+//! streams, more than the hardware prefetchers follow.
 
 use crate::format::{e4m3_to_f32, num_blocks, BLOCK, F8E4M3};
 use half::bf16;
@@ -16,7 +18,7 @@ use rayon::prelude::*;
 const ROWS: usize = 8;
 
 /// The CPU blocked-FP8 GEMM. One rayon task per 128-row block of `w`: each K block's weight
-/// rows are decoded once (unscaled e4m3 values, exact in f32), dotted with every token's
+/// rows are decoded once (unscaled e4m3 values, exact in f32; see the module docs), dotted with every token's
 /// decoded activations, and the partial sums are promoted into the f32 accumulator with
 /// `sa[m, kb] · sw[nb, kb]` — the same two-level accumulation as the GPU kernels.
 ///
