@@ -177,7 +177,7 @@ fn portable_partials(a: &[f32], lda: usize, m: usize, tile: &[f32], rows: usize,
                     lanes[l] += ac[l] * bc[l];
                 }
             }
-            let mut sum = lanes.iter().sum::<f32>();
+            let mut sum = lanes[1..].iter().fold(lanes[0], |s, &l| s + l);
             for c in full..cols {
                 sum += at[c] * b[c];
             }
@@ -238,15 +238,48 @@ mod x86 {
             }
             c += 8;
         }
-        let mut out = [[0f32; R]; G];
+        // Every accumulator's lanes summed in lane order at once (G·R <= 8), then the
+        // decode's 2⁻⁸ undone.
+        let mut v = [_mm256_setzero_ps(); 8];
         for t in 0..G {
             for r in 0..R {
-                let mut lanes = [0f32; 8];
-                _mm256_storeu_ps(lanes.as_mut_ptr(), acc[t][r]);
-                out[t][r] = lanes.iter().sum::<f32>() * 256.0; // undo decode_scaled's 2⁻⁸
+                v[t * R + r] = acc[t][r];
             }
         }
-        out
+        let mut sums = [0f32; 8];
+        _mm256_storeu_ps(sums.as_mut_ptr(), _mm256_mul_ps(lane_sums(v), _mm256_set1_ps(256.0)));
+        std::array::from_fn(|t| std::array::from_fn(|r| sums[t * R + r]))
+    }
+
+    /// Lane `j` of the result = `((v[j][0] + v[j][1]) + v[j][2]) + … + v[j][7]`: an 8 × 8
+    /// transpose, then seven vector adds in lane order (the portable path's order).
+    #[inline(always)]
+    unsafe fn lane_sums(v: [__m256; 8]) -> __m256 {
+        let t: [__m256; 8] = std::array::from_fn(|i| {
+            let (x, y) = (v[2 * (i / 2)], v[2 * (i / 2) + 1]);
+            if i % 2 == 0 { _mm256_unpacklo_ps(x, y) } else { _mm256_unpackhi_ps(x, y) }
+        });
+        // u[l] holds lanes l and l + 4 of rows 0-3 (u[0..4]) or rows 4-7 (u[4..8]).
+        let u = [
+            _mm256_shuffle_ps::<0x44>(t[0], t[2]),
+            _mm256_shuffle_ps::<0xEE>(t[0], t[2]),
+            _mm256_shuffle_ps::<0x44>(t[1], t[3]),
+            _mm256_shuffle_ps::<0xEE>(t[1], t[3]),
+            _mm256_shuffle_ps::<0x44>(t[4], t[6]),
+            _mm256_shuffle_ps::<0xEE>(t[4], t[6]),
+            _mm256_shuffle_ps::<0x44>(t[5], t[7]),
+            _mm256_shuffle_ps::<0xEE>(t[5], t[7]),
+        ];
+        // Column l (lane l of every row): l < 4 from the low 128-bit halves, else the high ones.
+        let col = |l: usize| {
+            let (lo, hi) = (u[l % 4], u[l % 4 + 4]);
+            if l < 4 { _mm256_permute2f128_ps::<0x20>(lo, hi) } else { _mm256_permute2f128_ps::<0x31>(lo, hi) }
+        };
+        let mut s = col(0);
+        for l in 1..8 {
+            s = _mm256_add_ps(s, col(l));
+        }
+        s
     }
 
     /// Tokens `t0 .. t0 + G` against rows `rr .. rr + R` of the tile, into `out`.
