@@ -263,11 +263,13 @@ static int32_t launch_reduce(const float* partial, __nv_bfloat16* y, int64_t cou
   return FP8GEMM_OK;
 }
 
-// The operand pointers' rules shared by the GEMM entry points: non-null, qa / sa / w 16-byte
+// The operand pointers' rules shared by the GEMM entry points: non-null, w (and qa / sa) 16-byte
 // aligned (TMA), sw 4-byte aligned.
+static bool weights_ok(const uint8_t* w, const float* sw) {
+  return w && sw && aligned16(w) && (reinterpret_cast<uintptr_t>(sw) & 3) == 0;
+}
 static bool operands_ok(const uint8_t* qa, const float* sa, const uint8_t* w, const float* sw) {
-  return qa && sa && w && sw && aligned16(qa) && aligned16(sa) && aligned16(w) &&
-         (reinterpret_cast<uintptr_t>(sw) & 3) == 0;
+  return qa && sa && aligned16(qa) && aligned16(sa) && weights_ok(w, sw);
 }
 
 // GemmArgs of one launch on the current device `dev` (outputs, workspace and grid limit are set
@@ -300,8 +302,7 @@ static int32_t gemm_impl(const uint8_t* qa, const float* sa, const __nv_bfloat16
                          size_t workspace_bytes, void* stream, bool reduce) {
   if (m < 1 || n < 16 || k < 128 || k % 128 != 0 || n % 16 != 0) return FP8GEMM_ERR_SHAPE;
   if (m > 0x7fffffff || n > 0x7fffffff || k > 0x7fffffff) return FP8GEMM_ERR_SHAPE;
-  const bool inputs_ok = x ? aligned16(x) && w && sw && aligned16(w) && (reinterpret_cast<uintptr_t>(sw) & 3) == 0
-                           : operands_ok(qa, sa, w, sw);
+  const bool inputs_ok = x ? aligned16(x) && weights_ok(w, sw) : operands_ok(qa, sa, w, sw);
   if (!inputs_ok || (y && !aligned16(y))) return FP8GEMM_ERR_ALIGN;
   DeviceInfo info;
   int dev = 0;

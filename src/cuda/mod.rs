@@ -303,52 +303,50 @@ pub(crate) fn quantize_gemm(
     let wv = view::<F8E4M3>("the weight", w.0, w.1, n * k)?;
     let swv = view::<f32>("the weight scales", sw.0, sw.1, num_blocks(n) * num_blocks(k))?;
     let cfg = hopper_config(&dev, m, n, k)?;
-    if quant_in && x.0.dtype() == DType::BF16 && crate::dispatch::quantizes_in_kernel(&cfg) {
-        // Decode sizes: the GEMM quantizes x itself (one launch, the same bits).
-        let mut y = unsafe { dev.alloc::<bf16>(m * n)? };
-        let xv = view::<bf16>("the activation", x.0, x.1, m * k)?;
-        {
-            let (x_ptr, _gx) = xv.device_ptr(&stream);
-            let (w_ptr, _gw) = wv.device_ptr(&stream);
-            let (sw_ptr, _gs) = swv.device_ptr(&stream);
-            let (y_ptr, _gy) = y.device_ptr_mut(&stream);
-            let ptrs = GemmPtrs {
-                qa: std::ptr::null(),
-                sa: std::ptr::null(),
-                x: x_ptr as *const c_void,
-                w: w_ptr as *const u8,
-                sw: sw_ptr as *const f32,
-                y: y_ptr as *mut c_void,
-            };
-            let st = stream_state(&dev);
-            let mut ws = st.workspace.lock().unwrap();
-            let need = reserve_workspace(&dev, &mut ws, &cfg, m, n, k)?;
-            launch_hopper(&dev, &mut ws, need, &ptrs, &cfg, m, n, k)?;
-        }
-        return Ok(CudaStorage::wrap_cuda_slice(y, dev));
-    }
-    let mut q = unsafe { dev.alloc::<F8E4M3>(m * k)? };
-    let mut sa = unsafe { dev.alloc::<f32>(act_scale_len(m, k))? };
+    // Decode sizes with `quant_in`: the GEMM quantizes x itself (one launch, the same bits);
+    // otherwise the quantizer writes (q, sa) first.
+    let in_kernel = quant_in && x.0.dtype() == DType::BF16 && crate::dispatch::quantizes_in_kernel(&cfg);
+    let xv = if in_kernel { Some(view::<bf16>("the activation", x.0, x.1, m * k)?) } else { None };
+    let mut qsa = if in_kernel {
+        None
+    } else {
+        Some(unsafe { (dev.alloc::<F8E4M3>(m * k)?, dev.alloc::<f32>(act_scale_len(m, k))?) })
+    };
     let mut y = unsafe { dev.alloc::<bf16>(m * n)? };
     {
-        let (q_ptr, _g1) = q.device_ptr_mut(&stream);
-        let (sa_ptr, _g2) = sa.device_ptr_mut(&stream);
-        let (w_ptr, _g3) = wv.device_ptr(&stream);
-        let (sw_ptr, _g4) = swv.device_ptr(&stream);
-        let (y_ptr, _g5) = y.device_ptr_mut(&stream);
+        let (x_ptr, _gx) = match &xv {
+            Some(v) => {
+                let (p, g) = v.device_ptr(&stream);
+                (p as *const c_void, Some(g))
+            }
+            None => (std::ptr::null(), None),
+        };
+        let (q_ptr, sa_ptr, _gq) = match qsa.as_mut() {
+            Some((q, sa)) => {
+                let (qp, gq) = q.device_ptr_mut(&stream);
+                let (sp, gs) = sa.device_ptr_mut(&stream);
+                (qp as *mut u8, sp as *mut f32, Some((gq, gs)))
+            }
+            None => (std::ptr::null_mut(), std::ptr::null_mut(), None),
+        };
+        let (w_ptr, _gw) = wv.device_ptr(&stream);
+        let (sw_ptr, _gsw) = swv.device_ptr(&stream);
+        let (y_ptr, _gy) = y.device_ptr_mut(&stream);
         let ptrs = GemmPtrs {
-            qa: q_ptr as *const u8,
-            sa: sa_ptr as *const f32,
-            x: std::ptr::null(),
+            qa: q_ptr,
+            sa: sa_ptr,
+            x: x_ptr,
             w: w_ptr as *const u8,
             sw: sw_ptr as *const f32,
             y: y_ptr as *mut c_void,
         };
-        // Workspace first (a growth allocates), then the two launches back to back.
+        // Workspace first (a growth allocates), then the launches back to back.
         let st = stream_state(&dev);
         let mut ws = st.workspace.lock().unwrap();
         let need = reserve_workspace(&dev, &mut ws, &cfg, m, n, k)?;
-        launch_quantize(x.0, x.1, q_ptr as *mut u8, sa_ptr as *mut f32, m, k)?;
+        if !in_kernel {
+            launch_quantize(x.0, x.1, q_ptr, sa_ptr, m, k)?;
+        }
         launch_hopper(&dev, &mut ws, need, &ptrs, &cfg, m, n, k)?;
     }
     Ok(CudaStorage::wrap_cuda_slice(y, dev))
