@@ -98,8 +98,9 @@ int32_t fp8gemm_gemm_unreduced(const uint8_t* qa, const float* sa, const uint8_t
 // The full linear at decode sizes in one launch: y = fp8gemm_gemm(fp8gemm_quantize_act(x)),
 // with the quantization inside the GEMM (x bf16 [m, k], 16-byte aligned), bit-identical to the
 // two launches. Only the configurations compiled for it: the swap-AB 8-token tile (kind
-// SWAP_AB, block_m 8, block_n 64, stages 8; any K split, the workspace as fp8gemm_workspace_bytes
-// gives for that config) — what FP8GEMM_KIND_AUTO picks at m <= 8; FP8GEMM_ERR_CONFIG otherwise.
+// SWAP_AB, block_m 8, block_n 64; any K split, the workspace as fp8gemm_workspace_bytes gives for
+// that config) — what FP8GEMM_KIND_AUTO picks at m <= 8; FP8GEMM_ERR_CONFIG otherwise. `stages`
+// is not matched: the kernel's ring is 7 stages (each also holds the bf16 activation tile).
 int32_t fp8gemm_gemm_quant_in(const void* x, const uint8_t* w, const float* sw, void* y,
                               int64_t m, int64_t n, int64_t k, const fp8gemm_config* cfg,
                               void* workspace, size_t workspace_bytes, void* stream);

@@ -140,7 +140,7 @@ fp8gemm_config auto_config(int64_t m, int64_t n, int64_t k, int sms) {
 }
 
 // The compiled entry for a config: among the GEMMs on (qa, sa), or with `quant_in` among those
-// that quantize a bf16 x themselves.
+// that quantize a bf16 x themselves (their ring depth is their own: `stages` is not matched).
 const ConfigEntry* find_config(const fp8gemm_config& c, bool quant_in = false) {
   using Lister = const ConfigEntry* (*)(int*);
   const Lister plain[] = {small_m_configs, swap_ab_configs, warp_specialized_configs,
@@ -154,7 +154,7 @@ const ConfigEntry* find_config(const fp8gemm_config& c, bool quant_in = false) {
     const ConfigEntry* e = l(&count);
     for (int i = 0; i < count; ++i)
       if (e[i].kind == c.kind && e[i].block_m == c.block_m && e[i].block_n == c.block_n &&
-          e[i].stages == c.stages)
+          (quant_in || e[i].stages == c.stages))
         return &e[i];
   }
   return nullptr;

@@ -250,9 +250,9 @@ fn split_for(tiles: usize, kb: usize, max_ctas: usize, min_kb: usize) -> i32 {
 
 /// Environment variable: the default of `Fp8BlockLinear::with_in_kernel_quantization` —
 /// whether the full linear on bf16 input at decode sizes quantizes the activation inside the
-/// GEMM (`1`) or in a separate quantizer launch before it (`0`, unset: the default while the
-/// path awaits its first validation on an H200). Read once per process; both paths give the
-/// same bits.
+/// GEMM (`1`) or in a separate quantizer launch before it (`0`, unset: the default — on the
+/// H200 the in-kernel path measured 1.1–2.1× slower, docs/PERF.md "Session 19"). Read once per
+/// process; both paths give the same bits.
 pub const QUANT_IN_ENV: &str = "CANDLE_FP8_QUANT_IN";
 
 /// [`QUANT_IN_ENV`]: `true` only for `1`.
@@ -262,11 +262,12 @@ pub fn quant_in_default() -> bool {
 }
 
 /// Whether our kernels can quantize a bf16 activation inside the GEMM for `cfg` (one launch for
-/// the whole linear): the swap-AB 8-token tile with 8 stages, any K split — what
+/// the whole linear): the swap-AB 8-token tile (64 weight rows), any K split — what
 /// [`choose_config`] picks at M ≤ 8. Mirrors `swap_ab_quant_in_configs` in
-/// `kernels/gemm_swap_ab.cu`.
+/// `kernels/gemm_swap_ab.cu`; that kernel's ring depth is its own (7 stages), so `stages` is not
+/// compared.
 pub fn quantizes_in_kernel(cfg: &GemmConfig) -> bool {
-    cfg.schedule() == Some(ScheduleKind::SwapAb) && cfg.block_m == 8 && cfg.block_n == 64 && cfg.stages == 8
+    cfg.schedule() == Some(ScheduleKind::SwapAb) && cfg.block_m == 8 && cfg.block_n == 64
 }
 
 static CONFIG_OVERRIDE: std::sync::Mutex<Option<GemmConfig>> = std::sync::Mutex::new(None);
@@ -626,7 +627,8 @@ mod tests {
             }
         }
         let tile = choose_config(1, 4096, 4096, 132);
-        assert!(!quantizes_in_kernel(&GemmConfig { stages: 6, ..tile }), "another ring depth is not compiled");
+        assert!(quantizes_in_kernel(&GemmConfig { stages: 6, ..tile }), "the kernel's ring depth is its own");
+        assert!(!quantizes_in_kernel(&GemmConfig { block_n: 128, ..tile }), "nor another weight tile");
         assert!(!quantizes_in_kernel(&GemmConfig { block_m: 16, ..tile }), "nor the 16-token tile");
     }
 

@@ -119,8 +119,8 @@ impl Fp8BlockLinear {
     /// inside the GEMM (one launch instead of the quantizer + the GEMM, the same bits) where a
     /// configuration is compiled for it: the swap-AB 8-token tile, i.e. M ≤ 8
     /// ([`dispatch::quantizes_in_kernel`]). Overrides [`dispatch::QUANT_IN_ENV`] for this layer.
-    /// Experimental: off by default until it has been validated and timed on an H200
-    /// (docs/PERF.md, session 18).
+    /// Experimental and off by default: bit-exact, but measured 1.1–2.1× slower than the two
+    /// launches on the H200 (every tile re-quantizes its K range; docs/PERF.md "Session 19").
     pub fn with_in_kernel_quantization(mut self, on: bool) -> Self {
         self.quant_in = Some(on);
         self

@@ -297,8 +297,10 @@ fn full_linear_quantizing_in_the_gemm_equals_quantize_then_gemm() -> Result<()> 
     // inside the swap-AB GEMM (one launch). Its bits must equal the two-launch path (`quantize_activation` + the GEMM) for
     // every output mode of that tile: no split (51200 x 5120, 1024 x 512), a 2-CTA cluster sum
     // (10240 x 5120, 4096 x 4096) and the workspace (5120 x 8192, split 4); ragged M (rows
-    // past M inside the 8-token tile), rows of very different magnitudes, an all-zero row, and
-    // a NaN in the last row (which must poison exactly that row, as the quantizer does).
+    // past M inside the 8-token tile), rows of very different magnitudes, an all-zero row, a
+    // row of exact e4m3 rounding midpoints (scale 1: the kernel's fast quotients must defer to
+    // IEEE division there, ties to even, subnormals included), and a NaN in the last row (which
+    // must poison exactly that row, as the quantizer does).
     let dev = gpu_or_skip!("full_linear_quantizing_in_the_gemm_equals_quantize_then_gemm");
     if !usable(&dev, "full_linear_quantizing_in_the_gemm_equals_quantize_then_gemm")?.contains(&Provider::Hopper) {
         println!("SKIP full_linear_quantizing_in_the_gemm_equals_quantize_then_gemm: our kernels cannot run on this device");
@@ -316,6 +318,16 @@ fn full_linear_quantizing_in_the_gemm_equals_quantize_then_gemm() -> Result<()> 
             assert!(quantizes_in_kernel(&cfg), "m={m} n={n} k={k}: {cfg:?} does not take the in-kernel path");
             for nan in [false, true] {
                 let mut data = activation_data(m, k, (m * n) as u64);
+                if m >= 2 {
+                    // 448 first in every 128-block: scale exactly 1; the rest halfway between
+                    // two e4m3 values (1.0 | 1.125, 1.125 | 1.25, 256 | 288, 288 | 320, 0 | 2^-9,
+                    // 2^-9 | 2^-8), either sign.
+                    let t = 2f32.powi(-10);
+                    let mid = [448.0, 1.0625, -1.1875, 272.0, -304.0, t, -3.0 * t, 3.0 * t];
+                    for (c, v) in data[..k].iter_mut().enumerate() {
+                        *v = mid[c % mid.len()];
+                    }
+                }
                 if nan {
                     data[(m - 1) * k + k / 2] = f32::NAN;
                 }

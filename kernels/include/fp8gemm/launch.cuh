@@ -105,7 +105,12 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   CUtensorMap t_act = {}, t_w = {}, t_sa = {}, t_y = {};
   int st = make_tmap_2d(&t_w, false, a.w, a.k, a.n, a.k, kBlockK, kWBox, true);
   if constexpr (T::kQuantIn) {
-    if (a.x == nullptr) return FP8GEMM_ERR_ALIGN;  // the kernel reads x itself: no tensor maps
+    // The bf16 activation, one [TN tokens x 128] box per stage (rows past m: zero fill); the
+    // kernel quantizes it (no q / sa maps).
+    if (a.x == nullptr) return FP8GEMM_ERR_ALIGN;
+    if (st == FP8GEMM_OK)
+      st = make_tmap_2d_typed(&t_act, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, a.x, a.k, a.m, uint64_t(a.k) * 2,
+                              kBlockK, kTokBox, false);
   } else {
     const uint64_t m_pad = (static_cast<uint64_t>(a.m) + 3) / 4 * 4;
     // With a cluster, each CTA loads 1/kCluster of the activation tile (multicast).
@@ -129,7 +134,6 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   p.sa_out = a.sa_out;
   p.w_evict_first = T::kSwapAB && !T::kGated && weight_evict_first();
   p.prefill_window = T::kSwapAB ? prefill_window() : 0;
-  p.x_in = a.x;
   const int rows = T::kSwapAB ? a.n : a.m, cols = T::kSwapAB ? a.m : a.n;
   p.shape.tiles_rows = (rows + T::TM - 1) / T::TM;
   p.shape.tiles_cols = (cols + T::TN - 1) / T::TN;

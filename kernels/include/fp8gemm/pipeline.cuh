@@ -4,6 +4,10 @@
 // [TN rows x 128 B] (both 128B-swizzled, K-major, 1024-byte aligned) and the activation
 // scales of that K block for the tile's tokens (TMA-loaded, MN-major). Per stage a "full"
 // barrier (producer arrive + TMA bytes) and an "empty" barrier (one arrive per consumer warp).
+// kQuantIn rings (in-kernel activation quantization, quant_operand.cuh): the B slot is twice as
+// big and first receives the bf16 activation tile [TN x 128] by TMA; the quantizing warps
+// replace it in place with the e4m3 tile (its first TN x 128 bytes) and the token scales, then
+// arrive on a fourth set of per-stage barriers, "quantized", which the consumers wait on.
 // After the ring: an optional output staging area (kStoreBytes, 1024-aligned) for the
 // TMA-store epilogue, an optional inbox (kInboxBytes) where the other CTA of a split-K
 // cluster pushes its partial sums, then the barriers and the per-tile weight-scale cache.
@@ -23,16 +27,19 @@ __host__ __device__ constexpr int round_up_c(int x, int a) { return (x + a - 1) 
 // first pass through the ring loads the weights and the activations under separate barriers;
 // sm90_fp8_gemm_1d2d.cuh).
 template <int kStages_, int TM, int TN, int kScaleTokens, int kStoreBytes = 0, int kInboxBytes = 0,
-          bool kWeightBarriers = false>
+          bool kWeightBarriers = false, bool kQuantIn = false>
 struct SmemRing {
   static constexpr int kStages = kStages_;
   static constexpr int kABytes = TM * kBlockK;
-  static constexpr int kBBytes = TN * kBlockK;
-  static constexpr int kSBytes = kScaleTokens * 4;            // TMA box bytes of the scales
+  static constexpr int kBBytes = TN * kBlockK * (kQuantIn ? 2 : 1);  // bf16 x under kQuantIn
+  static constexpr int kSBytes = kScaleTokens * 4;            // bytes of the token scales
   static constexpr int kSSlot = round_up_c(kSBytes, 128);     // slot size in the ring
-  static constexpr int kTxBytes = kABytes + kBBytes + kSBytes;  // expect_tx per stage
+  // expect_tx per stage (kQuantIn: the scales are written by the quantizing warps)
+  static constexpr int kTxBytes = kABytes + kBBytes + (kQuantIn ? 0 : kSBytes);
   static constexpr int kRingBytes = kStages * (kABytes + kBBytes + kSSlot);
-  static constexpr int kBarrierBytes = (kWeightBarriers ? 3 * kStages + 1 : 2 * kStages) * 8;
+  // full, empty [, weights landed, released] [, quantized]
+  static constexpr int kQfullOff = (kWeightBarriers ? 3 * kStages + 1 : 2 * kStages);
+  static constexpr int kBarrierBytes = (kQfullOff + (kQuantIn ? kStages : 0)) * 8;
   static constexpr int kStoreOff = round_up_c(kRingBytes, 1024);
   static constexpr int kInboxOff = kStoreOff + kStoreBytes;
   static constexpr int kBarrierOff = kInboxOff + round_up_c(kInboxBytes, 1024);
@@ -70,6 +77,11 @@ struct SmemRing {
     static_assert(kWeightBarriers, "no weight barriers in this ring");
     return reinterpret_cast<uint64_t*>(base + kBarrierOff) + 3 * kStages;
   }
+  // kQuantIn: the stage's e4m3 activation tile and scales are written (quant_operand.cuh).
+  __device__ __forceinline__ uint64_t* qfull(int s) const {
+    static_assert(kQuantIn, "no quantized barriers in this ring");
+    return reinterpret_cast<uint64_t*>(base + kBarrierOff) + kQfullOff + s;
+  }
   // Per-tile cache of weight scales, after the barriers.
   __device__ __forceinline__ float* sw_cache() const {
     return reinterpret_cast<float*>(base + kBarrierOff + kBarrierBytes);
@@ -79,13 +91,14 @@ struct SmemRing {
   // Partial sums pushed by the other CTA of a split-K cluster (kInboxBytes > 0).
   __device__ __forceinline__ float* inbox() const { return reinterpret_cast<float*>(base + kInboxOff); }
 
-  // One thread: full barriers expect `producers` arrives (the TMA thread, plus the quantizing
-  // warps of a kQuantIn schedule); empty ones one arrive per consumer warp.
-  __device__ __forceinline__ void init(uint32_t consumer_warps, uint32_t producers = 1) const {
+  // One thread: full barriers expect the TMA thread's arrive, empty ones one arrive per consumer
+  // warp, "quantized" ones one per quantizing thread.
+  __device__ __forceinline__ void init(uint32_t consumer_warps, uint32_t quant_threads = 0) const {
     for (int s = 0; s < kStages; ++s) {
-      ptx::mbarrier_init(full(s), producers);
+      ptx::mbarrier_init(full(s), 1);
       ptx::mbarrier_init(empty(s), consumer_warps);
       if constexpr (kWeightBarriers) ptx::mbarrier_init(wfull(s), 1);
+      if constexpr (kQuantIn) ptx::mbarrier_init(qfull(s), quant_threads);
     }
     if constexpr (kWeightBarriers) ptx::mbarrier_init(released(), 1);
     ptx::fence_barrier_init();

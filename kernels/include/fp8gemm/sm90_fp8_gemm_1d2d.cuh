@@ -43,8 +43,6 @@ struct GemmParams {
   // Swap-AB: pace the first fill of the ring to this many weight stages in flight per CTA until
   // the previous kernel is done (0: request them all at once). launch.cuh, prefill_window.
   int prefill_window;
-  // kQuantIn schedules: the bf16 activation [m][k] the kernel quantizes itself (no qa / sa).
-  const __nv_bfloat16* x_in;
 };
 
 // Traits every schedule provides:
@@ -85,7 +83,8 @@ __host__ __device__ constexpr int cluster_inbox_bytes() {
 // Shared-memory layout of a schedule; with kTmaStore the output staging holds the whole tile.
 template <class T>
 using RingOf = SmemRing<T::kStages, T::TM, T::TN, (T::kSwapAB ? T::TN : T::TM),
-                        T::kTmaStore ? T::TM * T::TN * 2 : 0, cluster_inbox_bytes<T>(), T::kSwapAB>;
+                        T::kTmaStore ? T::TM * T::TN * 2 : 0, cluster_inbox_bytes<T>(), T::kSwapAB,
+                        T::kQuantIn>;
 
 // Rows of sw (128-row blocks of W) one tile can touch.
 template <class T>
@@ -130,9 +129,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
   static_assert((kMode == kOutSwiGluQuant) == T::kGated, "the gated schedule has its own output");
   static_assert(!T::kQuantIn || (T::kSwapAB && !T::kGated && T::kCluster == 1 && T::kMathWG == 1),
                 "in-kernel quantization: plain swap-AB tiles (the producer's spare warps do it)");
-  // Bytes the TMA thread's arrive expects per stage: the activation tile and its scales come
-  // from the quantizing warps' arrives instead under kQuantIn.
-  constexpr uint32_t kStageTx = T::kQuantIn ? RingOf<T>::kABytes : RingOf<T>::kTxBytes;
+  // Bytes the TMA thread's arrive expects per stage (kQuantIn: weights + the bf16 activation).
+  constexpr uint32_t kStageTx = RingOf<T>::kTxBytes;
   // TMA-store epilogue: bf16 output of a tokens-on-M tile (other modes store directly).
   constexpr bool kStoreTma = T::kTmaStore && kMode == kOutBf16;
   static_assert(!T::kTmaStore || (!T::kSwapAB && T::TN % 64 == 0),
@@ -156,13 +154,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
 
   if (threadIdx.x == 0) {
     ptx::prefetch_tensormap(&tmap_a);
-    if constexpr (!T::kQuantIn) {  // (no activation tensor maps: they are left empty)
-      ptx::prefetch_tensormap(&tmap_b);
-      ptx::prefetch_tensormap(&tmap_sa);
-    }
+    ptx::prefetch_tensormap(&tmap_b);
+    if constexpr (!T::kQuantIn) ptx::prefetch_tensormap(&tmap_sa);  // (kQuantIn: left empty)
     if constexpr (kStoreTma) ptx::prefetch_tensormap(&tmap_y);
     // empty: every consumer warp of the cluster (of the one warpgroup that owns the stage)
-    ring.init((T::kWgSplitK ? 1 : T::kMathWG) * 4 * T::kCluster, T::kQuantIn ? 1 + kQuantWarps : 1);
+    ring.init((T::kWgSplitK ? 1 : T::kMathWG) * 4 * T::kCluster, T::kQuantIn ? kQuantThreads : 0);
   }
   __syncthreads();
   if constexpr (T::kCluster > 1) ptx::cluster_sync();  // peer barriers initialised
@@ -215,10 +211,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
       if constexpr (T::kSwapAB) load_a(t, stage, kb, ring.full(stage)); else load_b(t, stage, kb);
     };
     auto load_act = [&](const Tile& t, int stage, int kb) {
-      if constexpr (T::kQuantIn) return;  // the quantizing warps fill B and the scales
       if constexpr (T::kSwapAB) load_b(t, stage, kb); else load_a(t, stage, kb, ring.full(stage));
-      ptx::tma_load_2d(ring.scales(stage), &tmap_sa, ring.full(stage),
-                       T::kSwapAB ? t.col0 : t.row0, kb);
+      // (kQuantIn: B is the bf16 activation; the quantizing warps write the scales.)
+      if constexpr (!T::kQuantIn)
+        ptx::tma_load_2d(ring.scales(stage), &tmap_sa, ring.full(stage), T::kSwapAB ? t.col0 : t.row0, kb);
     };
     // Paced first fill (`paced`: swap-AB with p.prefill_window = W > 0): the weights of the
     // first pass through the ring are loaded by a second thread under the "weights landed"
@@ -301,7 +297,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
     }
     if constexpr (T::kQuantIn) {
       if (tid_wg >= 128 - kQuantThreads)
-        quantize_operand<T::TN>(ring, sched, p.x_in, p.m, p.k, tid_wg - (128 - kQuantThreads));
+        quantize_operand<T::TN>(ring, sched, p.m, tid_wg - (128 - kQuantThreads));
     }
     if constexpr (T::kCluster > 1) ptx::cluster_sync();  // peers done arriving on our barriers
     if constexpr (kPushSum) ptx::cluster_wait();  // the math warpgroups' wait before pushing
@@ -400,7 +396,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
         st.advance();
         continue;
       }
-      ptx::mbarrier_wait(ring.full(st.stage), st.phase);
+      if constexpr (T::kQuantIn) ptx::mbarrier_wait(ring.qfull(st.stage), st.phase);
+      else ptx::mbarrier_wait(ring.full(st.stage), st.phase);
       if constexpr (T::kSwapAB) {  // paced first fill: the first pass's weights land separately
         if (paced && first_pass && i < T::kStages) ptx::mbarrier_wait(ring.wfull(st.stage), 0);
       }
