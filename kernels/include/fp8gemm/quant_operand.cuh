@@ -32,7 +32,7 @@ constexpr int kQuantBarrier = 15;
 // The e4m3 codes of (v0 / s, v1 / s) exactly as cvt.rn.satfinite(div_rn(v, s)) gives them, from
 // the approximate quotients v * rs (rs ~ 1 / s): RN(v / s) lies within 2^-22 (relative) of v * rs,
 // and rounding to e4m3 is monotonic, so when both ends of v * rs * (1 -+ 2^-19) round to the same
-// codes, so does RN(v / s). Otherwise (a quotient at an e4m3 rounding midpoint: 0.34 % of bf16
+// codes, so does RN(v / s). Otherwise (a quotient at an e4m3 rounding midpoint: ~0.35 % of bf16
 // values, whose 8-bit significands often divide to exact ties; so ~half of the 256-value warp
 // passes take this branch) or for a non-finite scale, the exact divisions. CPU check of the
 // claim: format.rs, fast_quotient_codes_equal_the_divided_ones. Eight IEEE divisions per pass (each a
