@@ -145,10 +145,10 @@ mod tests {
     /// The in-kernel quantizer's fast codes (`quantize_pair`, kernels/include/fp8gemm/
     /// quant_operand.cuh), for bf16 and f32 inputs: `q = v * r` with `r` within 1 ulp of
     /// `1 / s` (what `rcp.approx` guarantees; all three candidates tried), accepted when
-    /// `q * (1 - 2^-19)` and `q * (1 + 2^-19)` round to the same e4m3 code. Whenever accepted, that code must be the
-    /// one of the IEEE quotient (`cvt.rn.satfinite(div.rn(v, s))`); the rest falls back to the
-    /// division: quotients at an e4m3 rounding midpoint, which bf16 inputs (8-bit significands)
-    /// hit often — ~0.35 % of the random bf16 quotients below.
+    /// `q * (1 - 2^-19)` and `q * (1 + 2^-19)` round to the same e4m3 code. Whenever accepted,
+    /// that code must be the one of the IEEE quotient (`cvt.rn.satfinite(div.rn(v, s))`); the
+    /// rest falls back to the division: quotients at an e4m3 rounding midpoint, which bf16
+    /// inputs (8-bit significands) hit often — ~0.35 % of the random bf16 quotients below.
     #[test]
     fn fast_quotient_codes_equal_the_divided_ones() {
         use crate::testing::Rng;
