@@ -143,7 +143,7 @@ mod tests {
     use super::*;
 
     /// The in-kernel quantizer's fast codes (`quantize_pair`, kernels/include/fp8gemm/
-    /// quant_operand.cuh), for bf16 and f32 inputs: `q = v * r` with `r` within 1 ulp of
+    /// act_quant.cuh), for bf16 and f32 inputs: `q = v * r` with `r` within 1 ulp of
     /// `1 / s` (what `rcp.approx` guarantees; all three candidates tried), accepted when
     /// `q * (1 - 2^-19)` and `q * (1 + 2^-19)` round to the same e4m3 code. Whenever accepted,
     /// that code must be the one of the IEEE quotient (`cvt.rn.satfinite(div.rn(v, s))`); the

@@ -7,10 +7,10 @@
 // stage's "quantized" barrier, which the math warps wait on. At decode sizes the quantizer
 // launch was a large part of a full linear (its launch gap + ~1.5 us body).
 //
-// Why TMA and not the quantizing threads' own loads (session 18's version): every thread that
-// signals a stage (mbarrier arrive = release, fence.proxy.async) first waits for all of its own
-// outstanding loads, so register prefetches of later K blocks were exposed each stage: measured
-// on the H200 at 1 x 51200 x 5120, 108 us vs 65 us for quantizer launch + GEMM (session 19).
+// Session 18's version had the quantizing threads load x themselves (register prefetch) and one
+// arrive per warp: racecheck flagged the scale handoff, and it needed 79 registers (now 40-43).
+// Staging by TMA did not change its speed (session 19): what costs is the quantization itself,
+// redone by every tile for its whole K range — still 1.1-2.1x slower than quantizer + GEMM.
 #pragma once
 #include <cuda_bf16.h>
 #include <cstdint>
@@ -28,25 +28,6 @@ constexpr int kQuantWarps = 2;
 constexpr int kQuantThreads = kQuantWarps * 32;
 // Named barrier of the quantizing warps (the math warpgroup uses 1 and 2).
 constexpr int kQuantBarrier = 15;
-
-// The e4m3 codes of (v0 / s, v1 / s) exactly as cvt.rn.satfinite(div_rn(v, s)) gives them, from
-// the approximate quotients v * rs (rs ~ 1 / s): RN(v / s) lies within 2^-22 (relative) of v * rs,
-// and rounding to e4m3 is monotonic, so when both ends of v * rs * (1 -+ 2^-19) round to the same
-// codes, so does RN(v / s). Otherwise (a quotient at an e4m3 rounding midpoint: ~0.35 % of bf16
-// values, whose 8-bit significands often divide to exact ties; so ~half of the 256-value warp
-// passes take this branch) or for a non-finite scale, the exact divisions. CPU check of the
-// claim: format.rs, fast_quotient_codes_equal_the_divided_ones. Eight IEEE divisions per pass (each a
-// branchy sequence, issued one after another) made the quantizing warps, which redo the whole
-// activation for every tile, the kernel's bottleneck: 1 x 51200 x 5120 took 109 us vs 65 us for
-// the quantizer launch + GEMM (session 19).
-__device__ __forceinline__ uint16_t quantize_pair(float v0, float v1, float s, float rs) {
-  constexpr float kLo = 1.f - 0x1p-19f, kHi = 1.f + 0x1p-19f;
-  const float q0 = v0 * rs, q1 = v1 * rs;
-  const uint16_t lo = ptx::cvt_e4m3x2(q0 * kLo, q1 * kLo);
-  const uint16_t hi = ptx::cvt_e4m3x2(q0 * kHi, q1 * kHi);
-  if (lo == hi && s < INFINITY) return lo;  // (NaN scales fail the comparison)
-  return ptx::cvt_e4m3x2(ptx::div_rn(v0, s), ptx::div_rn(v1, s));
-}
 
 // One 128-wide group (token, K block) is 16 lanes x 8 values, as in quantize_act_kernel; a pass
 // of the 64 threads covers 4 tokens. `qt` = thread index among the quantizing threads.
@@ -92,8 +73,10 @@ __device__ __forceinline__ void quantize_operand(const Ring& ring, Sched sched, 
         uint2 out = make_uint2(0, 0);
         if (valid) {
           const float rs = ptx::rcp_approx(s);
-          out.x = quantize_pair(v[0], v[1], s, rs) | (uint32_t(quantize_pair(v[2], v[3], s, rs)) << 16);
-          out.y = quantize_pair(v[4], v[5], s, rs) | (uint32_t(quantize_pair(v[6], v[7], s, rs)) << 16);
+          out.x = quantize_pair(v[0], v[1], s, rs) |
+                  (uint32_t(quantize_pair(v[2], v[3], s, rs)) << 16);
+          out.y = quantize_pair(v[4], v[5], s, rs) |
+                  (uint32_t(quantize_pair(v[6], v[7], s, rs)) << 16);
         }
         // 128B swizzle: 16-byte chunk c of row r sits at chunk c ^ (r % 8).
         const int chunk = (sub >> 1) ^ (r & 7);
