@@ -110,3 +110,70 @@ pub fn calc_diff_slices(out: &[f64], reference: &[f64]) -> f64 {
     let yy: f64 = reference.iter().map(|b| b * b).sum();
     1.0 - 2.0 * xy / (xx + yy)
 }
+
+/// How far a bf16 output is from the exact product, in units of the bf16 ulp of the exact
+/// value's binade (see [`rounding_stats`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RoundingStats {
+    /// Share of outputs that differ from the correctly rounded (nearest-even) bf16 value.
+    pub off_rounded: f64,
+    /// Mean signed error: a systematic bias shows here (≈ 0 for a correctly rounded output).
+    pub mean_ulp: f64,
+    /// Root mean square error (≈ 0.29 for a correctly rounded output).
+    pub rms_ulp: f64,
+    /// Largest error (large only where the exact value is tiny next to its terms).
+    pub max_ulp: f64,
+}
+
+/// The bf16 ulp of `v`'s binade (values below the smallest normal f32 count as that normal).
+pub fn bf16_ulp(v: f64) -> f64 {
+    let a = v.abs().max(f32::MIN_POSITIVE as f64);
+    2f64.powi(a.log2().floor() as i32 - 7)
+}
+
+/// [`RoundingStats`] of `out` (a kernel's bf16 output, widened) against `exact` (the contract's
+/// sum in f64 before rounding, e.g. [`naive_matmul_f64`]). An exact f32 kernel is off the
+/// correctly rounded value only where its summation order crosses a rounding boundary; the
+/// Hopper tensor cores' ~14-bit accumulation inside a 128-K block puts ~7 % of outputs of any
+/// blocked-FP8 kernel there (ours and cuBLASLt alike, `examples/gemm_error.rs`).
+pub fn rounding_stats(out: &[f32], exact: &[f64]) -> Result<RoundingStats> {
+    if out.len() != exact.len() || out.is_empty() {
+        bail!("rounding_stats: {} outputs vs {} exact values", out.len(), exact.len())
+    }
+    let (mut off, mut sum, mut sq, mut max) = (0usize, 0f64, 0f64, 0f64);
+    for (&o, &e) in out.iter().zip(exact) {
+        if o as f64 != half::bf16::from_f64(e).to_f64() {
+            off += 1;
+        }
+        let u = (o as f64 - e) / bf16_ulp(e);
+        sum += u;
+        sq += u * u;
+        max = f64::max(max, u.abs());
+    }
+    let n = out.len() as f64;
+    Ok(RoundingStats { off_rounded: off as f64 / n, mean_ulp: sum / n, rms_ulp: (sq / n).sqrt(), max_ulp: max })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounding_stats_count_ulps_of_the_exact_binade() {
+        // 1.0 and 3.0: bf16 ulps 2^-7 and 2^-6.
+        assert_eq!(bf16_ulp(1.0), 2f64.powi(-7));
+        assert_eq!(bf16_ulp(-3.0), 2f64.powi(-6));
+        let exact = [1.0 + 0.3 * 2f64.powi(-7), 3.0, -2.0];
+        // Correctly rounded outputs: 1.0 is 0.3 ulp below the first exact value.
+        let r = rounding_stats(&[1.0, 3.0, -2.0], &exact).unwrap();
+        assert_eq!(r.off_rounded, 0.0);
+        assert!((r.mean_ulp + 0.1).abs() < 1e-12, "{r:?}");
+        assert!((r.max_ulp - 0.3).abs() < 1e-12, "{r:?}");
+        // One output a whole ulp high: off the rounded value, +1 ulp.
+        let up = 3.0 + 2f32.powi(-6);
+        let r = rounding_stats(&[1.0, up, -2.0], &exact).unwrap();
+        assert!((r.off_rounded - 1.0 / 3.0).abs() < 1e-12, "{r:?}");
+        assert!((r.max_ulp - 1.0).abs() < 1e-12, "{r:?}");
+        assert!(rounding_stats(&[1.0], &exact).is_err());
+    }
+}

@@ -24,7 +24,7 @@ use candle_fp8::dispatch::{choose_config, quantizes_in_kernel, BackendRequest, P
 use candle_fp8::format::{act_scale_m_stride, e4m3_to_f32, num_blocks, BLOCK, F8E4M3};
 use candle_fp8::ops::{device_caps, fp8_block_matmul, fp8_block_matmul_into, fp8_block_matmul_with};
 use candle_fp8::quant::{act_scales_view, quantize_activation};
-use candle_fp8::reference::{calc_diff, reference_matmul, rel_err};
+use candle_fp8::reference::{calc_diff, naive_matmul_f64, reference_matmul, rel_err, rounding_stats, RoundingStats};
 use candle_fp8::testing::{random_operands, Operands, Rng};
 use candle_fp8::Fp8BlockLinear;
 use rayon::prelude::*;
@@ -365,6 +365,50 @@ fn repeated_calls_are_bitwise_identical() -> Result<()> {
                 let y = bits(&fp8_block_matmul_with(req, &op.qa, &op.sa, &op.w, &op.sw)?)?;
                 assert!(first == y, "{p} m={m} n={n} k={k}: call {i} differs from call 0");
             }
+        }
+    }
+    Ok(())
+}
+
+/// Our kernels land as close to the exact product as cuBLASLt's blockwise FP8 (the same Hopper
+/// tensor-core accumulation, ~14 bits inside a 128-K block): the share of outputs off the
+/// correctly rounded bf16 value and the mean signed error (a biased promotion or scale
+/// rounding would show there), against the f64 sum of the contract, one shape per schedule.
+#[test]
+fn outputs_round_as_close_to_exact_as_cublaslt() -> Result<()> {
+    let dev = gpu_or_skip!("outputs_round_as_close_to_exact_as_cublaslt");
+    let providers = usable(&dev, "outputs_round_as_close_to_exact_as_cublaslt")?;
+    if !providers.contains(&Provider::Hopper) {
+        println!("SKIP outputs_round_as_close_to_exact_as_cublaslt: our kernels cannot run on this device");
+        return Ok(());
+    }
+    // swap-AB (1, 16), small-M (100), persistent (300).
+    for (m, n, k) in [(1, 1024, 5120), (16, 2048, 4096), (100, 1024, 2048), (300, 768, 2048)] {
+        let op = random_operands(m, n, k, (m * 7 + n) as u64, &dev)?;
+        let exact = naive_matmul_f64(&op.qa_host, &op.sa_host, &op.w_host, &op.sw_host, m, n, k);
+        let stats = |p: Provider| -> Result<RoundingStats> {
+            poison(&dev, m * n)?;
+            let y = fp8_block_matmul_with(BackendRequest::Force(p), &op.qa, &op.sa, &op.w, &op.sw)?;
+            rounding_stats(&y.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?, &exact)
+        };
+        let ours = stats(Provider::Hopper)?;
+        println!("{m}x{n}x{k} hopper: {ours:?}");
+        assert!(ours.off_rounded < 0.12, "{m}x{n}x{k}: {:.2} % of outputs off the rounded value", 100.0 * ours.off_rounded);
+        if providers.contains(&Provider::CublasLt) {
+            let lt = stats(Provider::CublasLt)?;
+            println!("{m}x{n}x{k} cublaslt: {lt:?}");
+            assert!(
+                ours.off_rounded <= 1.1 * lt.off_rounded + 0.005,
+                "{m}x{n}x{k}: {:.2} % off the rounded value vs cuBLASLt {:.2} %",
+                100.0 * ours.off_rounded,
+                100.0 * lt.off_rounded
+            );
+            assert!(
+                ours.mean_ulp.abs() <= lt.mean_ulp.abs() + 0.05,
+                "{m}x{n}x{k}: mean error {:.4} ulp vs cuBLASLt {:.4}",
+                ours.mean_ulp,
+                lt.mean_ulp
+            );
         }
     }
     Ok(())

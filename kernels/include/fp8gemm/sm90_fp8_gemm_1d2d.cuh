@@ -25,6 +25,15 @@
 #include "swiglu_epilogue.cuh"
 #include "trace.cuh"
 
+// Numerics experiment (build with CANDLE_FP8_NVCC_FLAGS=-DFP8GEMM_PROMOTE_K32=1): promote after
+// every k32 wgmma instead of every 128-K block. The tensor core then sums 32 products in its
+// ~14-bit accumulator instead of 128: outputs off the correctly rounded bf16 value 7.1 % -> 2.6 %
+// (examples/gemm_error.rs), but 1.5-1.6x slower from M = 128 and no change in the decode
+// accuracy mode (docs/PERF.md, session 20). Off by default.
+#ifndef FP8GEMM_PROMOTE_K32
+#define FP8GEMM_PROMOTE_K32 0
+#endif
+
 namespace fp8gemm {
 
 struct GemmParams {
@@ -389,6 +398,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
     constexpr int kUnitAcc = kUnitN / 2;  // registers of one unit
     constexpr int kUnitJ = kUnitN / 8;    // n8 groups of one unit
     using UMMA = ptx::WgmmaE4M3<kUnitN>;
+    constexpr bool kPromoteK32 = FP8GEMM_PROMOTE_K32;
     float blk[kPipe ? 2 * kUnitAcc : kAcc];  // block accumulator(s) of one K block
 
     for (int i = 0; i < nkb; ++i) {
@@ -482,26 +492,47 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
         }
       };
 
+      // All units done: the stage is free (in every CTA that shares it).
+      auto release = [&]() {
+        // kQuantIn: the quantizing warps overwrite the stage's scales with generic stores once
+        // it is free; every lane's read of them must be ordered before lane 0's release.
+        if constexpr (T::kQuantIn) __syncwarp();
+        if (lane == 0) {
+          ptx::mbarrier_arrive(ring.empty(st.stage));
+#pragma unroll
+          for (int c = 1; c < T::kCluster; ++c)
+            ptx::mbarrier_arrive_cluster(ring.empty(st.stage), (cta_rank + c) % T::kCluster);
+        }
+      };
       // Unit u is promoted right after its wait; pipelined, unit u+1 is already running.
       auto step = [&](auto unit) {
         constexpr int u = decltype(unit)::value;
+        if constexpr (kPromoteK32) {
+          // FP8GEMM_PROMOTE_K32: every k32 wgmma into a zeroed block accumulator, promoted at
+          // once (serial: a numerics experiment, not a fast path).
+          const uint64_t da = ptx::make_smem_desc_k128_sw128(a_base + (u / kPerWave) * 64 * kBlockK);
+          const uint64_t db = ptx::make_smem_desc_k128_sw128(b_base + (u % kPerWave) * kUnitN * kBlockK);
+          float* d = blk + (kPipe ? (u % 2) * kUnitAcc : 0);
+#pragma unroll
+          for (int kk = 0; kk < kBlockK / 32; ++kk) {
+#pragma unroll
+            for (int x = 0; x < kUnitAcc; ++x) ptx::fence_operand(d[x]);
+            ptx::wgmma_fence();
+            UMMA::mma(da + 2 * kk, db + 2 * kk, d, false);
+            ptx::wgmma_commit();
+            ptx::wgmma_wait<0>();
+            if (u + 1 == U && kk + 1 == kBlockK / 32) release();
+            promote(unit);
+          }
+          return;
+        }
         if constexpr (!kPipe) issue(unit);
         if constexpr (kPipe && u + 1 < U) ptx::wgmma_wait<1>(); else ptx::wgmma_wait<0>();
-        if constexpr (u + 1 == U) {
-          // kQuantIn: the quantizing warps overwrite the stage's scales with generic stores once
-          // it is free; every lane's read of them must be ordered before lane 0's release.
-          if constexpr (T::kQuantIn) __syncwarp();
-          if (lane == 0) {  // all units done: the stage is free (in every CTA that shares it)
-            ptx::mbarrier_arrive(ring.empty(st.stage));
-#pragma unroll
-            for (int c = 1; c < T::kCluster; ++c)
-              ptx::mbarrier_arrive_cluster(ring.empty(st.stage), (cta_rank + c) % T::kCluster);
-          }
-        }
+        if constexpr (u + 1 == U) release();
         promote(unit);
         if constexpr (kPipe && u + 2 < U) issue(std::integral_constant<int, u + 2>{});
       };
-      if constexpr (kPipe) {
+      if constexpr (kPipe && !kPromoteK32) {
         issue(std::integral_constant<int, 0>{});
         if constexpr (U > 1) issue(std::integral_constant<int, 1>{});
       }
