@@ -116,7 +116,9 @@ fp8gemm_config auto_config(int64_t m, int64_t n, int64_t k, int sms) {
       const int64_t fill = split_for(tiles, kb, 3 * int64_t(sms), 16);
       if (fill > split) split = fill;
     }
-    return make(FP8GEMM_KIND_SWAP_AB, m <= 8 ? 8 : 16, 64, 8, split);
+    // 16 tokens over >= 3 waves of tiles: 7 stages, three CTAs per SM (src/dispatch.rs).
+    const int32_t stages = m > 8 && tiles >= 3 * int64_t(sms) ? 7 : 8;
+    return make(FP8GEMM_KIND_SWAP_AB, m <= 8 ? 8 : 16, 64, stages, split);
   }
   if (m <= 128) {
     const int64_t t64 = (n + 63) / 64;

@@ -12,6 +12,8 @@ const ConfigEntry* swap_ab_configs(int* count) {
       // while the other runs) each read the 64-row weight tile from shared memory: decode b16
       // 10.58 -> 10.43 ms (docs/PERF.md, session 10).
       {FP8GEMM_KIND_SWAP_AB, 16, 64, 8, true, &run_sm90_fp8_gemm<SwapAB<16, 8, 0, false>>, true},
+      // 7 stages: three CTAs per SM (~73 KB each) for wide N (>= 3 waves of tiles).
+      {FP8GEMM_KIND_SWAP_AB, 16, 64, 7, true, &run_sm90_fp8_gemm<SwapAB<16, 7, 0, false>>, true},
       {FP8GEMM_KIND_SWAP_AB, 32, 64, 8, true, &run_sm90_fp8_gemm<SwapAB<32, 8>>, true},
       {FP8GEMM_KIND_SWAP_AB, 64, 64, 8, true, &run_sm90_fp8_gemm<SwapAB<64, 8>>, true},
   };

@@ -388,6 +388,7 @@ fn forced_splits_match_reference() -> Result<()> {
     let plans: &[(ScheduleKind, i32, i32, i32, &[usize])] = &[
         (ScheduleKind::SwapAb, 8, 64, 8, &[1, 5]),
         (ScheduleKind::SwapAb, 16, 64, 8, &[13]),
+        (ScheduleKind::SwapAb, 16, 64, 7, &[11]), // three CTAs per SM: wide N at 9-16 tokens
         (ScheduleKind::SmallM, 64, 128, 6, &[37, 100]),
         (ScheduleKind::SmallM, 64, 32, 8, &[64]),
         (ScheduleKind::SmallM, 64, 64, 8, &[48]), // the automatic choice at M = 33-64, N = 4096
