@@ -581,18 +581,10 @@ mod imp {
                     } else {
                         None
                     };
-                    stamp("cublaslt");
-                    let lt = if have_lt && col("lt") { Some(gemm(Provider::CublasLt)?) } else { None };
-                    stamp("bf16");
-                    let (bf16, mode) = if col("bf16") {
-                        let (t, mode) = time_us(&stream, reps, &args, &mut |i| {
-                            drop(a.x.matmul(&w.wb[i % nw].t()?)?);
-                            Ok(())
-                        })?;
-                        (Some(t), mode)
-                    } else {
-                        (None, "-") // the timing mode is read from the bf16 column
-                    };
+                    // The full linear right after ours, before the peers: our decode GEMMs load
+                    // weights with an L2 evict-first hint, which cannot displace the normal-priority
+                    // lines a bf16 matmul leaves behind, so timed after the bf16 column a "hot"
+                    // full linear ran cold (5120×8192: 14.9 vs 11.1 µs; docs/PERF.md, session 20).
                     stamp("full");
                     let full = if have_ours && col("full") && m <= args.full_linear_max_m {
                         // The layer users call: bf16 x -> quantize -> GEMM (adjacent launches).
@@ -610,6 +602,18 @@ mod imp {
                         Some(t)
                     } else {
                         None
+                    };
+                    stamp("cublaslt");
+                    let lt = if have_lt && col("lt") { Some(gemm(Provider::CublasLt)?) } else { None };
+                    stamp("bf16");
+                    let (bf16, mode) = if col("bf16") {
+                        let (t, mode) = time_us(&stream, reps, &args, &mut |i| {
+                            drop(a.x.matmul(&w.wb[i % nw].t()?)?);
+                            Ok(())
+                        })?;
+                        (Some(t), mode)
+                    } else {
+                        (None, "-") // the timing mode is read from the bf16 column
                     };
                     let temp = if cold { "cold" } else { "hot" };
                     let tflops = |t: Option<f64>| t.map(|t| flops / t * 1e-6);
