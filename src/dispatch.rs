@@ -390,8 +390,9 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
         };
         // 16 tokens over >= 3 waves of tiles (the plain gate/up GEMM; in the model's step at
         // 9-16 tokens gate/up runs the SwiGLU epilogue tile instead): 7 stages let three CTAs
-        // share an SM instead of two (16×51200×5120 65.74 / 65.84 µs vs 66.7 / 67.0, session 11).
-        // Not at fewer tiles: the q|k|v tile with 7 stages cost the b16 step +0.07 ms.
+        // share an SM instead of two (16×51200×5120 into 66.12 / 67.62-67.80 µs vs 67.34-67.70 /
+        // 69.86-70.25, docs/perf/2026-12-02-s20/call3-swap16-7stages/). Not at fewer tiles: the
+        // q|k|v tile with 7 stages cost the b16 step +0.07 ms (session 11).
         let stages = if m > 8 && tiles >= 3 * sms { 7 } else { 8 };
         cfg(ScheduleKind::SwapAb, if m <= 8 { 8 } else { 16 }, 64, stages, split)
     } else if m <= 128 {
