@@ -12,7 +12,7 @@
 # 2. down (5120x25600) at M = 1 with K split 3 instead of 4: 34.75 / 35.11 vs 35.45 / 35.58 us in
 #    one bench run (session 20 call 8; 1.14x its HBM floor). Does the b1 decode step agree?
 source scripts/dev/call_prelude.sh
-nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_event_reasons.active --format=csv -lms 50 > $R/smi.csv &
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv -lms 50 > $R/smi.csv &
 SMI=$!
 BENCH_STAMPS=1 timeout 150 $BIN/bench --shapes 2048,4096,4096 4096,4096,4096 --columns ours,into,lt \
   --samples 25 > $R/bench-largem.txt 2> $R/stamps.txt
