@@ -1,9 +1,12 @@
 #!/bin/bash
 # Prepared in session 20 (not run): two quick questions for session 21, no code change needed.
 # Build and pack here: bash /work/build.sh && rm -f bundle/dev/* &&
-#   CARGO_TARGET_DIR=/work/target-cuda bash scripts/dev/pack.sh bench decode &&
+#   CARGO_TARGET_DIR=/work/target-cuda bash scripts/dev/pack.sh bench decode gpu_fused gpu_attention qwen3_gpu &&
 #   cp docs/perf/next-s21/s21call1.sh bundle/dev/
-# Run: bash bundle/dev/s21call1.sh with carry ["bundle/dev"] (~4 min).
+# Run: bash bundle/dev/s21call1.sh with carry ["bundle/dev"] (~5 min).
+#
+# 0. The fused-kernel suites on the current GEMM body (session 20 moved the stage release into a
+#    lambda; gpu and forced_splits ran on it, these three last ran on the build before).
 #
 # 1. Large M under the power cap: SM clock and power next to each timing (ours, ours into, our
 #    cuBLASLt provider) at 2048 / 4096 x 4096². If ours runs at a lower clock than cuBLASLt for the
@@ -12,6 +15,7 @@
 # 2. down (5120x25600) at M = 1 with K split 3 instead of 4: 34.75 / 35.11 vs 35.45 / 35.58 us in
 #    one bench run (session 20 call 8; 1.14x its HBM floor). Does the b1 decode step agree?
 source scripts/dev/call_prelude.sh
+run_suites gpu_fused gpu_attention qwen3_gpu
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv -lms 50 > $R/smi.csv &
 SMI=$!
 BENCH_STAMPS=1 timeout 150 $BIN/bench --shapes 2048,4096,4096 4096,4096,4096 --columns ours,into,lt \
