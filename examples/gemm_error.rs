@@ -19,13 +19,12 @@
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use candle_fp8::dispatch::{parse_backend, BackendRequest};
-use candle_fp8::format::{act_scale_m_stride, e4m3_to_f32, f32_to_e4m3, num_blocks, weight_scale_shape, BLOCK, F8E4M3};
+use candle_fp8::format::{act_scale_m_stride, num_blocks, weight_scale_shape};
 use candle_fp8::ops::fp8_block_matmul_with;
-use candle_fp8::quant::act_scales_view;
-use candle_fp8::reference::rounding_stats;
+use candle_fp8::quant::{act_scales_view, quantize_activation_slice, quantize_weight_slice};
+use candle_fp8::reference::{naive_matmul_f64, rounding_stats};
 use candle_fp8::testing::Rng;
 use clap::Parser;
-use rayon::prelude::*;
 
 #[derive(Parser)]
 struct Args {
@@ -38,32 +37,6 @@ struct Args {
     /// Seed of the random operands.
     #[arg(long, default_value_t = 7)]
     seed: u64,
-}
-
-/// Model-like operands: normal data, scaled per (row, 128-K block) so its amax maps to 448.
-struct Operands {
-    q: Vec<F8E4M3>,
-    s: Vec<f32>, // [rows][kb]
-}
-
-fn quantize_rows(rows: usize, k: usize, block_rows: usize, rng: &mut Rng) -> Operands {
-    let kb = num_blocks(k);
-    let x: Vec<f32> = (0..rows * k).map(|_| rng.normal()).collect();
-    let groups = rows.div_ceil(block_rows);
-    let mut s = vec![0f32; groups * kb];
-    for g in 0..groups {
-        for b in 0..kb {
-            let mut amax = 0f32;
-            for r in g * block_rows..((g + 1) * block_rows).min(rows) {
-                for c in b * BLOCK..(b + 1) * BLOCK {
-                    amax = amax.max(x[r * k + c].abs());
-                }
-            }
-            s[g * kb + b] = amax / 448.0;
-        }
-    }
-    let q = (0..rows * k).map(|i| f32_to_e4m3(x[i] / s[(i / k / block_rows) * kb + (i % k) / BLOCK])).collect();
-    Operands { q, s }
 }
 
 fn main() -> Result<()> {
@@ -79,36 +52,17 @@ fn main() -> Result<()> {
         let [m, n, k] = d[..] else { bail!("shape {spec:?}: expected M,N,K") };
         let kb = num_blocks(k);
         let mut rng = Rng::new(args.seed ^ (m * 31 + n * 7 + k) as u64);
-        let a = quantize_rows(m, k, 1, &mut rng);
-        let w = quantize_rows(n, k, BLOCK, &mut rng);
-        // Exact products in f64 (the contract before its one rounding).
-        let af: Vec<f64> = a.q.iter().map(|&c| e4m3_to_f32(c) as f64).collect();
-        let wf: Vec<f64> = w.q.iter().map(|&c| e4m3_to_f32(c) as f64).collect();
-        let exact: Vec<f64> = (0..m * n)
-            .into_par_iter()
-            .map(|i| {
-                let (r, c) = (i / n, i % n);
-                (0..kb)
-                    .map(|b| {
-                        let dot: f64 = (b * BLOCK..(b + 1) * BLOCK).map(|t| af[r * k + t] * wf[c * k + t]).sum();
-                        dot * a.s[r * kb + b] as f64 * w.s[(c / BLOCK) * kb + b] as f64
-                    })
-                    .sum()
-            })
-            .collect();
-        // Device operands in the crate's layouts (activation scales MN-major, padded).
-        let mpad = act_scale_m_stride(m);
-        let mut sa_mn = vec![0f32; kb * mpad];
-        for r in 0..m {
-            for b in 0..kb {
-                sa_mn[b * mpad + r] = a.s[r * kb + b];
-            }
-        }
-        let (nb, kb2) = weight_scale_shape(n, k);
-        let qa = Tensor::from_vec(a.q.clone(), (m, k), &device)?;
-        let sa = act_scales_view(Tensor::from_vec(sa_mn, kb * mpad, &device)?, m, kb)?;
-        let wq = Tensor::from_vec(w.q.clone(), (n, k), &device)?;
-        let sw = Tensor::from_vec(w.s[..nb * kb2].to_vec(), (nb, kb2), &device)?;
+        // Model-like operands: normal data through the crate's own quantizers (amax scaling).
+        let x: Vec<f32> = (0..m * k).map(|_| rng.normal()).collect();
+        let wf: Vec<f32> = (0..n * k).map(|_| rng.normal()).collect();
+        let (qa_h, sa_h) = quantize_activation_slice(&x, m, k);
+        let (w_h, sw_h) = quantize_weight_slice(&wf, n, k);
+        // The contract's sum before its one rounding.
+        let exact = naive_matmul_f64(&qa_h, &sa_h, &w_h, &sw_h, m, n, k);
+        let qa = Tensor::from_vec(qa_h, (m, k), &device)?;
+        let sa = act_scales_view(Tensor::from_vec(sa_h, kb * act_scale_m_stride(m), &device)?, m, kb)?;
+        let wq = Tensor::from_vec(w_h, (n, k), &device)?;
+        let sw = Tensor::from_vec(sw_h, weight_scale_shape(n, k), &device)?;
         for p in &args.providers {
             let req = parse_backend(p)?;
             if matches!(req, BackendRequest::Auto) {

@@ -3,6 +3,7 @@
 
 use crate::format::{act_scale_m_stride, e4m3_to_f32, num_blocks, weight_scale_shape, BLOCK, F8E4M3};
 use candle_core::{bail, DType, Device, Result, Tensor};
+use rayon::prelude::*;
 
 /// Reads a 2-D tensor into a row-major `Vec` on the CPU (any layout).
 fn to_vec2d<T: candle_core::WithDType>(t: &Tensor) -> Result<Vec<T>> {
@@ -47,8 +48,9 @@ pub fn reference_matmul(qa: &Tensor, sa: &Tensor, w: &Tensor, sw: &Tensor) -> Re
 }
 
 /// The same reference in f64 with a naive triple loop over the raw e4m3 codes, independent of
-/// candle's matmul (used to validate [`reference_matmul`] itself). `sa` is MN-major with
-/// column stride `round_up(m, 4)`, `sw` row-major.
+/// candle's matmul (used to validate [`reference_matmul`] itself, and as the exact sum in
+/// [`rounding_stats`]). `sa` is MN-major with column stride `round_up(m, 4)`, `sw` row-major.
+/// Rows run in parallel; each output's summation order is fixed.
 pub fn naive_matmul_f64(
     qa: &[F8E4M3],
     sa_mn_major: &[f32],
@@ -61,17 +63,17 @@ pub fn naive_matmul_f64(
     let mpad = act_scale_m_stride(m);
     let kb = num_blocks(k);
     let mut y = vec![0f64; m * n];
-    for i in 0..m {
-        for j in 0..n {
+    y.par_chunks_mut(n.max(1)).enumerate().for_each(|(i, row)| {
+        for (j, out) in row.iter_mut().enumerate() {
             let mut acc = 0f64;
             for c in 0..k {
                 let a = e4m3_to_f32(qa[i * k + c]) as f64 * sa_mn_major[(c / BLOCK) * mpad + i] as f64;
                 let b = e4m3_to_f32(w[j * k + c]) as f64 * sw[(j / BLOCK) * kb + c / BLOCK] as f64;
                 acc += a * b;
             }
-            y[i * n + j] = acc;
+            *out = acc;
         }
-    }
+    });
     y
 }
 
@@ -126,7 +128,7 @@ pub struct RoundingStats {
 }
 
 /// The bf16 ulp of `v`'s binade (values below the smallest normal f32 count as that normal).
-pub fn bf16_ulp(v: f64) -> f64 {
+fn bf16_ulp(v: f64) -> f64 {
     let a = v.abs().max(f32::MIN_POSITIVE as f64);
     2f64.powi(a.log2().floor() as i32 - 7)
 }
