@@ -114,6 +114,11 @@ mod imp {
         /// `scripts/dev/trace_timeline.py FILE --chain N`). The rings keep the latest ~1M CTAs.
         #[arg(long)]
         trace_out: Option<std::path::PathBuf>,
+        /// Launch the dispatcher's configuration of every shape with its persistent grid
+        /// limited to this many SMs (`GemmConfig::num_sms`; 0 = all). DeepGEMM launches
+        /// ⌈tiles / waves⌉ CTAs ("less GPU frequency drop"); this measures that on ours.
+        #[arg(long, default_value_t = 0)]
+        grid_sms: i32,
     }
 
     /// `--attention`: the decode attention's time per (batch, len, splits), cold caches.
@@ -527,6 +532,10 @@ mod imp {
                 let bytes = (m * k + n * k + 2 * m * n + 4 * num_blocks(k) * (act_scale_m_stride(m) + num_blocks(n))) as f64;
                 let floor_us = (bytes / COPY_BW).max(flops / FP8_FLOPS) * 1e6;
                 let mut acc = serde_json::Map::new();
+                if args.grid_sms > 0 {
+                    let cfg = choose_config(m, n, k, report.num_sms as usize);
+                    set_config_override(Some(GemmConfig { num_sms: args.grid_sms, ..cfg }));
+                }
                 if !args.no_check {
                     let r = gpu_reference(&dev, &a, &w, m)?;
                     for (p, ok) in [(Provider::Hopper, have_ours), (Provider::CublasLt, have_lt)] {
@@ -634,6 +643,7 @@ mod imp {
             }
         }
 
+        set_config_override(None); // --grid-sms
         // "ours" and the peers allocate their output per call (a graph memory node each);
         // "into" is ours into a preallocated output, the peers' protocol in anchors.py.
         println!("\n{:<14} {:>5} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>6}", "shape", "M", "N", "K", "ours µs", "into µs", "cuBLASLt", "bf16", "TFLOP/s", "ours/lt", "/floor", "timing");
