@@ -119,6 +119,10 @@ mod imp {
         /// ⌈tiles / waves⌉ CTAs ("less GPU frequency drop"); this measures that on ours.
         #[arg(long, default_value_t = 0)]
         grid_sms: i32,
+        /// Run the development variant (stages + 100) of the dispatcher's configuration
+        /// wherever one is compiled (an A/B of a kernel change in one binary).
+        #[arg(long)]
+        dev_variant: bool,
     }
 
     /// `--attention`: the decode attention's time per (batch, len, splits), cold caches.
@@ -532,9 +536,16 @@ mod imp {
                 let bytes = (m * k + n * k + 2 * m * n + 4 * num_blocks(k) * (act_scale_m_stride(m) + num_blocks(n))) as f64;
                 let floor_us = (bytes / COPY_BW).max(flops / FP8_FLOPS) * 1e6;
                 let mut acc = serde_json::Map::new();
-                if args.grid_sms > 0 {
-                    let cfg = choose_config(m, n, k, report.num_sms as usize);
-                    set_config_override(Some(GemmConfig { num_sms: args.grid_sms, ..cfg }));
+                if args.grid_sms > 0 || args.dev_variant {
+                    let mut cfg = choose_config(m, n, k, report.num_sms as usize);
+                    cfg.num_sms = args.grid_sms;
+                    let dev_key = GemmConfig { stages: cfg.stages + 100, ..cfg };
+                    let same = |c: &GemmConfig| (c.kind, c.block_m, c.block_n, c.stages) == (dev_key.kind, dev_key.block_m, dev_key.block_n, dev_key.stages);
+                    if args.dev_variant && compiled_configs().iter().any(same) {
+                        cfg = dev_key;
+                    }
+                    println!("config: {cfg:?}");
+                    set_config_override(Some(cfg));
                 }
                 if !args.no_check {
                     let r = gpu_reference(&dev, &a, &w, m)?;
