@@ -13,16 +13,22 @@ namespace fp8gemm {
 //   take alternate K blocks (one's promotion overlaps the other's wgmma) and sum in
 //   warpgroup order: 3-6 % faster (192x4096^2: 12.40 vs 12.85 us); with a K split each CTA
 //   has fewer K blocks and one warpgroup with N halves is 1-7 % faster.
+// Two TMA issuer threads load alternate stages: 160x4096^2 into 11.62 / 11.80 us hot / cold vs
+// 11.79 / 12.14, 256x4096^2 12.60 vs 12.90 hot, 64x51200x5120 78.6 vs 79.8 (session 21, two
+// rounds; docs/perf/2026-12-02-s21/call5/). Not the 64 x 64 tile (within the noise).
+template <int kIssuers>
 int run_small_m_128(const GemmArgs& a) {
-  return a.split == 1 ? run_sm90_fp8_gemm<SmallM<128, 6, false, 2>>(a)
-                      : run_sm90_fp8_gemm<SmallM<128, 6, true, 1>>(a);
+  return a.split == 1 ? run_sm90_fp8_gemm<SmallM<128, 6, false, 2, kIssuers>>(a)
+                      : run_sm90_fp8_gemm<SmallM<128, 6, true, 1, kIssuers>>(a);
 }
 
 const ConfigEntry* small_m_configs(int* count) {
   static const ConfigEntry kConfigs[] = {
       {FP8GEMM_KIND_SMALL_M, 64, 32, 8, true, &run_sm90_fp8_gemm<SmallM<32, 8, false>>, true},
       {FP8GEMM_KIND_SMALL_M, 64, 64, 8, true, &run_sm90_fp8_gemm<SmallM<64, 8, false>>, true},
-      {FP8GEMM_KIND_SMALL_M, 64, 128, 6, true, &run_small_m_128, true},
+      {FP8GEMM_KIND_SMALL_M, 64, 128, 6, true, &run_small_m_128<2>, true},
+      // The single-issuer version (stages + 100: a development key for A/Bs, never dispatched).
+      {FP8GEMM_KIND_SMALL_M, 64, 128, 106, true, &run_small_m_128<1>, true},
   };
   *count = sizeof(kConfigs) / sizeof(kConfigs[0]);
   return kConfigs;

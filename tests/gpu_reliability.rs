@@ -426,3 +426,46 @@ fn forced_splits_match_reference() -> Result<()> {
     }
     Ok(())
 }
+
+/// `dev_variants_match_reference`: the dispatched tiles with two TMA issuer threads (alternate
+/// stages) and their single-issuer development keys (stages + 100) on ragged M and N, with an
+/// even and an odd number of K blocks and K splits, against the CPU and bitwise equal to each
+/// other (only which thread issues a stage's loads differs).
+#[test]
+fn dev_variants_match_reference() -> Result<()> {
+    let dev = gpu_or_skip!("dev_variants_match_reference");
+    let providers = usable(&dev, "dev_variants_match_reference")?;
+    if !providers.contains(&Provider::Hopper) {
+        println!("SKIP dev_variants_match_reference: our kernels cannot run on this device");
+        return Ok(());
+    }
+    let _guard = OverrideGuard;
+    // (schedule, block_m, block_n, dispatched stages, m values, splits)
+    type Plan = (ScheduleKind, i32, i32, i32, &'static [usize], &'static [i32]);
+    let plans: &[Plan] = &[
+        (ScheduleKind::SmallM, 64, 128, 6, &[100, 160], &[1, 2, 3, 5]),
+        (ScheduleKind::Persistent, 128, 128, 5, &[300, 513], &[1]),
+    ];
+    let n = 272;
+    for k in [1920, 2048] {
+        for &(kind, block_m, block_n, stages, ms, splits) in plans {
+            for &m in ms {
+                let o = random_operands(m, n, k, (m * 7 + k + block_m as usize) as u64, &dev)?;
+                for &split_k in splits {
+                    let mut got = Vec::new();
+                    for st in [stages, stages + 100] {
+                        let cfg = GemmConfig { kind: kind as i32, block_m, block_n, stages: st, split_k, num_sms: 0 };
+                        set_config_override(Some(cfg));
+                        let what = format!("{kind:?} {block_m}x{block_n} stages {st} split {split_k} m={m} n={n} k={k}");
+                        poison(&dev, 8 * m * n)?;
+                        let y = gemm(Provider::Hopper, &o)?;
+                        check_rows(&what, &y, &o, &(0..m).collect::<Vec<_>>(), (m, n, k))?;
+                        got.push((what, bits(&y)?));
+                    }
+                    assert!(got[0].1 == got[1].1, "{} differs from {}", got[1].0, got[0].0);
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -5,7 +5,8 @@
 // "1d2d": activation scales per (token, 128-K) (1-D blocks), weight scales per (128 x 128)
 // (2-D blocks). A schedule (schedules/*.cuh) is a traits struct: tile shape, warpgroups,
 // stages, operand roles (normal or swap-AB) and the tile scheduler. The kernel is:
-//   * one producer warpgroup (a single elected thread issues TMA into the ring),
+//   * one producer warpgroup (one thread, or kIssuers threads taking alternate stages, issues
+//     TMA into the ring),
 //   * kMathWG consumer warpgroups, each owning kWaves x 64 MMA rows of the tile, which per
 //     K block issue 4 x wgmma m64nTNk32 into a block accumulator, wait, and promote it into
 //     the f32 accumulator with both scales (two-level accumulation).
@@ -59,6 +60,7 @@ struct GemmParams {
 //   kSwapAB, kThreads, kMathRegs/kProducerRegs (0 = no setmaxnreg), Scheduler, kSplitN (keep
 //   two units of MMA work in flight: the N halves of a wave, or for narrow tiles two waves),
 //   kWgSplitK (the math warpgroups share the tile's rows and take alternate K blocks),
+//   kIssuers (producer threads, one per warp, issuing the TMA loads of alternate stages),
 //   kQuantIn (swap-AB: the activation operand is quantized in the kernel, quant_operand.cuh),
 //   kGated / kGateRows (swap-AB tile of kGateRows gate rows + the same features' up rows, for
 //   kOutSwiGluQuant; schedules/swap_ab.cuh), kTmaStore (kOutBf16 through shared memory and
@@ -254,13 +256,28 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
         }
       }
     }
-    if (tid_wg == 0) {
+    // kIssuers > 1: thread 32 * j issues the loads of every stage load g (counted over the
+    // CTA's tiles) with g % kIssuers == j; the first tile's pre-wait fill stays on thread 0.
+    static_assert(T::kIssuers >= 1 && T::kIssuers <= 4 && (T::kIssuers == 1 || (!T::kSwapAB && !T::kQuantIn)),
+                  "several TMA issuers: tokens-on-M schedules");
+    if (tid_wg % 32 == 0 && tid_wg / 32 < T::kIssuers) {
+      const int me = tid_wg / 32;
       RingState<T::kStages> st;
       bool waited = false;
+      int g = 0;  // stage loads so far (every issuer counts all of them)
       while (sched.next(tile)) {
         int kb = tile.kb0;
+        if (!waited && me > 0) {
+          const int pre = min(T::kStages, tile.kb1 - tile.kb0);  // thread 0's pre-wait fill
+          for (int i = 0; i < pre; ++i) st.advance();
+          g += pre;
+          kb += pre;
+          ptx::griddep_wait();
+          waited = true;
+        }
         if (!waited) {
           const int pre = min(T::kStages, tile.kb1 - tile.kb0);
+          g += pre;
           if (paced) {
             // The weights of stages 0 .. pre-1 come from thread 32 (wfull barriers).
             ptx::griddep_wait();
@@ -293,11 +310,13 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
           }
           kb += pre;
         }
-        for (; kb < tile.kb1; ++kb) {
-          ptx::mbarrier_wait(ring.empty(st.stage), st.phase ^ 1);
-          ptx::mbarrier_arrive_expect_tx(ring.full(st.stage), kStageTx);
-          load_w(tile, st.stage, kb);
-          load_act(tile, st.stage, kb);
+        for (; kb < tile.kb1; ++kb, ++g) {
+          if (T::kIssuers == 1 || g % T::kIssuers == me) {
+            ptx::mbarrier_wait(ring.empty(st.stage), st.phase ^ 1);
+            ptx::mbarrier_arrive_expect_tx(ring.full(st.stage), kStageTx);
+            load_w(tile, st.stage, kb);
+            load_act(tile, st.stage, kb);
+          }
           st.advance();
         }
       }

@@ -13,8 +13,10 @@
 namespace fp8gemm {
 
 template <int kWaves_, int TN_, int kStages_, int kCluster_ = 1, int kMathWG_ = 2, bool kTmaStore_ = false,
-          bool kPrefetchScales_ = false>
+          bool kPrefetchScales_ = false, int kIssuers_ = 1>
 struct Persistent {
+  // kIssuers_: producer threads (in different warps) issuing the TMA loads of alternate stages.
+  static constexpr int kIssuers = kIssuers_;
   static constexpr bool kTmaStore = kTmaStore_;
   // The next tile's weight scales copied (cp.async) into a second cache buffer during this
   // tile: 128x128 x 5 3-8 % faster, 256x128 x 3 -2 to +7 % (session 7, harness A/B).

@@ -10,8 +10,10 @@ namespace fp8gemm {
 // (the A tile is then read from shared memory twice per K block). kKWarpgroups_ > 1: that many
 // math warpgroups share the 64-row tile and take alternate K blocks (one's promotion overlaps
 // the other's wgmma); their accumulators are summed in warpgroup order before the epilogue.
-template <int TN_, int kStages_, bool kHalves_ = true, int kKWarpgroups_ = 1>
+// kIssuers_: producer threads (in different warps) issuing the TMA loads of alternate stages.
+template <int TN_, int kStages_, bool kHalves_ = true, int kKWarpgroups_ = 1, int kIssuers_ = 1>
 struct SmallM {
+  static constexpr int kIssuers = kIssuers_;
   static constexpr int kMathWG = kKWarpgroups_, kWaves = 1, TM = 64, TN = TN_, kStages = kStages_;
   static constexpr bool kSplitN = kHalves_;
   static constexpr bool kWgSplitK = kKWarpgroups_ > 1;
