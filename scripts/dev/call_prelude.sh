@@ -40,3 +40,20 @@ run_suites() {
 
 # Archives $R as $OUT/NAME.tgz (what the device tool brings back) and removes it.
 pack_out() { (cd "$OUT" && tar czf "$1.tgz" r && rm -rf r && echo "packed at $(elapsed)"); }
+
+# Interleaved A/B of bench runs: bench_ab ROUNDS VARIANT=FLAGS... -- BENCH_ARGS...; each round
+# runs every variant once (bench BENCH_ARGS FLAGS > $R/bench-VARIANT-rN.txt; FLAGS may be empty,
+# words joined by ','), then prints scripts/dev/ab_table.py's table of $R.
+bench_ab() {
+  local rounds=$1 r spec v flags; shift
+  local specs=()
+  while [[ $1 != -- ]]; do specs+=("$1"); shift; done
+  shift
+  for r in $(seq "$rounds"); do
+    for spec in "${specs[@]}"; do
+      v=${spec%%=*}; flags=${spec#*=}
+      timeout "${BENCH_TIMEOUT:-140}" "$BIN/bench" "$@" ${flags//,/ } > "$R/bench-$v-r$r.txt" 2>&1
+      echo "$v round $r rc=$? at $(elapsed)"
+    done
+  done
+}

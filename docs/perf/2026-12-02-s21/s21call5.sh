@@ -20,27 +20,8 @@ grep -h "SKIP\|FAILED\|panicked" $R/test-dev.txt | head -5
 SH="64,4096,4096 48,4096,4096 128,4096,4096 160,4096,4096 192,4096,4096 256,4096,4096 64,10240,5120
 64,51200,5120 128,10240,5120 128,5120,8192 128,5120,25600 128,51200,5120 512,4096,4096 2048,4096,4096
 4096,4096,4096 2048,10240,5120"
-for r in 1 2; do
-  for v in base dev; do
-    flag=""; [[ $v == dev ]] && flag=--dev-variant
-    timeout 140 $BIN/bench --shapes $SH --columns ours,into --samples 15 --no-check $flag > $R/bench-$v-r$r.txt 2>&1
-    echo "$v round $r rc=$? at $(elapsed)"
-  done
-done
-python3 - $R <<'PY' | tee $R/ab-table.txt
-import sys, re, glob, collections
-d = collections.defaultdict(list)
-for f in sorted(glob.glob(sys.argv[1] + "/bench-*-r*.txt")):
-    v = f.split("bench-")[1].split("-r")[0]
-    for l in open(f):
-        m = re.match(r"custom/(hot|cold)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\S+)\s+(\S+)", l)
-        if m:
-            d[(int(m[2]), int(m[3]), int(m[4]), m[1], v)].append(f"{m[5]}/{m[6]}")
-keys = sorted({k[:4] for k in d})
-print(f"{'shape':>18} {'temp':>4} {'base ours/into (r1, r2)':>30} {'2 issuers ours/into (r1, r2)':>30}")
-for k in keys:
-    print(f"{'x'.join(map(str, k[:3])):>18} {k[3]:>4} {' '.join(d[k + ('base',)]):>30} {' '.join(d[k + ('dev',)]):>30}")
-PY
+bench_ab 2 base= dev=--dev-variant -- --shapes $SH --columns ours,into --samples 15 --no-check
+python3 scripts/dev/ab_table.py $R base dev | tee $R/ab-table.txt
 grep -h "^config" $R/bench-dev-r1.txt | sort | uniq -c
 echo "done at $(elapsed)"
 pack_out s21call5

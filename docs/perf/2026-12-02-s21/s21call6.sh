@@ -18,27 +18,8 @@ CANDLE_FP8_TEST_PROVIDERS=hopper timeout 180 compute-sanitizer --tool racecheck 
 echo "racecheck dev_variants rc=$? $(grep -h 'RACECHECK SUMMARY\|ERROR SUMMARY' $R/racecheck.txt | sort | uniq -c | tr '\n' ' ') at $(elapsed)"
 SH="160,4096,4096 192,4096,4096 224,4096,4096 256,4096,4096 512,4096,4096 64,10240,5120 64,51200,5120
 2048,5120,8192"
-for r in 1 2; do
-  for v in two one; do
-    flag=""; [[ $v == one ]] && flag=--dev-variant
-    timeout 140 $BIN/bench --shapes $SH --columns ours,into,lt --samples 15 $flag > $R/bench-$v-r$r.txt 2>&1
-    echo "$v round $r rc=$? at $(elapsed)"
-  done
-done
-python3 - $R <<'PY' | tee $R/ab-table.txt
-import sys, re, glob, collections
-d = collections.defaultdict(list)
-for f in sorted(glob.glob(sys.argv[1] + "/bench-*-r*.txt")):
-    v = f.split("bench-")[1].split("-r")[0]
-    for l in open(f):
-        m = re.match(r"custom/(hot|cold)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(\S+)", l)
-        if m:
-            d[(int(m[2]), int(m[3]), int(m[4]), m[1], v)].append(f"{m[5]}/{m[6]}/{m[7]}")
-keys = sorted({k[:4] for k in d})
-print(f"{'shape':>18} {'temp':>4} {'two issuers ours/into/lt (r1, r2)':>44} {'one issuer ours/into/lt (r1, r2)':>44}")
-for k in keys:
-    print(f"{'x'.join(map(str, k[:3])):>18} {k[3]:>4} {' '.join(d[k + ('two',)]):>44} {' '.join(d[k + ('one',)]):>44}")
-PY
+bench_ab 2 two= one=--dev-variant -- --shapes $SH --columns ours,into,lt --samples 15
+python3 scripts/dev/ab_table.py $R two one --columns ours/into/lt | tee $R/ab-table.txt
 grep -h "^config" $R/bench-one-r1.txt | sort | uniq -c
 echo "done at $(elapsed)"
 pack_out s21call6
