@@ -38,3 +38,5 @@ const ConfigEntry* small_m_configs(int* count) {
 
 // Timeline trace reader of this translation unit (builds with -DFP8GEMM_TRACE only).
 FP8GEMM_TRACE_READER(fp8gemm_trace_read_small_m)
+// Per-stage probe reader of this translation unit (builds with -DFP8GEMM_TRACE_STAGES only).
+FP8GEMM_STAGE_READER(fp8gemm_stage_read_small_m)

@@ -60,3 +60,5 @@ const ConfigEntry* swiglu_configs(int* count) {
 
 // Timeline trace reader of this translation unit (builds with -DFP8GEMM_TRACE only).
 FP8GEMM_TRACE_READER(fp8gemm_trace_read_swap_ab)
+// Per-stage probe reader of this translation unit (builds with -DFP8GEMM_TRACE_STAGES only).
+FP8GEMM_STAGE_READER(fp8gemm_stage_read_swap_ab)

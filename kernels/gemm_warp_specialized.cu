@@ -17,3 +17,5 @@ const ConfigEntry* warp_specialized_configs(int* count) {
 
 // Timeline trace reader of this translation unit (builds with -DFP8GEMM_TRACE only).
 FP8GEMM_TRACE_READER(fp8gemm_trace_read_warp_specialized)
+// Per-stage probe reader of this translation unit (builds with -DFP8GEMM_TRACE_STAGES only).
+FP8GEMM_STAGE_READER(fp8gemm_stage_read_warp_specialized)

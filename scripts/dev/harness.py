@@ -4,6 +4,8 @@
   python3 harness.py --lib ./libfp8gemm.so check        # correctness sweep (all configs)
   python3 harness.py --lib ./libfp8gemm.so sanitize     # few small shapes per schedule (run under compute-sanitizer)
   python3 harness.py --lib ./libfp8gemm.so bench        # timing table vs cuBLASLt (hot/cold)
+  python3 harness.py --lib ./libfp8gemm.so stages --shapes M,N,K ...  # per-stage probe (build:
+      EXTRA_FLAGS=-DFP8GEMM_TRACE_STAGES bash scripts/dev/build.sh)
 
 Checks: quant kernel bit-exact vs torch (same formula), GEMM vs f32 dequantized reference
 (relerr <= 3e-3, calc_diff < 1e-3, no NaN left in a NaN-poisoned output).
@@ -537,10 +539,85 @@ def probe(lib, args):
                     print(f"  {name:8s} p10/p50/p90/p99/max " + " ".join(f"{v:.2f}" for v in qv), flush=True)
 
 
+def stages(lib, args):
+    """Per-stage probe of the dispatched config's main loop (a build with
+    EXTRA_FLAGS=-DFP8GEMM_TRACE_STAGES; kernels/include/fp8gemm/trace.cuh says what is stamped).
+    One launch per shape, hot (after three warm-up launches on the same inputs) and cold
+    (another weight copy, L2 flushed by a 256 MB write). Prints medians / p90 over the CTAs
+    (< 264) and the steady-state K blocks (from the ring depth on) of, in ns:
+      period    consumer cadence: full-barrier return of K block i+1 - of K block i
+      c_wait    the consumer's full-barrier wait (data not there yet)
+      mma       full-barrier return -> the stage's release (its last wgmma done)
+      promote   release -> the K block's last promotion done
+      p_wait    the producer's empty-barrier wait (no free stage)
+      flight    loads issued -> the consumer past the stage's full barrier
+      handoff   the stage's release -> its next loads issued (stages later)
+    then the first K blocks one by one (ramp)."""
+    L = lib.L
+    vp = ctypes.c_void_p
+    L.fp8gemm_auto_config.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32, ctypes.POINTER(Cfg)]
+    L.fp8gemm_auto_config.restype = ctypes.c_int32
+    units = {1: "small_m", 2: "swap_ab", 3: "warp_specialized", 4: "persistent"}
+    ctas, kbs = 264, 64
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for spec in args.shapes or []:
+        M, N, K = (int(v) for v in spec.split(","))
+        c = Cfg()
+        assert L.fp8gemm_auto_config(M, N, K, sms, ctypes.byref(c)) == 0
+        read = getattr(L, f"fp8gemm_stage_read_{units[c.kind]}", None)
+        assert read is not None, "no stage probe in this build (EXTRA_FLAGS=-DFP8GEMM_TRACE_STAGES)"
+        read.argtypes = [vp, vp, ctypes.c_int]
+        read.restype = ctypes.c_int
+        x, w0, sw0 = make_inputs(M, N, K, seed=M + N)
+        q, sa = lib.quant(x)
+        w1, sw1 = w0.clone(), sw0.clone()
+        y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
+        nkb = min(kbs, K // 128 // max(1, c.split_k))
+        for temp in ("hot", "cold"):
+            for _ in range(3):
+                assert lib.gemm(q, sa, w0, sw0, y, c) == 0
+            torch.cuda.synchronize()
+            assert read(None, None, 1) == 0
+            if temp == "cold":
+                flush.fill_(1)
+            torch.cuda.synchronize()
+            ww, ss = (w1, sw1) if temp == "cold" else (w0, sw0)
+            assert lib.gemm(q, sa, ww, ss, y, c) == 0
+            torch.cuda.synchronize()
+            prod = torch.zeros((ctas, kbs, 4), dtype=torch.int64)
+            cons = torch.zeros((ctas, kbs, 4), dtype=torch.int64)
+            assert read(prod.data_ptr(), cons.data_ptr(), 0) == 0
+            used = torch.nonzero(cons[:, 0, 1]).flatten()
+            # ns relative to the launch's first stamp (float64 keeps the ns exact)
+            base = cons[used, 0, 0].min()
+            p = (prod[used, :nkb] - base).double()
+            t = (cons[used, :nkb] - base).double()
+            p[prod[used, :nkb] == 0] = float("nan")
+            t[cons[used, :nkb] == 0] = float("nan")
+            s0 = min(c.stages, nkb - 2)
+            m = {
+                "period": t[:, s0 + 1:, 1] - t[:, s0:-1, 1],
+                "c_wait": t[:, s0:, 1] - t[:, s0:, 0],
+                "mma": t[:, s0:, 2] - t[:, s0:, 1],
+                "promote": t[:, s0:, 3] - t[:, s0:, 2],
+                "p_wait": p[:, s0:, 1] - p[:, s0:, 0],
+                "flight": t[:, s0:, 1] - p[:, s0:, 1],
+                "handoff": p[:, c.stages:, 1] - t[:, :nkb - c.stages, 2],
+            }
+            def qt(v, f):
+                v = v.flatten()
+                return torch.nanquantile(v, f).item() if v.numel() else float("nan")
+            cols = " ".join(f"{k} {qt(v, 0.5):.0f}/{qt(v, 0.9):.0f}" for k, v in m.items())
+            print(f"STAGES {M} {N} {K} {cfg_str(c)} {temp} ctas {len(used)} kb {nkb} | {cols}", flush=True)
+            ramp = " ".join(f"{qt(t[:, i, 1], 0.5) / 1e3:.2f}" for i in range(min(nkb, 12)))
+            print(f"  full-barrier return of K blocks 0..11, median us from the first consumer's start: {ramp}", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--lib", default="./libfp8gemm.so")
-    p.add_argument("mode", choices=["check", "sanitize", "bench", "sweep", "probe", "all"])
+    p.add_argument("mode", choices=["check", "sanitize", "bench", "sweep", "probe", "stages", "all"])
     p.add_argument("--shapes", nargs="*")
     p.add_argument("--quick", action="store_true", help="sanitize: one launch per schedule")
     p.add_argument("--only", help="sweep: only these configs (comma-separated names as printed)")
@@ -558,6 +635,8 @@ def main():
         bench(lib, args)
     if args.mode == "probe":
         probe(lib, args)
+    if args.mode == "stages":
+        stages(lib, args)
     if args.mode == "sweep":
         sweep(lib, args)
 

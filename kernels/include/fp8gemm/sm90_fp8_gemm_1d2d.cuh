@@ -265,6 +265,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
       RingState<T::kStages> st;
       bool waited = false;
       int g = 0;  // stage loads so far (every issuer counts all of them)
+      bool probe_tile = true;  // FP8GEMM_TRACE_STAGES: the CTA's first tile only
       while (sched.next(tile)) {
         int kb = tile.kb0;
         if (!waited && me > 0) {
@@ -297,6 +298,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
             RingState<T::kStages> w_st = st;
             for (int i = 0; i < pre; ++i) {
               ptx::mbarrier_wait(ring.empty(w_st.stage), w_st.phase ^ 1);
+              FP8GEMM_STAGE_MARK(prod, i, 0, true);  // weights issued
               ptx::mbarrier_arrive_expect_tx(ring.full(w_st.stage), kStageTx);
               load_w(tile, w_st.stage, kb + i);
               w_st.advance();
@@ -304,6 +306,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
             ptx::griddep_wait();
             waited = true;
             for (int i = 0; i < pre; ++i) {
+              FP8GEMM_STAGE_MARK(prod, i, 1, true);  // activations issued: the stage is complete
               load_act(tile, st.stage, kb + i);
               st.advance();
             }
@@ -312,13 +315,16 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
         }
         for (; kb < tile.kb1; ++kb, ++g) {
           if (T::kIssuers == 1 || g % T::kIssuers == me) {
+            FP8GEMM_STAGE_MARK(prod, kb - tile.kb0, 0, probe_tile);
             ptx::mbarrier_wait(ring.empty(st.stage), st.phase ^ 1);
+            FP8GEMM_STAGE_MARK(prod, kb - tile.kb0, 1, probe_tile);
             ptx::mbarrier_arrive_expect_tx(ring.full(st.stage), kStageTx);
             load_w(tile, st.stage, kb);
             load_act(tile, st.stage, kb);
           }
           st.advance();
         }
+        probe_tile = false;
       }
       if (!waited) ptx::griddep_wait();
       ptx::griddep_launch_dependents();
@@ -425,8 +431,13 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
         st.advance();
         continue;
       }
+      // FP8GEMM_TRACE_STAGES: thread 0 of the warpgroup that owns this K block (warpgroup 0 of a
+      // row-split tile), first tile only.
+      [[maybe_unused]] const bool probe = first_pass && tid_wg == 0 && (T::kWgSplitK || wg == 0);
+      FP8GEMM_STAGE_MARK(cons, i, 0, probe);
       if constexpr (T::kQuantIn) ptx::mbarrier_wait(ring.qfull(st.stage), st.phase);
       else ptx::mbarrier_wait(ring.full(st.stage), st.phase);
+      FP8GEMM_STAGE_MARK(cons, i, 1, probe);
       if constexpr (T::kSwapAB) {  // paced first fill: the first pass's weights land separately
         if (paced && first_pass && i < T::kStages) ptx::mbarrier_wait(ring.wfull(st.stage), 0);
       }
@@ -516,6 +527,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
         // kQuantIn: the quantizing warps overwrite the stage's scales with generic stores once
         // it is free; every lane's read of them must be ordered before lane 0's release.
         if constexpr (T::kQuantIn) __syncwarp();
+        FP8GEMM_STAGE_MARK(cons, i, 2, probe);
         if (lane == 0) {
           ptx::mbarrier_arrive(ring.empty(st.stage));
 #pragma unroll
@@ -560,6 +572,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
       if constexpr (U > 2) step(std::integral_constant<int, 2>{});
       if constexpr (U > 3) step(std::integral_constant<int, 3>{});
       static_assert(U <= 4, "at most 2 waves x 2 halves");
+      FP8GEMM_STAGE_MARK(cons, i, 3, probe);
       st.advance();
     }
 

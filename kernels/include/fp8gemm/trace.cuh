@@ -101,3 +101,57 @@ __device__ __forceinline__ void end(uint32_t slot, uint16_t tag, const unsigned 
   } while (0)
 #define FP8GEMM_TRACE_READER(NAME)
 #endif
+
+// Development per-stage probe of the GEMM main loop (nvcc -DFP8GEMM_TRACE_STAGES; read by
+// `scripts/dev/harness.py stages`). Why: a mid-M K block costs ~200-300 ns whatever the ring
+// depth, the number of TMA issuers or the math warpgroups' overlap (docs/PERF.md, sessions 9-21);
+// the probe splits it into the producer's wait for a free stage, the load's flight, the consumer's
+// wait, its MMAs and its promotion. For the first tile of CTAs < kCtas and K blocks < kKb:
+//   producer (the stage's issuing thread): t0 before its empty-barrier wait, t1 after it (the
+//     loads are issued right after);
+//   consumer (thread 0 of the warpgroup that owns the K block; warpgroup 0 when both do):
+//     t0 before its full-barrier wait, t1 after it, t2 at the stage's release (the last
+//     wgmma done), t3 after the K block's last promotion.
+// Plain stores to fixed slots (no atomics), so the probe adds a few instructions per K block.
+#ifdef FP8GEMM_TRACE_STAGES
+namespace fp8gemm::stage_trace {
+constexpr int kCtas = 264, kKb = 64;
+struct StageRec {
+  unsigned long long t[4];
+};
+static __device__ StageRec g_prod[kCtas][kKb];
+static __device__ StageRec g_cons[kCtas][kKb];
+__device__ __forceinline__ int cta() { return static_cast<int>(blockIdx.x + gridDim.x * blockIdx.y); }
+__device__ __forceinline__ unsigned long long now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ bool on(int kb) { return cta() < kCtas && kb >= 0 && kb < kKb; }
+}  // namespace fp8gemm::stage_trace
+#define FP8GEMM_STAGE_MARK(role, kb, i, cond)                                                       \
+  do {                                                                                              \
+    if ((cond) && fp8gemm::stage_trace::on(kb))                                                     \
+      fp8gemm::stage_trace::g_##role[fp8gemm::stage_trace::cta()][(kb)].t[(i)] = fp8gemm::stage_trace::now(); \
+  } while (0)
+// extern "C" int NAME(void* prod, void* cons, int clear): copies (or, clear != 0, zeroes) this
+// translation unit's probe arrays.
+#define FP8GEMM_STAGE_READER(NAME)                                                                  \
+  extern "C" int NAME(void* prod, void* cons, int clear) {                                         \
+    using fp8gemm::stage_trace::g_cons;                                                             \
+    using fp8gemm::stage_trace::g_prod;                                                             \
+    if (clear) {                                                                                    \
+      void *a, *b;                                                                                  \
+      if (cudaGetSymbolAddress(&a, g_prod) != cudaSuccess || cudaGetSymbolAddress(&b, g_cons) != cudaSuccess) \
+        return 1;                                                                                   \
+      return (cudaMemset(a, 0, sizeof(g_prod)) != cudaSuccess) || (cudaMemset(b, 0, sizeof(g_cons)) != cudaSuccess); \
+    }                                                                                               \
+    return (cudaMemcpyFromSymbol(prod, g_prod, sizeof(g_prod)) != cudaSuccess) ||                   \
+           (cudaMemcpyFromSymbol(cons, g_cons, sizeof(g_cons)) != cudaSuccess);                     \
+  }
+#else
+#define FP8GEMM_STAGE_MARK(role, kb, i, cond) \
+  do {                                        \
+  } while (0)
+#define FP8GEMM_STAGE_READER(NAME)
+#endif
