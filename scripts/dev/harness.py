@@ -34,6 +34,7 @@ CONFIGS = [
     ("swap_ab", 8, 64, 8, True), ("swap_ab", 16, 64, 8, True), ("swap_ab", 32, 64, 8, True),
     ("swap_ab", 64, 64, 8, True),
     ("small_m", 64, 32, 8, True), ("small_m", 64, 64, 8, True), ("small_m", 64, 128, 6, True),
+    ("small_m", 64, 128, 106, True),
     ("warp_spec", 128, 64, 8, True), ("warp_spec", 128, 128, 6, True),
     ("persistent", 256, 128, 3, False), ("persistent", 128, 128, 5, False),
 ]
