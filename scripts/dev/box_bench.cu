@@ -24,6 +24,7 @@
 #include <cstdio>
 
 #include "cuda_check.cuh"
+#include "event_timer.cuh"
 #include "fp8gemm/ptx/tma.cuh"
 
 namespace ptx = fp8gemm::ptx;
@@ -134,23 +135,8 @@ static float run(const uint8_t* src, int rows, int stages, int ctas, int passes,
   const int per = kMode == kOne ? 1 : 2;
   const int smem = stages * 2 * per * rows * 128 + 2 * stages * 8 + 1024;
   CHECK(cudaFuncSetAttribute(box_kernel<kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
-  float best = 1e30f;
-  for (int rep = 0; rep < 4; ++rep) {  // rep 0 warms up (and loads the source into L2)
-    CHECK(cudaEventRecord(e0));
-    box_kernel<kMode><<<ctas, 128, smem>>>(m2, m3, rows, stages, passes, sink);
-    CHECK(cudaEventRecord(e1));
-    CHECK(cudaEventSynchronize(e1));
-    CHECK(cudaGetLastError());
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    if (rep > 0) best = std::min(best, ms);
-  }
-  CHECK(cudaEventDestroy(e0));
-  CHECK(cudaEventDestroy(e1));
-  return best * 1e3f;
+  return best_launch_us([&] { box_kernel<kMode><<<ctas, 128, smem>>>(m2, m3, rows, stages, passes, sink); },
+                        [](int) {});
 }
 
 int main() {

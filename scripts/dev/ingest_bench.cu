@@ -147,6 +147,7 @@ __global__ void __launch_bounds__(256, 1)
   if constexpr (kMc) ptx::cluster_sync();  // no CTA leaves while its peer may still write to it
 }
 
+#include "event_timer.cuh"
 #include "tmap_u8.cuh"
 
 static CUtensorMap make_map(const void* base, uint64_t rows, uint32_t box_rows) {
@@ -160,35 +161,22 @@ static float run(const uint8_t* src, int64_t src_rows, int rows, int stages, int
   const CUtensorMap map = make_map(src, src_rows, box_rows);
   const int smem = stages * rows * kRowBytes + 2 * stages * 8 + 1024;
   CHECK(cudaFuncSetAttribute(ingest_kernel<kMode, kWait, kBoxes>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
-  float best = 1e30f;
-  for (int rep = 0; rep < 4; ++rep) {  // rep 0 warms up (and, hot, loads the source into L2)
-    if (cold) CHECK(cudaMemsetAsync(flush, rep, flush_bytes));
-    CHECK(cudaEventRecord(e0));
-    cudaLaunchConfig_t lc = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = kMode == kTmaMc2 ? 2 : 1;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    lc.gridDim = dim3(ctas);
-    lc.blockDim = dim3(256);
-    lc.dynamicSmemBytes = smem;
-    lc.attrs = attr;
-    lc.numAttrs = 1;
-    CHECK(cudaLaunchKernelEx(&lc, ingest_kernel<kMode, kWait, kBoxes>, map, src, src_rows, rows, stages, iters, sink));
-    CHECK(cudaEventRecord(e1));
-    CHECK(cudaEventSynchronize(e1));
-    CHECK(cudaGetLastError());
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    if (rep > 0) best = std::min(best, ms);
-  }
-  CHECK(cudaEventDestroy(e0));
-  CHECK(cudaEventDestroy(e1));
-  return best * 1e3f;  // us
+  cudaLaunchConfig_t lc = {};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = kMode == kTmaMc2 ? 2 : 1;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  lc.gridDim = dim3(ctas);
+  lc.blockDim = dim3(256);
+  lc.dynamicSmemBytes = smem;
+  lc.attrs = attr;
+  lc.numAttrs = 1;
+  return best_launch_us(
+      [&] { CHECK(cudaLaunchKernelEx(&lc, ingest_kernel<kMode, kWait, kBoxes>, map, src, src_rows, rows, stages, iters, sink)); },
+      [&](int rep) {
+        if (cold) CHECK(cudaMemsetAsync(flush, rep, flush_bytes));
+      });
 }
 
 // Table 2 (session 10): is the ~200 ns per stage of the first table a per-stage cost, a
