@@ -654,7 +654,7 @@ mod imp {
             }
         }
 
-        set_config_override(None); // --grid-sms
+        set_config_override(None); // --grid-sms / --dev-variant
         // "ours" and the peers allocate their output per call (a graph memory node each);
         // "into" is ours into a preallocated output, the peers' protocol in anchors.py.
         println!("\n{:<14} {:>5} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>6}", "shape", "M", "N", "K", "ours µs", "into µs", "cuBLASLt", "bf16", "TFLOP/s", "ours/lt", "/floor", "timing");

@@ -23,6 +23,17 @@
 #define FP8GEMM_TRACE_QUANT 8
 #define FP8GEMM_TRACE_REDUCE 9
 
+#if defined(FP8GEMM_TRACE) || defined(FP8GEMM_TRACE_STAGES)
+namespace fp8gemm::trace {
+// The GPU's nanosecond clock, for the timeline trace and the per-stage probe below.
+__device__ __forceinline__ unsigned long long now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+}  // namespace fp8gemm::trace
+#endif
+
 #ifdef FP8GEMM_TRACE
 namespace fp8gemm::trace {
 
@@ -39,12 +50,6 @@ constexpr uint32_t kCap = 1u << 20;  // records per translation unit (32 MB)
 // reader with FP8GEMM_TRACE_READER, and kernels/trace.cu dumps them all.
 static __device__ Rec g_ring[kCap];
 static __device__ uint32_t g_count;
-
-__device__ __forceinline__ unsigned long long now() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 // Thread 0 reserves a slot (the atomic's result is only read at the end).
 __device__ __forceinline__ uint32_t begin() { return threadIdx.x == 0 ? atomicAdd(&g_count, 1u) : 0u; }
@@ -122,17 +127,12 @@ struct StageRec {
 static __device__ StageRec g_prod[kCtas][kKb];
 static __device__ StageRec g_cons[kCtas][kKb];
 __device__ __forceinline__ int cta() { return static_cast<int>(blockIdx.x + gridDim.x * blockIdx.y); }
-__device__ __forceinline__ unsigned long long now() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 __device__ __forceinline__ bool on(int kb) { return cta() < kCtas && kb >= 0 && kb < kKb; }
 }  // namespace fp8gemm::stage_trace
 #define FP8GEMM_STAGE_MARK(role, kb, i, cond)                                                       \
   do {                                                                                              \
     if ((cond) && fp8gemm::stage_trace::on(kb))                                                     \
-      fp8gemm::stage_trace::g_##role[fp8gemm::stage_trace::cta()][(kb)].t[(i)] = fp8gemm::stage_trace::now(); \
+      fp8gemm::stage_trace::g_##role[fp8gemm::stage_trace::cta()][(kb)].t[(i)] = fp8gemm::trace::now(); \
   } while (0)
 // extern "C" int NAME(void* prod, void* cons, int clear): copies (or, clear != 0, zeroes) this
 // translation unit's probe arrays.
