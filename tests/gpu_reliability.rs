@@ -427,10 +427,11 @@ fn forced_splits_match_reference() -> Result<()> {
     Ok(())
 }
 
-/// `dev_variants_match_reference`: the dispatched tiles with two TMA issuer threads (alternate
-/// stages) and their single-issuer development keys (stages + 100) on ragged M and N, with an
-/// even and an odd number of K blocks and K splits, against the CPU and bitwise equal to each
-/// other (only which thread issues a stage's loads differs).
+/// `dev_variants_match_reference`: dispatched tiles and their development keys (stages + 100:
+/// the small-M 64x128 tile with one TMA issuer instead of two; the warp-specialized and
+/// persistent 128x128 tiles without the promotion overlapped across K blocks) on ragged M and N,
+/// with 1 to 16 K blocks per split (odd and even: the overlapped loop is unrolled by two), against
+/// the CPU and bitwise equal to each other (only the order of independent work differs).
 #[test]
 fn dev_variants_match_reference() -> Result<()> {
     let dev = gpu_or_skip!("dev_variants_match_reference");
@@ -444,14 +445,15 @@ fn dev_variants_match_reference() -> Result<()> {
     type Plan = (ScheduleKind, i32, i32, i32, &'static [usize], &'static [i32]);
     let plans: &[Plan] = &[
         (ScheduleKind::SmallM, 64, 128, 6, &[100, 160], &[1, 2, 3, 5]),
+        (ScheduleKind::WarpSpecialized, 128, 128, 6, &[100, 200], &[1, 2, 3, 5]),
         (ScheduleKind::Persistent, 128, 128, 5, &[300, 513], &[1]),
     ];
     let n = 272;
-    for k in [1920, 2048] {
+    for k in [128, 384, 1920, 2048] {
         for &(kind, block_m, block_n, stages, ms, splits) in plans {
             for &m in ms {
                 let o = random_operands(m, n, k, (m * 7 + k + block_m as usize) as u64, &dev)?;
-                for &split_k in splits {
+                for &split_k in splits.iter().filter(|&&s| s as usize <= k / 128) {
                     let mut got = Vec::new();
                     for st in [stages, stages + 100] {
                         let cfg = GemmConfig { kind: kind as i32, block_m, block_n, stages: st, split_k, num_sms: 0 };

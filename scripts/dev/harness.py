@@ -36,7 +36,9 @@ CONFIGS = [
     ("small_m", 64, 32, 8, True), ("small_m", 64, 64, 8, True), ("small_m", 64, 128, 6, True),
     ("small_m", 64, 128, 106, True),
     ("warp_spec", 128, 64, 8, True), ("warp_spec", 128, 128, 6, True),
+    ("warp_spec", 128, 128, 106, True),
     ("persistent", 256, 128, 3, False), ("persistent", 128, 128, 5, False),
+    ("persistent", 128, 128, 105, False),
 ]
 
 
@@ -46,6 +48,14 @@ class Cfg(ctypes.Structure):
 
 def cfg_of(kind, bm=0, bn=0, st=0, split=1, sms=0):
     return Cfg(KIND[kind], bm, bn, st, split, sms)
+
+
+def cfg_parse(name):
+    """The inverse of cfg_str: "warp_spec128x128s206k2" -> Cfg."""
+    import re
+    m = re.fullmatch(r"([a-z_]+?)(\d+)x(\d+)s(\d+)(?:k(\d+))?", name)
+    assert m, f"bad config name {name}"
+    return cfg_of(m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5) or 1))
 
 
 def cfg_str(c):
@@ -431,6 +441,7 @@ def sweep(lib, args):
         y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
         r = reference(q, sa, w0, sw0) if M * N * K < 2 ** 36 else None
         res = []
+        outs = {}
         cands = [cfg_of("auto")] + sweep_candidates(M, N, K)
         if args.only:
             cands = [c for c in cands if cfg_str(c) in args.only.split(",")]
@@ -447,6 +458,13 @@ def sweep(lib, args):
                 if rel > 3e-3 or nan:
                     print(f"   WRONG {M}x{N}x{K} {cfg_str(c)} rel {rel:.3g} nan {nan}", flush=True)
                     continue
+            # A development key (stages + 100 / + 200) must give its base config's bits.
+            outs[cfg_str(c)] = y.clone()
+            if c.stages >= 100:
+                base = cfg_str(cfg_of(KNAME[c.kind], c.block_m, c.block_n, c.stages % 100, c.split_k))
+                if base in outs:
+                    same = torch.equal(outs[base].view(torch.int16), y.view(torch.int16))
+                    print(f"   BITWISE {M}x{N}x{K} {cfg_str(c)} vs {base}: {'equal' if same else 'DIFFER'}", flush=True)
             fns = [lib.gemm_fn(q, sa, w_, s_, y, c) for (w_, s_) in ws]
             hot = do_bench_cudagraph(f, rep=20, return_mode="median") * 1e3
             def seq():
@@ -566,53 +584,60 @@ def stages(lib, args):
         M, N, K = (int(v) for v in spec.split(","))
         c = Cfg()
         assert L.fp8gemm_auto_config(M, N, K, sms, ctypes.byref(c)) == 0
-        read = getattr(L, f"fp8gemm_stage_read_{units[c.kind]}", None)
-        assert read is not None, "no stage probe in this build (EXTRA_FLAGS=-DFP8GEMM_TRACE_STAGES)"
-        read.argtypes = [vp, vp, ctypes.c_int]
-        read.restype = ctypes.c_int
-        x, w0, sw0 = make_inputs(M, N, K, seed=M + N)
-        q, sa = lib.quant(x)
-        w1, sw1 = w0.clone(), sw0.clone()
-        y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
-        nkb = min(kbs, K // 128 // max(1, c.split_k))
-        for temp in ("hot", "cold"):
-            for _ in range(3):
-                assert lib.gemm(q, sa, w0, sw0, y, c) == 0
-            torch.cuda.synchronize()
-            assert read(None, None, 1) == 0
-            if temp == "cold":
-                flush.fill_(1)
-            torch.cuda.synchronize()
-            ww, ss = (w1, sw1) if temp == "cold" else (w0, sw0)
-            assert lib.gemm(q, sa, ww, ss, y, c) == 0
-            torch.cuda.synchronize()
-            prod = torch.zeros((ctas, kbs, 4), dtype=torch.int64)
-            cons = torch.zeros((ctas, kbs, 4), dtype=torch.int64)
-            assert read(prod.data_ptr(), cons.data_ptr(), 0) == 0
-            used = torch.nonzero(cons[:, 0, 1]).flatten()
-            # ns relative to the launch's first stamp (float64 keeps the ns exact)
-            base = cons[used, 0, 0].min()
-            p = (prod[used, :nkb] - base).double()
-            t = (cons[used, :nkb] - base).double()
-            p[prod[used, :nkb] == 0] = float("nan")
-            t[cons[used, :nkb] == 0] = float("nan")
-            s0 = min(c.stages, nkb - 2)
-            m = {
-                "period": t[:, s0 + 1:, 1] - t[:, s0:-1, 1],
-                "c_wait": t[:, s0:, 1] - t[:, s0:, 0],
-                "mma": t[:, s0:, 2] - t[:, s0:, 1],
-                "promote": t[:, s0:, 3] - t[:, s0:, 2],
-                "p_wait": p[:, s0:, 1] - p[:, s0:, 0],
-                "flight": t[:, s0:, 1] - p[:, s0:, 1],
-                "handoff": p[:, c.stages:, 1] - t[:, :nkb - c.stages, 2],
-            }
-            def qt(v, f):
-                v = v.flatten()
-                return torch.nanquantile(v, f).item() if v.numel() else float("nan")
-            cols = " ".join(f"{k} {qt(v, 0.5):.0f}/{qt(v, 0.9):.0f}" for k, v in m.items())
-            print(f"STAGES {M} {N} {K} {cfg_str(c)} {temp} ctas {len(used)} kb {nkb} | {cols}", flush=True)
-            ramp = " ".join(f"{qt(t[:, i, 1], 0.5) / 1e3:.2f}" for i in range(min(nkb, 12)))
-            print(f"  full-barrier return of K blocks 0..11, median us from the first consumer's start: {ramp}", flush=True)
+        for c in ([cfg_parse(n) for n in args.only.split(",")] if args.only else [c]):
+            stages_one(lib, args, M, N, K, c, units, ctas, kbs, flush)
+
+
+def stages_one(lib, args, M, N, K, c, units, ctas, kbs, flush):
+    L = lib.L
+    vp = ctypes.c_void_p
+    read = getattr(L, f"fp8gemm_stage_read_{units[c.kind]}", None)
+    assert read is not None, "no stage probe in this build (EXTRA_FLAGS=-DFP8GEMM_TRACE_STAGES)"
+    read.argtypes = [vp, vp, ctypes.c_int]
+    read.restype = ctypes.c_int
+    x, w0, sw0 = make_inputs(M, N, K, seed=M + N)
+    q, sa = lib.quant(x)
+    w1, sw1 = w0.clone(), sw0.clone()
+    y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
+    nkb = min(kbs, K // 128 // max(1, c.split_k))
+    for temp in ("hot", "cold"):
+        for _ in range(3):
+            assert lib.gemm(q, sa, w0, sw0, y, c) == 0
+        torch.cuda.synchronize()
+        assert read(None, None, 1) == 0
+        if temp == "cold":
+            flush.fill_(1)
+        torch.cuda.synchronize()
+        ww, ss = (w1, sw1) if temp == "cold" else (w0, sw0)
+        assert lib.gemm(q, sa, ww, ss, y, c) == 0
+        torch.cuda.synchronize()
+        prod = torch.zeros((ctas, kbs, 4), dtype=torch.int64)
+        cons = torch.zeros((ctas, kbs, 4), dtype=torch.int64)
+        assert read(prod.data_ptr(), cons.data_ptr(), 0) == 0
+        used = torch.nonzero(cons[:, 0, 1]).flatten()
+        # ns relative to the launch's first stamp (float64 keeps the ns exact)
+        base = cons[used, 0, 0].min()
+        p = (prod[used, :nkb] - base).double()
+        t = (cons[used, :nkb] - base).double()
+        p[prod[used, :nkb] == 0] = float("nan")
+        t[cons[used, :nkb] == 0] = float("nan")
+        s0 = min(c.stages, nkb - 2)
+        m = {
+            "period": t[:, s0 + 1:, 1] - t[:, s0:-1, 1],
+            "c_wait": t[:, s0:, 1] - t[:, s0:, 0],
+            "mma": t[:, s0:, 2] - t[:, s0:, 1],
+            "promote": t[:, s0:, 3] - t[:, s0:, 2],
+            "p_wait": p[:, s0:, 1] - p[:, s0:, 0],
+            "flight": t[:, s0:, 1] - p[:, s0:, 1],
+            "handoff": p[:, c.stages:, 1] - t[:, :nkb - c.stages, 2],
+        }
+        def qt(v, f):
+            v = v.flatten()
+            return torch.nanquantile(v, f).item() if v.numel() else float("nan")
+        cols = " ".join(f"{k} {qt(v, 0.5):.0f}/{qt(v, 0.9):.0f}" for k, v in m.items())
+        print(f"STAGES {M} {N} {K} {cfg_str(c)} {temp} ctas {len(used)} kb {nkb} | {cols}", flush=True)
+        ramp = " ".join(f"{qt(t[:, i, 1], 0.5) / 1e3:.2f}" for i in range(min(nkb, 12)))
+        print(f"  full-barrier return of K blocks 0..11, median us from the first consumer's start: {ramp}", flush=True)
 
 
 def main():
@@ -621,7 +646,7 @@ def main():
     p.add_argument("mode", choices=["check", "sanitize", "bench", "sweep", "probe", "stages", "all"])
     p.add_argument("--shapes", nargs="*")
     p.add_argument("--quick", action="store_true", help="sanitize: one launch per schedule")
-    p.add_argument("--only", help="sweep: only these configs (comma-separated names as printed)")
+    p.add_argument("--only", help="sweep / stages: only these configs (comma-separated names as printed)")
     p.add_argument("--no-full", action="store_true", help="sweep: skip the full-linear timing")
     p.add_argument("--auto-only", action="store_true", help="bench: time only the auto config")
     p.add_argument("--focus", action="store_true", help="bench: auto plus a few alternatives per shape")

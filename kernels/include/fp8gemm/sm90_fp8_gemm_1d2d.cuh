@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "epilogue.cuh"
+#include "mainloop_xpromote.cuh"
 #include "pipeline.cuh"
 #include "quant_operand.cuh"
 #include "ptx/mbarrier.cuh"
@@ -146,6 +147,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
   constexpr bool kStoreTma = T::kTmaStore && kMode == kOutBf16;
   static_assert(!T::kTmaStore || (!T::kSwapAB && T::TN % 64 == 0),
                 "TMA-store epilogue: tokens on the MMA M side, whole 64-column boxes");
+  // Promotion overlapped across K blocks (mainloop_xpromote.cuh): one wave, one weight-scale
+  // block per tile, tokens on M. Not with the k32-promotion numerics experiment.
+  constexpr bool kXPromote = T::kXPromote && !FP8GEMM_PROMOTE_K32;
+  static_assert(!T::kXPromote || (T::kWaves == 1 && !T::kSwapAB && !T::kSplitN && !T::kWgSplitK &&
+                                  !T::kGated && !T::kQuantIn && T::TN == 128),
+                "kXPromote: one m64 wave per warpgroup, a 128-wide tokens-on-M tile");
   // Cluster barriers the epilogue runs (every thread of the CTA must take part in each).
   constexpr bool kPushSum = kMode == kOutClusterSum && cluster_sum_push<T>();
   constexpr int kEpilogueClusterSyncs =
@@ -407,173 +414,180 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) acc[w][i] = 0.f;
 
-    // Per K block the warpgroup's work is cut into units. With kSplitN (and TN >= 16) a unit
-    // is (wave w, N half h), u = 2w + h: two units are in flight in the two halves of the block
-    // accumulator; unit u is promoted while unit u+1 runs, then unit u+2 reuses its half. All
-    // in-flight state stays inside one iteration (a cross-K-block double buffer made ptxas
-    // serialize every wgmma, C7514). Without kSplitN a unit is one full-width wave, issued,
-    // waited for and promoted in turn (full-N wgmma is faster on the tensor cores for big
-    // tiles; two math warpgroups overlap each other's promotion).
-    constexpr bool kHalves = T::kSplitN && T::TN >= 16;
-    // Two units in flight: the N halves (above), or for a narrow tile with two waves the waves.
-    constexpr bool kPipe = kHalves || (T::kSplitN && T::kWaves > 1);
-    constexpr int kUnitN = kHalves ? T::TN / 2 : T::TN;
-    constexpr int kPerWave = kHalves ? 2 : 1;
-    constexpr int U = kPerWave * T::kWaves;
-    constexpr int kUnitAcc = kUnitN / 2;  // registers of one unit
-    constexpr int kUnitJ = kUnitN / 8;    // n8 groups of one unit
-    using UMMA = ptx::WgmmaE4M3<kUnitN>;
-    constexpr bool kPromoteK32 = FP8GEMM_PROMOTE_K32;
-    float blk[kPipe ? 2 * kUnitAcc : kAcc];  // block accumulator(s) of one K block
+    if constexpr (kXPromote) {
+      consume_tile_xpromote<T::TN, T::kCluster>(ring, st, sw_tile, nkb, acc[0], wg_row * 64 * kBlockK,
+                                                wg_row * 64 + r_in, cta_rank,
+                                                first_pass && tid_wg == 0 && wg == 0,
+                                                FP8GEMM_TRACE_MARK_PTR(2));
+    } else {
+      // Per K block the warpgroup's work is cut into units. With kSplitN (and TN >= 16) a unit
+      // is (wave w, N half h), u = 2w + h: two units are in flight in the two halves of the block
+      // accumulator; unit u is promoted while unit u+1 runs, then unit u+2 reuses its half. All
+      // in-flight state stays inside one iteration (a cross-K-block double buffer made ptxas
+      // serialize every wgmma, C7514). Without kSplitN a unit is one full-width wave, issued,
+      // waited for and promoted in turn (full-N wgmma is faster on the tensor cores for big
+      // tiles; two math warpgroups overlap each other's promotion).
+      constexpr bool kHalves = T::kSplitN && T::TN >= 16;
+      // Two units in flight: the N halves (above), or for a narrow tile with two waves the waves.
+      constexpr bool kPipe = kHalves || (T::kSplitN && T::kWaves > 1);
+      constexpr int kUnitN = kHalves ? T::TN / 2 : T::TN;
+      constexpr int kPerWave = kHalves ? 2 : 1;
+      constexpr int U = kPerWave * T::kWaves;
+      constexpr int kUnitAcc = kUnitN / 2;  // registers of one unit
+      constexpr int kUnitJ = kUnitN / 8;    // n8 groups of one unit
+      using UMMA = ptx::WgmmaE4M3<kUnitN>;
+      constexpr bool kPromoteK32 = FP8GEMM_PROMOTE_K32;
+      float blk[kPipe ? 2 * kUnitAcc : kAcc];  // block accumulator(s) of one K block
 
-    for (int i = 0; i < nkb; ++i) {
-      if (T::kWgSplitK && i % T::kMathWG != wg) {  // another warpgroup's K block
-        st.advance();
-        continue;
-      }
-      // FP8GEMM_TRACE_STAGES: thread 0 of the warpgroup that owns this K block (warpgroup 0 of a
-      // row-split tile), first tile only.
-      [[maybe_unused]] const bool probe = first_pass && tid_wg == 0 && (T::kWgSplitK || wg == 0);
-      FP8GEMM_STAGE_MARK(cons, i, 0, probe);
-      if constexpr (T::kQuantIn) ptx::mbarrier_wait(ring.qfull(st.stage), st.phase);
-      else ptx::mbarrier_wait(ring.full(st.stage), st.phase);
-      FP8GEMM_STAGE_MARK(cons, i, 1, probe);
-      if constexpr (T::kSwapAB) {  // paced first fill: the first pass's weights land separately
-        if (paced && first_pass && i < T::kStages) ptx::mbarrier_wait(ring.wfull(st.stage), 0);
-      }
-      if (i == 0 && threadIdx.x == 0) FP8GEMM_TRACE_MARK(2);
-      const float* sa_s = ring.scales(st.stage);
-
-      // Scales of this K block, read before the stage is handed back.
-      float swv[kSwRows];
-#pragma unroll
-      for (int r = 0; r < kSwRows; ++r) swv[r] = sw_tile[r * nkb + i];
-      float row_s[T::kWaves][2];                   // normal: token scales of my two rows
-      // swap-AB: token scales of my columns times the wave's weight scale
-      float col_s[T::kSwapAB ? T::kWaves : 1][T::kSwapAB ? T::TN / 8 : 1][2];
-      if constexpr (!T::kSwapAB) {
-#pragma unroll
-        for (int w = 0; w < T::kWaves; ++w) {
-          const int r = (wg_row * T::kWaves + w) * 64 + r_in;
-          row_s[w][0] = sa_s[r];
-          row_s[w][1] = sa_s[r + 8];
+      for (int i = 0; i < nkb; ++i) {
+        if (T::kWgSplitK && i % T::kMathWG != wg) {  // another warpgroup's K block
+          st.advance();
+          continue;
         }
-      } else {
-#pragma unroll
-        for (int w = 0; w < T::kWaves; ++w)
-#pragma unroll
-          for (int j = 0; j < T::TN / 8; ++j) {
-            // Gated: rows of the gate half (wave 0, or warps 0-1 of one wave) take the gate
-            // rows' block scale, the up half the up rows'.
-            float sc = swv[0];
-            if constexpr (T::kGated) sc = (T::kWaves >= 2 ? w >= T::kWaves / 2 : warp >= 2) ? swv[1] : swv[0];
-            col_s[w][j][0] = sa_s[8 * j + c_in] * sc;
-            col_s[w][j][1] = sa_s[8 * j + c_in + 1] * sc;
-          }
-      }
+        // FP8GEMM_TRACE_STAGES: thread 0 of the warpgroup that owns this K block (warpgroup 0 of a
+        // row-split tile), first tile only.
+        [[maybe_unused]] const bool probe = first_pass && tid_wg == 0 && (T::kWgSplitK || wg == 0);
+        FP8GEMM_STAGE_MARK(cons, i, 0, probe);
+        if constexpr (T::kQuantIn) ptx::mbarrier_wait(ring.qfull(st.stage), st.phase);
+        else ptx::mbarrier_wait(ring.full(st.stage), st.phase);
+        FP8GEMM_STAGE_MARK(cons, i, 1, probe);
+        if constexpr (T::kSwapAB) {  // paced first fill: the first pass's weights land separately
+          if (paced && first_pass && i < T::kStages) ptx::mbarrier_wait(ring.wfull(st.stage), 0);
+        }
+        if (i == 0 && threadIdx.x == 0) FP8GEMM_TRACE_MARK(2);
+        const float* sa_s = ring.scales(st.stage);
 
-      const uint32_t a_base = ptx::smem_addr(ring.a(st.stage)) + wg_row * T::kWaves * 64 * kBlockK;
-      const uint32_t b_base = ptx::smem_addr(ring.b(st.stage));
-      auto issue = [&](auto unit) {
-        constexpr int u = decltype(unit)::value;
-        constexpr int w = u / kPerWave, h = u % kPerWave;
-        const uint64_t da = ptx::make_smem_desc_k128_sw128(a_base + w * 64 * kBlockK);
-        const uint64_t db = ptx::make_smem_desc_k128_sw128(b_base + h * kUnitN * kBlockK);
-        float* d = blk + (kPipe ? (u % 2) * kUnitAcc : 0);
-#pragma unroll
-        for (int x = 0; x < kUnitAcc; ++x) ptx::fence_operand(d[x]);
-        ptx::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kBlockK / 32; ++kk) UMMA::mma(da + 2 * kk, db + 2 * kk, d, kk > 0);
-        ptx::wgmma_commit();
-      };
-      auto promote = [&](auto unit) {
-        constexpr int u = decltype(unit)::value;
-        constexpr int w = u / kPerWave, h = u % kPerWave;
-        float* d = blk + (kPipe ? (u % 2) * kUnitAcc : 0);
-#pragma unroll
-        for (int x = 0; x < kUnitAcc; ++x) ptx::fence_operand(d[x]);
-#pragma unroll
-        for (int jj = 0; jj < kUnitJ; ++jj) {
-          const int j = h * kUnitJ + jj;  // n8 group within the tile
-          float* a = acc[w] + 4 * j;
-          const float* b = d + 4 * jj;
-          if constexpr (!T::kSwapAB) {
-            float sc;
-            if constexpr (kStraddle) {
-              const int blk_idx = (sw_off + 8 * j) >> 7;  // 0 .. kSwRows-1, warp-uniform
-              sc = swv[0];
-#pragma unroll
-              for (int r = 1; r < kSwRows; ++r) sc = blk_idx == r ? swv[r] : sc;
-            } else {
-              sc = swv[(j * 8) / 128];
+        // Scales of this K block, read before the stage is handed back.
+        float swv[kSwRows];
+  #pragma unroll
+        for (int r = 0; r < kSwRows; ++r) swv[r] = sw_tile[r * nkb + i];
+        float row_s[T::kWaves][2];                   // normal: token scales of my two rows
+        // swap-AB: token scales of my columns times the wave's weight scale
+        float col_s[T::kSwapAB ? T::kWaves : 1][T::kSwapAB ? T::TN / 8 : 1][2];
+        if constexpr (!T::kSwapAB) {
+  #pragma unroll
+          for (int w = 0; w < T::kWaves; ++w) {
+            const int r = (wg_row * T::kWaves + w) * 64 + r_in;
+            row_s[w][0] = sa_s[r];
+            row_s[w][1] = sa_s[r + 8];
+          }
+        } else {
+  #pragma unroll
+          for (int w = 0; w < T::kWaves; ++w)
+  #pragma unroll
+            for (int j = 0; j < T::TN / 8; ++j) {
+              // Gated: rows of the gate half (wave 0, or warps 0-1 of one wave) take the gate
+              // rows' block scale, the up half the up rows'.
+              float sc = swv[0];
+              if constexpr (T::kGated) sc = (T::kWaves >= 2 ? w >= T::kWaves / 2 : warp >= 2) ? swv[1] : swv[0];
+              col_s[w][j][0] = sa_s[8 * j + c_in] * sc;
+              col_s[w][j][1] = sa_s[8 * j + c_in + 1] * sc;
             }
-            const float f0 = row_s[w][0] * sc, f1 = row_s[w][1] * sc;
-            a[0] += b[0] * f0;
-            a[1] += b[1] * f0;
-            a[2] += b[2] * f1;
-            a[3] += b[3] * f1;
-          } else {
-            a[0] += b[0] * col_s[w][j][0];
-            a[1] += b[1] * col_s[w][j][1];
-            a[2] += b[2] * col_s[w][j][0];
-            a[3] += b[3] * col_s[w][j][1];
-          }
         }
-      };
 
-      // All units done: the stage is free (in every CTA that shares it).
-      auto release = [&]() {
-        // kQuantIn: the quantizing warps overwrite the stage's scales with generic stores once
-        // it is free; every lane's read of them must be ordered before lane 0's release.
-        if constexpr (T::kQuantIn) __syncwarp();
-        FP8GEMM_STAGE_MARK(cons, i, 2, probe);
-        if (lane == 0) {
-          ptx::mbarrier_arrive(ring.empty(st.stage));
-#pragma unroll
-          for (int c = 1; c < T::kCluster; ++c)
-            ptx::mbarrier_arrive_cluster(ring.empty(st.stage), (cta_rank + c) % T::kCluster);
-        }
-      };
-      // Unit u is promoted right after its wait; pipelined, unit u+1 is already running.
-      auto step = [&](auto unit) {
-        constexpr int u = decltype(unit)::value;
-        if constexpr (kPromoteK32) {
-          // FP8GEMM_PROMOTE_K32: every k32 wgmma into a zeroed block accumulator, promoted at
-          // once (serial: a numerics experiment, not a fast path).
-          const uint64_t da = ptx::make_smem_desc_k128_sw128(a_base + (u / kPerWave) * 64 * kBlockK);
-          const uint64_t db = ptx::make_smem_desc_k128_sw128(b_base + (u % kPerWave) * kUnitN * kBlockK);
+        const uint32_t a_base = ptx::smem_addr(ring.a(st.stage)) + wg_row * T::kWaves * 64 * kBlockK;
+        const uint32_t b_base = ptx::smem_addr(ring.b(st.stage));
+        auto issue = [&](auto unit) {
+          constexpr int u = decltype(unit)::value;
+          constexpr int w = u / kPerWave, h = u % kPerWave;
+          const uint64_t da = ptx::make_smem_desc_k128_sw128(a_base + w * 64 * kBlockK);
+          const uint64_t db = ptx::make_smem_desc_k128_sw128(b_base + h * kUnitN * kBlockK);
           float* d = blk + (kPipe ? (u % 2) * kUnitAcc : 0);
-#pragma unroll
-          for (int kk = 0; kk < kBlockK / 32; ++kk) {
-#pragma unroll
-            for (int x = 0; x < kUnitAcc; ++x) ptx::fence_operand(d[x]);
-            ptx::wgmma_fence();
-            UMMA::mma(da + 2 * kk, db + 2 * kk, d, false);
-            ptx::wgmma_commit();
-            ptx::wgmma_wait<0>();
-            if (u + 1 == U && kk + 1 == kBlockK / 32) release();
-            promote(unit);
+  #pragma unroll
+          for (int x = 0; x < kUnitAcc; ++x) ptx::fence_operand(d[x]);
+          ptx::wgmma_fence();
+  #pragma unroll
+          for (int kk = 0; kk < kBlockK / 32; ++kk) UMMA::mma(da + 2 * kk, db + 2 * kk, d, kk > 0);
+          ptx::wgmma_commit();
+        };
+        auto promote = [&](auto unit) {
+          constexpr int u = decltype(unit)::value;
+          constexpr int w = u / kPerWave, h = u % kPerWave;
+          float* d = blk + (kPipe ? (u % 2) * kUnitAcc : 0);
+  #pragma unroll
+          for (int x = 0; x < kUnitAcc; ++x) ptx::fence_operand(d[x]);
+  #pragma unroll
+          for (int jj = 0; jj < kUnitJ; ++jj) {
+            const int j = h * kUnitJ + jj;  // n8 group within the tile
+            float* a = acc[w] + 4 * j;
+            const float* b = d + 4 * jj;
+            if constexpr (!T::kSwapAB) {
+              float sc;
+              if constexpr (kStraddle) {
+                const int blk_idx = (sw_off + 8 * j) >> 7;  // 0 .. kSwRows-1, warp-uniform
+                sc = swv[0];
+  #pragma unroll
+                for (int r = 1; r < kSwRows; ++r) sc = blk_idx == r ? swv[r] : sc;
+              } else {
+                sc = swv[(j * 8) / 128];
+              }
+              const float f0 = row_s[w][0] * sc, f1 = row_s[w][1] * sc;
+              a[0] += b[0] * f0;
+              a[1] += b[1] * f0;
+              a[2] += b[2] * f1;
+              a[3] += b[3] * f1;
+            } else {
+              a[0] += b[0] * col_s[w][j][0];
+              a[1] += b[1] * col_s[w][j][1];
+              a[2] += b[2] * col_s[w][j][0];
+              a[3] += b[3] * col_s[w][j][1];
+            }
           }
-          return;
+        };
+
+        // All units done: the stage is free (in every CTA that shares it).
+        auto release = [&]() {
+          // kQuantIn: the quantizing warps overwrite the stage's scales with generic stores once
+          // it is free; every lane's read of them must be ordered before lane 0's release.
+          if constexpr (T::kQuantIn) __syncwarp();
+          FP8GEMM_STAGE_MARK(cons, i, 2, probe);
+          if (lane == 0) {
+            ptx::mbarrier_arrive(ring.empty(st.stage));
+  #pragma unroll
+            for (int c = 1; c < T::kCluster; ++c)
+              ptx::mbarrier_arrive_cluster(ring.empty(st.stage), (cta_rank + c) % T::kCluster);
+          }
+        };
+        // Unit u is promoted right after its wait; pipelined, unit u+1 is already running.
+        auto step = [&](auto unit) {
+          constexpr int u = decltype(unit)::value;
+          if constexpr (kPromoteK32) {
+            // FP8GEMM_PROMOTE_K32: every k32 wgmma into a zeroed block accumulator, promoted at
+            // once (serial: a numerics experiment, not a fast path).
+            const uint64_t da = ptx::make_smem_desc_k128_sw128(a_base + (u / kPerWave) * 64 * kBlockK);
+            const uint64_t db = ptx::make_smem_desc_k128_sw128(b_base + (u % kPerWave) * kUnitN * kBlockK);
+            float* d = blk + (kPipe ? (u % 2) * kUnitAcc : 0);
+  #pragma unroll
+            for (int kk = 0; kk < kBlockK / 32; ++kk) {
+  #pragma unroll
+              for (int x = 0; x < kUnitAcc; ++x) ptx::fence_operand(d[x]);
+              ptx::wgmma_fence();
+              UMMA::mma(da + 2 * kk, db + 2 * kk, d, false);
+              ptx::wgmma_commit();
+              ptx::wgmma_wait<0>();
+              if (u + 1 == U && kk + 1 == kBlockK / 32) release();
+              promote(unit);
+            }
+            return;
+          }
+          if constexpr (!kPipe) issue(unit);
+          if constexpr (kPipe && u + 1 < U) ptx::wgmma_wait<1>(); else ptx::wgmma_wait<0>();
+          if constexpr (u + 1 == U) release();
+          promote(unit);
+          if constexpr (kPipe && u + 2 < U) issue(std::integral_constant<int, u + 2>{});
+        };
+        if constexpr (kPipe && !kPromoteK32) {
+          issue(std::integral_constant<int, 0>{});
+          if constexpr (U > 1) issue(std::integral_constant<int, 1>{});
         }
-        if constexpr (!kPipe) issue(unit);
-        if constexpr (kPipe && u + 1 < U) ptx::wgmma_wait<1>(); else ptx::wgmma_wait<0>();
-        if constexpr (u + 1 == U) release();
-        promote(unit);
-        if constexpr (kPipe && u + 2 < U) issue(std::integral_constant<int, u + 2>{});
-      };
-      if constexpr (kPipe && !kPromoteK32) {
-        issue(std::integral_constant<int, 0>{});
-        if constexpr (U > 1) issue(std::integral_constant<int, 1>{});
+        step(std::integral_constant<int, 0>{});
+        if constexpr (U > 1) step(std::integral_constant<int, 1>{});
+        if constexpr (U > 2) step(std::integral_constant<int, 2>{});
+        if constexpr (U > 3) step(std::integral_constant<int, 3>{});
+        static_assert(U <= 4, "at most 2 waves x 2 halves");
+        FP8GEMM_STAGE_MARK(cons, i, 3, probe);
+        st.advance();
       }
-      step(std::integral_constant<int, 0>{});
-      if constexpr (U > 1) step(std::integral_constant<int, 1>{});
-      if constexpr (U > 2) step(std::integral_constant<int, 2>{});
-      if constexpr (U > 3) step(std::integral_constant<int, 3>{});
-      static_assert(U <= 4, "at most 2 waves x 2 halves");
-      FP8GEMM_STAGE_MARK(cons, i, 3, probe);
-      st.advance();
     }
 
     first_pass = false;

@@ -13,8 +13,11 @@
 namespace fp8gemm {
 
 template <int kWaves_, int TN_, int kStages_, int kCluster_ = 1, int kMathWG_ = 2, bool kTmaStore_ = false,
-          bool kPrefetchScales_ = false, int kIssuers_ = 1>
+          bool kPrefetchScales_ = false, int kIssuers_ = 1, bool kXPromote_ = false>
 struct Persistent {
+  // kXPromote_ (one wave): K block i+1's wgmma runs in a second block accumulator while K block
+  // i is promoted.
+  static constexpr bool kXPromote = kXPromote_;
   // kIssuers_: producer threads (in different warps) issuing the TMA loads of alternate stages.
   static constexpr int kIssuers = kIssuers_;
   static constexpr bool kTmaStore = kTmaStore_;

@@ -35,6 +35,7 @@ struct SwapAB {
   static constexpr int kCluster = 1;
   static constexpr bool kTmaStore = false;  // direct stores (split-K / transposed outputs)
   static constexpr bool kPrefetchScales = false;  // one tile per CTA: nothing to prefetch
+  static constexpr bool kXPromote = false;  // (warp-specialized / persistent only)
   static constexpr bool kQuantIn = kQuantIn_;
   static constexpr int kThreads = (kMathWG + 1) * 128;
   static constexpr int kMathRegs = 0, kProducerRegs = 0;

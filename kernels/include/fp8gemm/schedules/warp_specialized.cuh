@@ -6,8 +6,10 @@
 
 namespace fp8gemm {
 
-template <int TN_, int kStages_, int kCluster_ = 1>
+// kXPromote_: K block i+1's wgmma runs (second block accumulator) while K block i is promoted.
+template <int TN_, int kStages_, int kCluster_ = 1, bool kXPromote_ = false>
 struct WarpSpecialized {
+  static constexpr bool kXPromote = kXPromote_;
   // One TMA issuer: two (alternate stages) measured within the noise here (session 21).
   static constexpr int kIssuers = 1;
   // kCluster_ = 2: two CTAs (neighbouring column tiles) share the activation tile by TMA multicast.
