@@ -33,11 +33,13 @@ struct GemmArgs {
 };
 
 // Defined in gemm.cu.
+// l2_promotion_bytes: how much L2 fetches around each requested line (0, 64, 128 or 256).
 int make_tmap_2d_typed(CUtensorMap* map, CUtensorMapDataType dtype, const void* base, uint64_t inner,
                        uint64_t outer, uint64_t row_stride_bytes, uint32_t box_inner,
-                       uint32_t box_outer, bool swizzle128);
+                       uint32_t box_outer, bool swizzle128, int l2_promotion_bytes = 256);
 int make_tmap_2d(CUtensorMap* map, bool f32, const void* base, uint64_t inner, uint64_t outer,
-                 uint64_t row_stride_bytes, uint32_t box_inner, uint32_t box_outer, bool swizzle128);
+                 uint64_t row_stride_bytes, uint32_t box_inner, uint32_t box_outer, bool swizzle128,
+                 int l2_promotion_bytes = 256);
 bool raise_smem_limit_once(const void* func, std::atomic<uint64_t>& done_mask, int device,
                            size_t bytes);
 
@@ -76,6 +78,23 @@ inline bool weight_evict_first() {
   return v;
 }
 
+// L2 promotion of the swap-AB (decode-size) tiles' weight loads, bytes: each box row is one
+// 128-byte line of a K block; promoting to 256 B also fetches the next K block's line, which
+// an evict-first load (above) may lose before its own stage asks for it. 128 B against 256, two
+// interleaved rounds (docs/perf/2026-12-02-s22/call5/, call6/): bench "into" cold 1x5120x25600
+// 34.29 vs 35.37 us, 16x5120x25600 34.46 vs 35.73, 1x10240x5120 14.67 vs 15.01, 1x51200x5120
+// 61.57 vs 62.87; decode TPOT b1 8.681 / 8.681 vs 8.863 / 8.878 ms, b16 9.847 vs 9.948.
+// CANDLE_FP8_WEIGHT_L2_PROMOTION = 0 / 64 / 128 / 256 overrides it (read once per process).
+inline int swap_ab_weight_l2_promotion() {
+  static const int v = [] {
+    const char* e = std::getenv("CANDLE_FP8_WEIGHT_L2_PROMOTION");
+    if (e == nullptr || e[0] == '\0') return 128;
+    const int b = std::atoi(e);
+    return (b == 0 || b == 64 || b == 128 || b == 256) ? b : 128;
+  }();
+  return v;
+}
+
 // Swap-AB (decode-size) tiles pace the first fill of their ring: at most this many weight
 // stages in flight per CTA until the previous kernel is done (0: the whole ring at once). The
 // small kernel the GEMM overlaps then no longer queues its loads behind a ~10-28 MB burst of
@@ -103,7 +122,8 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   const int kb_total = a.k / kBlockK;
 
   CUtensorMap t_act = {}, t_w = {}, t_sa = {}, t_y = {};
-  int st = make_tmap_2d(&t_w, false, a.w, a.k, a.n, a.k, kBlockK, kWBox, true);
+  int st = make_tmap_2d(&t_w, false, a.w, a.k, a.n, a.k, kBlockK, kWBox, true,
+                        T::kSwapAB ? swap_ab_weight_l2_promotion() : 256);
   if constexpr (T::kQuantIn) {
     // The bf16 activation, one [TN tokens x 128] box per stage (rows past m: zero fill); the
     // kernel quantizes it (no q / sa maps).
