@@ -13,6 +13,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kblock_mma.cuh"
 #include "pipeline.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/wgmma.cuh"
@@ -53,12 +54,7 @@ __device__ __forceinline__ void consume_tile_xpromote(const Ring& ring, State& s
     f[1] = sa_s[row + 8] * sc;
     const uint64_t da = ptx::make_smem_desc_k128_sw128(ptx::smem_addr(ring.a(st.stage)) + a_row_off);
     const uint64_t db = ptx::make_smem_desc_k128_sw128(ptx::smem_addr(ring.b(st.stage)));
-#pragma unroll
-    for (int x = 0; x < kAcc; ++x) ptx::fence_operand(d[x]);
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBlockK / 32; ++kk) MMA::mma(da + 2 * kk, db + 2 * kk, d, kk > 0);
-    ptx::wgmma_commit();
+    issue_kblock_mma<MMA>(da, db, d);
     stage = st.stage;
     st.advance();
   };

@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "epilogue.cuh"
+#include "kblock_mma.cuh"
 #include "mainloop_xpromote.cuh"
 #include "pipeline.cuh"
 #include "quant_operand.cuh"
@@ -459,22 +460,22 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
 
         // Scales of this K block, read before the stage is handed back.
         float swv[kSwRows];
-  #pragma unroll
+#pragma unroll
         for (int r = 0; r < kSwRows; ++r) swv[r] = sw_tile[r * nkb + i];
         float row_s[T::kWaves][2];                   // normal: token scales of my two rows
         // swap-AB: token scales of my columns times the wave's weight scale
         float col_s[T::kSwapAB ? T::kWaves : 1][T::kSwapAB ? T::TN / 8 : 1][2];
         if constexpr (!T::kSwapAB) {
-  #pragma unroll
+#pragma unroll
           for (int w = 0; w < T::kWaves; ++w) {
             const int r = (wg_row * T::kWaves + w) * 64 + r_in;
             row_s[w][0] = sa_s[r];
             row_s[w][1] = sa_s[r + 8];
           }
         } else {
-  #pragma unroll
+#pragma unroll
           for (int w = 0; w < T::kWaves; ++w)
-  #pragma unroll
+#pragma unroll
             for (int j = 0; j < T::TN / 8; ++j) {
               // Gated: rows of the gate half (wave 0, or warps 0-1 of one wave) take the gate
               // rows' block scale, the up half the up rows'.
@@ -492,21 +493,15 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
           constexpr int w = u / kPerWave, h = u % kPerWave;
           const uint64_t da = ptx::make_smem_desc_k128_sw128(a_base + w * 64 * kBlockK);
           const uint64_t db = ptx::make_smem_desc_k128_sw128(b_base + h * kUnitN * kBlockK);
-          float* d = blk + (kPipe ? (u % 2) * kUnitAcc : 0);
-  #pragma unroll
-          for (int x = 0; x < kUnitAcc; ++x) ptx::fence_operand(d[x]);
-          ptx::wgmma_fence();
-  #pragma unroll
-          for (int kk = 0; kk < kBlockK / 32; ++kk) UMMA::mma(da + 2 * kk, db + 2 * kk, d, kk > 0);
-          ptx::wgmma_commit();
+          issue_kblock_mma<UMMA>(da, db, blk + (kPipe ? (u % 2) * kUnitAcc : 0));
         };
         auto promote = [&](auto unit) {
           constexpr int u = decltype(unit)::value;
           constexpr int w = u / kPerWave, h = u % kPerWave;
           float* d = blk + (kPipe ? (u % 2) * kUnitAcc : 0);
-  #pragma unroll
+#pragma unroll
           for (int x = 0; x < kUnitAcc; ++x) ptx::fence_operand(d[x]);
-  #pragma unroll
+#pragma unroll
           for (int jj = 0; jj < kUnitJ; ++jj) {
             const int j = h * kUnitJ + jj;  // n8 group within the tile
             float* a = acc[w] + 4 * j;
@@ -516,7 +511,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
               if constexpr (kStraddle) {
                 const int blk_idx = (sw_off + 8 * j) >> 7;  // 0 .. kSwRows-1, warp-uniform
                 sc = swv[0];
-  #pragma unroll
+#pragma unroll
                 for (int r = 1; r < kSwRows; ++r) sc = blk_idx == r ? swv[r] : sc;
               } else {
                 sc = swv[(j * 8) / 128];
@@ -543,7 +538,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
           FP8GEMM_STAGE_MARK(cons, i, 2, probe);
           if (lane == 0) {
             ptx::mbarrier_arrive(ring.empty(st.stage));
-  #pragma unroll
+#pragma unroll
             for (int c = 1; c < T::kCluster; ++c)
               ptx::mbarrier_arrive_cluster(ring.empty(st.stage), (cta_rank + c) % T::kCluster);
           }
@@ -557,9 +552,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
             const uint64_t da = ptx::make_smem_desc_k128_sw128(a_base + (u / kPerWave) * 64 * kBlockK);
             const uint64_t db = ptx::make_smem_desc_k128_sw128(b_base + (u % kPerWave) * kUnitN * kBlockK);
             float* d = blk + (kPipe ? (u % 2) * kUnitAcc : 0);
-  #pragma unroll
+#pragma unroll
             for (int kk = 0; kk < kBlockK / 32; ++kk) {
-  #pragma unroll
+#pragma unroll
               for (int x = 0; x < kUnitAcc; ++x) ptx::fence_operand(d[x]);
               ptx::wgmma_fence();
               UMMA::mma(da + 2 * kk, db + 2 * kk, d, false);
