@@ -424,10 +424,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
       // Per K block the warpgroup's work is cut into units. With kSplitN (and TN >= 16) a unit
       // is (wave w, N half h), u = 2w + h: two units are in flight in the two halves of the block
       // accumulator; unit u is promoted while unit u+1 runs, then unit u+2 reuses its half. All
-      // in-flight state stays inside one iteration (a cross-K-block double buffer made ptxas
-      // serialize every wgmma, C7514). Without kSplitN a unit is one full-width wave, issued,
-      // waited for and promoted in turn (full-N wgmma is faster on the tensor cores for big
-      // tiles; two math warpgroups overlap each other's promotion).
+      // in-flight state stays inside one iteration (the overlap across K blocks is
+      // mainloop_xpromote.cuh's unrolled loop). Without kSplitN a unit is one full-width wave,
+      // issued, waited for and promoted in turn (full-N wgmma is faster on the tensor cores for
+      // big tiles; the two math warpgroups wait on the same stage, so their promotions coincide).
       constexpr bool kHalves = T::kSplitN && T::TN >= 16;
       // Two units in flight: the N halves (above), or for a narrow tile with two waves the waves.
       constexpr bool kPipe = kHalves || (T::kSplitN && T::kWaves > 1);
