@@ -38,6 +38,19 @@ run_suites() {
   grep -h "SKIP\|FAILED\|panicked" "$R"/test-*.txt | head -5
 }
 
+# The GEMM checks after a kernel change: gpu, then gpu_reliability's dev_variants / forced_splits /
+# sanitizer_boundary_shapes, then racecheck of dev_variants (timeout RACE_TIMEOUT, default 200 s);
+# logs in $R (test-gpu.txt, test-rel.txt, racecheck.txt).
+gemm_checks() {
+  run_suites gpu
+  timeout 300 "$BIN/gpu_reliability" dev_variants forced_splits sanitizer_boundary_shapes --test-threads=1 > "$R/test-rel.txt" 2>&1
+  echo "dev_variants + forced_splits + sanitizer_boundary_shapes rc=$? $(grep '^test result' "$R/test-rel.txt") at $(elapsed)"
+  grep -h "SKIP\|FAILED\|panicked" "$R/test-rel.txt" | head -5
+  CANDLE_FP8_TEST_PROVIDERS=hopper timeout "${RACE_TIMEOUT:-200}" compute-sanitizer --tool racecheck --error-exitcode 9 \
+    "$BIN/gpu_reliability" dev_variants --test-threads=1 > "$R/racecheck.txt" 2>&1
+  echo "racecheck dev_variants rc=$? $(grep -h 'RACECHECK SUMMARY\|ERROR SUMMARY' "$R/racecheck.txt" | sort | uniq -c | tr '\n' ' ') at $(elapsed)"
+}
+
 # Archives $R as $OUT/NAME.tgz (what the device tool brings back) and removes it.
 pack_out() { (cd "$OUT" && tar czf "$1.tgz" r && rm -rf r && echo "packed at $(elapsed)"); }
 

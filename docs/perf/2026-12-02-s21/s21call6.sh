@@ -9,13 +9,7 @@
 # 1. bench ours / into / cuBLASLt on the rows these tiles serve, dispatched (two issuers) vs
 #    --dev-variant (one), two interleaved rounds.
 source scripts/dev/call_prelude.sh
-run_suites gpu
-timeout 300 $BIN/gpu_reliability dev_variants forced_splits sanitizer_boundary_shapes --test-threads=1 > $R/test-rel.txt 2>&1
-echo "dev_variants + forced_splits + sanitizer_boundary_shapes rc=$? $(grep '^test result' $R/test-rel.txt) at $(elapsed)"
-grep -h "SKIP\|FAILED\|panicked" $R/test-rel.txt | head -5
-CANDLE_FP8_TEST_PROVIDERS=hopper timeout 180 compute-sanitizer --tool racecheck --error-exitcode 9 \
-  $BIN/gpu_reliability dev_variants --test-threads=1 > $R/racecheck.txt 2>&1
-echo "racecheck dev_variants rc=$? $(grep -h 'RACECHECK SUMMARY\|ERROR SUMMARY' $R/racecheck.txt | sort | uniq -c | tr '\n' ' ') at $(elapsed)"
+RACE_TIMEOUT=180 gemm_checks
 SH="160,4096,4096 192,4096,4096 224,4096,4096 256,4096,4096 512,4096,4096 64,10240,5120 64,51200,5120
 2048,5120,8192"
 bench_ab 2 two= one=--dev-variant -- --shapes $SH --columns ours,into,lt --samples 15

@@ -3,15 +3,7 @@
 # (kXPromote, development keys warp_spec 128x128 s206 and persistent 128x128 s205) against their
 # base configs: correctness (torch reference, bitwise vs the base), hot / cold sweep, per-stage
 # probe. Run from the repo root: bash docs/perf/2026-12-02-s22/s22call1.sh
-set -u
-O=${OUT:-/tmp/out}; mkdir -p $O
-T0=$(date +%s)
-H="python3 scripts/dev/harness.py"
-bash scripts/dev/build.sh > $O/build.txt 2>&1 || { cat $O/build.txt; exit 1; }
-cp libfp8gemm.so /tmp/lib_plain.so
-echo "build $(( $(date +%s) - T0 )) s"
-(EXTRA_FLAGS=-DFP8GEMM_TRACE_STAGES bash scripts/dev/build.sh > $O/build-stages.txt 2>&1 && cp libfp8gemm.so /tmp/lib_stages.so) &
-BPID=$!
+source scripts/dev/harness_prelude.sh
 $H --lib /tmp/lib_plain.so check --shapes 129,4096,4096 200,5120,8192 255,10240,5120 128,4096,384 300,144,384 \
   1000,1024,5120 2048,4096,4096 65,5120,25600 77,256,128 > $O/check.txt 2>&1
 tail -5 $O/check.txt

@@ -3,14 +3,7 @@
 # 5120 / 8192) or a blocked layout change one SM's copy rate of GEMM operand boxes (L2-hot)?
 # (2) the final kXPromote keys (s6 / s5 overlapped, s106 / s105 the previous loops): bitwise and
 # torch check; (3) per-stage probe of the mid-M candidates at 256x4096^2 and 128x4096^2.
-set -u
-O=${OUT:-/tmp/out}; mkdir -p $O
-T0=$(date +%s)
-H="python3 scripts/dev/harness.py"
-bash scripts/dev/build.sh > $O/build.txt 2>&1 || { cat $O/build.txt; exit 1; }
-cp libfp8gemm.so /tmp/lib_plain.so
-(EXTRA_FLAGS=-DFP8GEMM_TRACE_STAGES bash scripts/dev/build.sh > $O/build-stages.txt 2>&1 && cp libfp8gemm.so /tmp/lib_stages.so) &
-BPID=$!
+source scripts/dev/harness_prelude.sh
 nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I kernels/include -I scripts/dev scripts/dev/box_bench.cu -o /tmp/box_bench
 /tmp/box_bench layouts > $O/layouts.txt 2>&1
 echo "layouts $(( $(date +%s) - T0 )) s"

@@ -8,13 +8,7 @@
 # 1. bench ours / into / cuBLASLt, overlapped (dispatched) vs --dev-variant, two rounds.
 # 2. decode-shape GEMMs (ours / into), L2 promotion 128 (default now) vs 256, two rounds.
 source scripts/dev/call_prelude.sh
-run_suites gpu
-timeout 300 $BIN/gpu_reliability dev_variants forced_splits sanitizer_boundary_shapes --test-threads=1 > $R/test-rel.txt 2>&1
-echo "dev_variants + forced_splits + sanitizer_boundary_shapes rc=$? $(grep '^test result' $R/test-rel.txt) at $(elapsed)"
-grep -h "SKIP\|FAILED\|panicked" $R/test-rel.txt | head -5
-CANDLE_FP8_TEST_PROVIDERS=hopper timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 \
-  $BIN/gpu_reliability dev_variants --test-threads=1 > $R/racecheck.txt 2>&1
-echo "racecheck dev_variants rc=$? $(grep -h 'RACECHECK SUMMARY\|ERROR SUMMARY' $R/racecheck.txt | sort | uniq -c | tr '\n' ' ') at $(elapsed)"
+gemm_checks
 SH="128,10240,5120 128,51200,5120 128,5120,8192 128,5120,25600 512,4096,4096 2048,5120,8192 300,5120,8192"
 bench_ab 2 xp= old=--dev-variant -- --shapes $SH --columns ours,into,lt --samples 15
 python3 scripts/dev/ab_table.py $R xp old --columns ours/into/lt | tee $R/ab-table.txt

@@ -8,14 +8,7 @@
 # Run from the repo root after `git apply docs/perf/next-s23/persistent-256-halves.patch`
 # (compiles with 0 spills, 168 registers at launch bounds; checked here, not run):
 #   bash docs/perf/next-s23/s23call1.sh
-set -u
-O=${OUT:-/tmp/out}; mkdir -p $O
-T0=$(date +%s)
-H="python3 scripts/dev/harness.py"
-bash scripts/dev/build.sh > $O/build.txt 2>&1 || { cat $O/build.txt; exit 1; }
-cp libfp8gemm.so /tmp/lib_plain.so
-(EXTRA_FLAGS=-DFP8GEMM_TRACE_STAGES bash scripts/dev/build.sh > $O/build-stages.txt 2>&1 && cp libfp8gemm.so /tmp/lib_stages.so) &
-BPID=$!
+source scripts/dev/harness_prelude.sh
 $H --lib /tmp/lib_plain.so check --shapes 300,144,384 1000,1024,5120 2048,4096,4096 513,5120,8192 > $O/check.txt 2>&1
 tail -2 $O/check.txt
 $H --lib /tmp/lib_plain.so sweep --no-full --only auto,persistent256x128s3,persistent256x128s103,persistent128x128s5 \
