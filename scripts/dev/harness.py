@@ -4,7 +4,7 @@
   python3 harness.py --lib ./libfp8gemm.so check        # correctness sweep (all configs)
   python3 harness.py --lib ./libfp8gemm.so sanitize     # few small shapes per schedule (run under compute-sanitizer)
   python3 harness.py --lib ./libfp8gemm.so bench        # timing table vs cuBLASLt (hot/cold)
-  python3 harness.py --lib ./libfp8gemm.so stages --shapes M,N,K ...  # per-stage probe (build:
+  python3 harness.py --lib ./libfp8gemm.so stages --shapes M,N,K ... [--only CFG,...]  # per-stage probe (build:
       EXTRA_FLAGS=-DFP8GEMM_TRACE_STAGES bash scripts/dev/build.sh)
 
 Checks: quant kernel bit-exact vs torch (same formula), GEMM vs f32 dequantized reference
@@ -559,7 +559,7 @@ def probe(lib, args):
 
 
 def stages(lib, args):
-    """Per-stage probe of the dispatched config's main loop (a build with
+    """Per-stage probe of the dispatched config's main loop, or of the --only configs (a build with
     EXTRA_FLAGS=-DFP8GEMM_TRACE_STAGES; kernels/include/fp8gemm/trace.cuh says what is stamped).
     One launch per shape, hot (after three warm-up launches on the same inputs) and cold
     (another weight copy, L2 flushed by a 256 MB write). Prints medians / p90 over the CTAs
