@@ -178,22 +178,15 @@ size_t partial_bytes(const ConfigEntry* e, int split, int64_t m, int64_t n) {
 
 int make_tmap_2d(CUtensorMap* map, bool f32, const void* base, uint64_t inner, uint64_t outer,
                  uint64_t row_stride_bytes, uint32_t box_inner, uint32_t box_outer,
-                 bool swizzle128, int l2_promotion_bytes) {
+                 bool swizzle128, CUtensorMapL2promotion l2_promotion) {
   return make_tmap_2d_typed(map, f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_UINT8,
                             base, inner, outer, row_stride_bytes, box_inner, box_outer, swizzle128,
-                            l2_promotion_bytes);
-}
-
-static CUtensorMapL2promotion l2_promotion(int bytes) {
-  return bytes == 0     ? CU_TENSOR_MAP_L2_PROMOTION_NONE
-         : bytes == 64  ? CU_TENSOR_MAP_L2_PROMOTION_L2_64B
-         : bytes == 128 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
-                        : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+                            l2_promotion);
 }
 
 int make_tmap_2d_typed(CUtensorMap* map, CUtensorMapDataType dtype, const void* base, uint64_t inner,
                        uint64_t outer, uint64_t row_stride_bytes, uint32_t box_inner,
-                       uint32_t box_outer, bool swizzle128, int l2_promotion_bytes) {
+                       uint32_t box_outer, bool swizzle128, CUtensorMapL2promotion l2_promotion) {
   PFN_cuTensorMapEncodeTiled_v12000 enc = encode_fn();
   if (!enc) return FP8GEMM_ERR_TMA;
   const cuuint64_t dims[2] = {inner, outer};
@@ -204,7 +197,7 @@ int make_tmap_2d_typed(CUtensorMap* map, CUtensorMapDataType dtype, const void* 
       enc(map, dtype, 2,
           const_cast<void*>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
           swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
-          l2_promotion(l2_promotion_bytes), CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+          l2_promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? FP8GEMM_OK : FP8GEMM_ERR_TMA;
 }
 

@@ -33,13 +33,14 @@ struct GemmArgs {
 };
 
 // Defined in gemm.cu.
-// l2_promotion_bytes: how much L2 fetches around each requested line (0, 64, 128 or 256).
+// l2_promotion: how much L2 fetches around each requested line.
 int make_tmap_2d_typed(CUtensorMap* map, CUtensorMapDataType dtype, const void* base, uint64_t inner,
                        uint64_t outer, uint64_t row_stride_bytes, uint32_t box_inner,
-                       uint32_t box_outer, bool swizzle128, int l2_promotion_bytes = 256);
+                       uint32_t box_outer, bool swizzle128,
+                       CUtensorMapL2promotion l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
 int make_tmap_2d(CUtensorMap* map, bool f32, const void* base, uint64_t inner, uint64_t outer,
                  uint64_t row_stride_bytes, uint32_t box_inner, uint32_t box_outer, bool swizzle128,
-                 int l2_promotion_bytes = 256);
+                 CUtensorMapL2promotion l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
 bool raise_smem_limit_once(const void* func, std::atomic<uint64_t>& done_mask, int device,
                            size_t bytes);
 
@@ -84,13 +85,16 @@ inline bool weight_evict_first() {
 // interleaved rounds (docs/perf/2026-12-02-s22/call5/, call6/): bench "into" cold 1x5120x25600
 // 34.29 vs 35.37 us, 16x5120x25600 34.46 vs 35.73, 1x10240x5120 14.67 vs 15.01, 1x51200x5120
 // 61.57 vs 62.87; decode TPOT b1 8.681 / 8.681 vs 8.863 / 8.878 ms, b16 9.847 vs 9.948.
-// CANDLE_FP8_WEIGHT_L2_PROMOTION = 0 / 64 / 128 / 256 overrides it (read once per process).
-inline int swap_ab_weight_l2_promotion() {
-  static const int v = [] {
+// CANDLE_FP8_WEIGHT_L2_PROMOTION = 0 / 64 / 128 / 256 overrides it (read once per process; other
+// numbers keep 128).
+inline CUtensorMapL2promotion swap_ab_weight_l2_promotion() {
+  static const CUtensorMapL2promotion v = [] {
     const char* e = std::getenv("CANDLE_FP8_WEIGHT_L2_PROMOTION");
-    if (e == nullptr || e[0] == '\0') return 128;
-    const int b = std::atoi(e);
-    return (b == 0 || b == 64 || b == 128 || b == 256) ? b : 128;
+    const int b = (e != nullptr && e[0] != '\0') ? std::atoi(e) : 128;
+    return b == 0     ? CU_TENSOR_MAP_L2_PROMOTION_NONE
+           : b == 64  ? CU_TENSOR_MAP_L2_PROMOTION_L2_64B
+           : b == 256 ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+                      : CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
   }();
   return v;
 }
@@ -123,7 +127,7 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
 
   CUtensorMap t_act = {}, t_w = {}, t_sa = {}, t_y = {};
   int st = make_tmap_2d(&t_w, false, a.w, a.k, a.n, a.k, kBlockK, kWBox, true,
-                        T::kSwapAB ? swap_ab_weight_l2_promotion() : 256);
+                        T::kSwapAB ? swap_ab_weight_l2_promotion() : CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
   if constexpr (T::kQuantIn) {
     // The bf16 activation, one [TN tokens x 128] box per stage (rows past m: zero fill); the
     // kernel quantizes it (no q / sa maps).

@@ -61,11 +61,7 @@ __device__ __forceinline__ void consume_tile_xpromote(const Ring& ring, State& s
   // K block i's wgmma are done (the caller waited): free its stage, promote d.
   auto finish = [&](float* d, const float* f, int stage, int i) {
     FP8GEMM_STAGE_MARK(cons, i, 2, probe);
-    if (lane == 0) {
-      ptx::mbarrier_arrive(ring.empty(stage));
-#pragma unroll
-      for (int c = 1; c < kCluster; ++c) ptx::mbarrier_arrive_cluster(ring.empty(stage), (cta_rank + c) % kCluster);
-    }
+    release_stage<kCluster>(ring, stage, lane, cta_rank);
 #pragma unroll
     for (int x = 0; x < kAcc; ++x) ptx::fence_operand(d[x]);
 #pragma unroll

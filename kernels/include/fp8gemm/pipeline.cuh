@@ -105,6 +105,17 @@ struct SmemRing {
   }
 };
 
+// A consumer warp is done with a stage: lane 0 arrives on its empty barrier, in this CTA and in
+// every other CTA of a kCluster cluster that shares the stage (multicast loads).
+template <int kCluster, class Ring>
+__device__ __forceinline__ void release_stage(const Ring& ring, int stage, int lane, uint32_t cta_rank) {
+  if (lane == 0) {
+    ptx::mbarrier_arrive(ring.empty(stage));
+#pragma unroll
+    for (int c = 1; c < kCluster; ++c) ptx::mbarrier_arrive_cluster(ring.empty(stage), (cta_rank + c) % kCluster);
+  }
+}
+
 // Position in the ring; producer and consumers each keep one and advance in lock step.
 template <int kStages>
 struct RingState {

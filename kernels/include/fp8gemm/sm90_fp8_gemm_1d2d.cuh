@@ -536,12 +536,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
           // it is free; every lane's read of them must be ordered before lane 0's release.
           if constexpr (T::kQuantIn) __syncwarp();
           FP8GEMM_STAGE_MARK(cons, i, 2, probe);
-          if (lane == 0) {
-            ptx::mbarrier_arrive(ring.empty(st.stage));
-#pragma unroll
-            for (int c = 1; c < T::kCluster; ++c)
-              ptx::mbarrier_arrive_cluster(ring.empty(st.stage), (cta_rank + c) % T::kCluster);
-          }
+          release_stage<T::kCluster>(ring, st.stage, lane, cta_rank);
         };
         // Unit u is promoted right after its wait; pipelined, unit u+1 is already running.
         auto step = [&](auto unit) {
