@@ -168,6 +168,11 @@ int main(int argc, char** argv) {
   CHECK(cudaMemset(src, 1, size_t(8192) * kRows));
   const char* names[] = {"one_kb_2boxes", "two_kb_4boxes", "two_kb_2boxes_3d"};
   const int passes = 8;
+  // " us ns_per_kb GBps_per_cta" of a run that copied rows x 128 B of A and of B per K block.
+  auto rates = [&](float us, int rows) {
+    const double kbs = double(passes) * kKb, bytes = kbs * 2 * rows * 128;
+    std::printf(" %.2f %.1f %.2f\n", us, us * 1e3 / kbs, bytes / us * 1e-3);
+  };
   if (argc > 1 && std::string(argv[1]) == "layouts") {
     std::printf("LAYOUT row_stride(0=blocked) rows stages ctas us ns_per_kb GBps_per_cta\n");
     for (int rows : {64, 128})
@@ -175,9 +180,8 @@ int main(int argc, char** argv) {
         for (int stride : {4096, 4224, 5120, 8192, 0}) {
           const int stages = rows == 64 ? 8 : 5;
           const float us = run<kOne>(src, rows, stages, ctas, passes, sink, stride, stride);
-          const double kbs = double(passes) * kKb, bytes = kbs * 2 * rows * 128;
-          std::printf("LAYOUT %d %d %d %d %.2f %.1f %.2f\n", stride, rows, stages, ctas, us, us * 1e3 / kbs,
-                      bytes / us * 1e-3);
+          std::printf("LAYOUT %d %d %d %d", stride, rows, stages, ctas);
+          rates(us, rows);
         }
     // A and B in different layouts, and the tensor maps' L2 promotion (the GEMM uses 256B).
     std::printf("MIXED a_stride b_stride promo rows stages ctas us ns_per_kb GBps_per_cta\n");
@@ -190,9 +194,8 @@ int main(int argc, char** argv) {
           const int sa = ab & 2 ? 0 : kK, sb = ab & 1 ? 0 : kK;
           const int stages = rows == 64 ? 8 : 5;
           const float us = run<kOne>(src, rows, stages, 128, passes, sink, sa, sb, promos[pi]);
-          const double kbs = double(passes) * kKb, bytes = kbs * 2 * rows * 128;
-          std::printf("MIXED %d %d %d %d %d %d %.2f %.1f %.2f\n", sa, sb, promo_bytes[pi], rows, stages, 128, us,
-                      us * 1e3 / kbs, bytes / us * 1e-3);
+          std::printf("MIXED %d %d %d %d %d %d", sa, sb, promo_bytes[pi], rows, stages, 128);
+          rates(us, rows);
         }
     return 0;
   }
@@ -207,9 +210,8 @@ int main(int argc, char** argv) {
           if (mode == kOne) us = run<kOne>(src, rows, stages, ctas, passes, sink);
           if (mode == kGroup2d) us = run<kGroup2d>(src, rows, stages, ctas, passes, sink);
           if (mode == kGroup3d) us = run<kGroup3d>(src, rows, stages, ctas, passes, sink);
-          const double kbs = double(passes) * kKb, bytes = kbs * 2 * rows * 128;
-          std::printf("BOX %s %d %d %d %.2f %.1f %.2f\n", names[mode], rows, kb_ring, ctas, us, us * 1e3 / kbs,
-                      bytes / us * 1e-3);
+          std::printf("BOX %s %d %d %d", names[mode], rows, kb_ring, ctas);
+          rates(us, rows);
         }
   return 0;
 }

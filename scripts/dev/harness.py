@@ -16,6 +16,7 @@ import itertools
 import math
 import os
 import random
+import re
 import sys
 import time
 
@@ -51,8 +52,7 @@ def cfg_of(kind, bm=0, bn=0, st=0, split=1, sms=0):
 
 
 def cfg_parse(name):
-    """The inverse of cfg_str: "warp_spec128x128s206k2" -> Cfg."""
-    import re
+    """The inverse of cfg_str: "warp_spec128x128s106k2" -> Cfg."""
     m = re.fullmatch(r"([a-z_]+?)(\d+)x(\d+)s(\d+)(?:k(\d+))?", name)
     assert m, f"bad config name {name}"
     return cfg_of(m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5) or 1))
@@ -441,10 +441,14 @@ def sweep(lib, args):
         y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
         r = reference(q, sa, w0, sw0) if M * N * K < 2 ** 36 else None
         res = []
-        outs = {}
         cands = [cfg_of("auto")] + sweep_candidates(M, N, K)
         if args.only:
             cands = [c for c in cands if cfg_str(c) in args.only.split(",")]
+        # Outputs of the base configs whose development key (stages + 100) is also swept.
+        dev_keys = {cfg_str(c) for c in cands if c.kind and c.stages >= 100}
+        base_of = lambda c: cfg_str(cfg_of(KNAME[c.kind], c.block_m, c.block_n, c.stages % 100, c.split_k))
+        wanted = {base_of(cfg_parse(d)) for d in dev_keys}
+        outs = {}
         for c in cands:
             f = lib.gemm_fn(q, sa, w0, sw0, y, c)
             try:
@@ -458,10 +462,11 @@ def sweep(lib, args):
                 if rel > 3e-3 or nan:
                     print(f"   WRONG {M}x{N}x{K} {cfg_str(c)} rel {rel:.3g} nan {nan}", flush=True)
                     continue
-            # A development key (stages + 100 / + 200) must give its base config's bits.
-            outs[cfg_str(c)] = y.clone()
-            if c.stages >= 100:
-                base = cfg_str(cfg_of(KNAME[c.kind], c.block_m, c.block_n, c.stages % 100, c.split_k))
+            # A development key must give its base config's bits.
+            if cfg_str(c) in wanted:
+                outs[cfg_str(c)] = y.clone()
+            if cfg_str(c) in dev_keys:
+                base = base_of(c)
                 if base in outs:
                     same = torch.equal(outs[base].view(torch.int16), y.view(torch.int16))
                     print(f"   BITWISE {M}x{N}x{K} {cfg_str(c)} vs {base}: {'equal' if same else 'DIFFER'}", flush=True)
@@ -573,31 +578,35 @@ def stages(lib, args):
       handoff   the stage's release -> its next loads issued (stages later)
     then the first K blocks one by one (ramp)."""
     L = lib.L
-    vp = ctypes.c_void_p
     L.fp8gemm_auto_config.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32, ctypes.POINTER(Cfg)]
     L.fp8gemm_auto_config.restype = ctypes.c_int32
-    units = {1: "small_m", 2: "swap_ab", 3: "warp_specialized", 4: "persistent"}
-    ctas, kbs = 264, 64
     flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for spec in args.shapes or []:
         M, N, K = (int(v) for v in spec.split(","))
-        c = Cfg()
-        assert L.fp8gemm_auto_config(M, N, K, sms, ctypes.byref(c)) == 0
-        for c in ([cfg_parse(n) for n in args.only.split(",")] if args.only else [c]):
-            stages_one(lib, args, M, N, K, c, units, ctas, kbs, flush)
+        if args.only:
+            cfgs = [cfg_parse(n) for n in args.only.split(",")]
+        else:
+            c = Cfg()
+            assert L.fp8gemm_auto_config(M, N, K, sms, ctypes.byref(c)) == 0
+            cfgs = [c]
+        x, w0, sw0 = make_inputs(M, N, K, seed=M + N)
+        q, sa = lib.quant(x)
+        ops = (q, sa, w0, sw0, w0.clone(), sw0.clone())
+        for c in cfgs:
+            stages_one(lib, M, N, K, c, ops, flush)
 
 
-def stages_one(lib, args, M, N, K, c, units, ctas, kbs, flush):
-    L = lib.L
+def stages_one(lib, M, N, K, c, ops, flush):
+    """One config of `stages` on operands (q, sa, hot w / sw, cold w / sw)."""
     vp = ctypes.c_void_p
-    read = getattr(L, f"fp8gemm_stage_read_{units[c.kind]}", None)
+    units = {1: "small_m", 2: "swap_ab", 3: "warp_specialized", 4: "persistent"}
+    ctas, kbs = 264, 64  # the probe arrays' size (trace.cuh)
+    read = getattr(lib.L, f"fp8gemm_stage_read_{units[c.kind]}", None)
     assert read is not None, "no stage probe in this build (EXTRA_FLAGS=-DFP8GEMM_TRACE_STAGES)"
     read.argtypes = [vp, vp, ctypes.c_int]
     read.restype = ctypes.c_int
-    x, w0, sw0 = make_inputs(M, N, K, seed=M + N)
-    q, sa = lib.quant(x)
-    w1, sw1 = w0.clone(), sw0.clone()
+    q, sa, w0, sw0, w1, sw1 = ops
     y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
     nkb = min(kbs, K // 128 // max(1, c.split_k))
     for temp in ("hot", "cold"):
