@@ -649,13 +649,113 @@ def stages_one(lib, M, N, K, c, ops, flush):
         print(f"  full-barrier return of K blocks 0..11, median us from the first consumer's start: {ramp}", flush=True)
 
 
+def torch_blockwise_fn(q, sa, w, sw, M):
+    """torch._scaled_mm with 1x128 / 128x128 block scales (cuBLASLt), checked against the
+    reference; None if no argument layout is accepted."""
+    K = q.shape[1]
+    qa = q.view(FP8)
+    sa_cm = torch.empty(K // 128, M, device=dev).t()
+    sa_cm.copy_(sa[:, :M].t() if sa.shape[0] == K // 128 else sa[:M])
+    r = reference(q, sa, w, sw) if M * w.shape[0] * K < 2 ** 36 else None
+    for tr in (lambda t: t, lambda t: t.t(), lambda t: t.t().contiguous()):
+        sb = tr(sw)
+        f = lambda sb=sb: torch._scaled_mm(qa, w.view(FP8).t(), scale_a=sa_cm, scale_b=sb, out_dtype=torch.bfloat16)
+        try:
+            o = f()
+            torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001
+            continue
+        if r is None or metrics(o, r)[0] < 2e-2:
+            return f
+    return None
+
+
+def power(lib, args):
+    """Steady-state time, SM clock and board power of each --only config per shape: a CUDA graph
+    of back-to-back launches (same operands) replayed for ~2 s while nvidia-smi samples every
+    50 ms (the first 0.5 s dropped). Whether a large-M GEMM is held by the board's power cap
+    (clock below its maximum at ~690 W: then only less energy per GEMM makes it faster) or by
+    something else (full clock, power below the cap). Prints us per GEMM, median clock (MHz),
+    median power (W) and energy per GEMM (mJ = W x us / 1000)."""
+    import subprocess
+    import tempfile
+    shapes = [tuple(int(v) for v in s.split(",")) for s in (args.shapes or [])]
+    names = args.only.split(",") if args.only else []
+    print("POWER M N K cfg data us_per_gemm clock_mhz power_w mj_per_gemm")
+    for (M, N, K) in shapes:
+        x, w0, sw0 = make_inputs(M, N, K, seed=M + N)
+        q, sa = lib.quant(x)
+        if args.data == "codes":  # examples/bench.rs's operands: uniform e4m3 codes, no NaN, exponent < 12
+            def codes(shape):
+                b = torch.randint(0, 256, shape, dtype=torch.int32, device=dev)
+                b = torch.where((b & 0x78) > 0x58, b & 0xCF, b)
+                return b.to(torch.uint8).view(FP8)
+            q, w0 = codes(q.shape), codes(w0.shape)
+        elif args.data == "zeros":
+            q, w0 = torch.zeros_like(q), torch.zeros_like(w0)
+        y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
+        for name in names:
+            if name == "torch_lt":  # torch's cuBLASLt blockwise (as anchors.py calls it), same operands
+                f = torch_blockwise_fn(q, sa, w0, sw0, M)
+                if f is None:
+                    print(f"POWER {M} {N} {K} torch_lt: no blockwise _scaled_mm variant ran", flush=True)
+                    continue
+            else:
+                f = lib.gemm_fn(q, sa, w0, sw0, y, cfg_parse(name))
+            f()
+            torch.cuda.synchronize()
+            reps = max(1, int(2e-3 / (2.0 * M * N * K / 1e15)))  # ~2 ms of work per replay at ~1 PFLOP/s
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for _ in range(reps):
+                    f()
+            g.replay()
+            torch.cuda.synchronize()
+            log = tempfile.NamedTemporaryFile(suffix=".csv", delete=False).name
+            smi = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
+                                    "-lms", "50", "-f", log])
+            t_start = time.time()
+            n = 0
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            while time.time() - t_start < 0.5:  # settle
+                g.replay()
+                torch.cuda.synchronize()
+            e0.record()
+            t1 = time.time()
+            while time.time() - t1 < 2.0:
+                g.replay()
+                n += 1
+                if n % 8 == 0:
+                    torch.cuda.synchronize()
+            e1.record()
+            torch.cuda.synchronize()
+            smi.terminate()
+            smi.wait()
+            us = e0.elapsed_time(e1) * 1e3 / (n * reps)
+            rows = []
+            with open(log) as fh:
+                for line in fh:
+                    parts = [v.strip() for v in line.split(",")]
+                    try:
+                        rows.append((float(parts[0]), float(parts[1])))
+                    except (ValueError, IndexError):
+                        pass
+            os.unlink(log)
+            rows = rows[len(rows) // 4:]  # the settle part
+            clk = sorted(r[0] for r in rows)[len(rows) // 2] if rows else float("nan")
+            pw = sorted(r[1] for r in rows)[len(rows) // 2] if rows else float("nan")
+            print(f"POWER {M} {N} {K} {name} {args.data} {us:.2f} {clk:.0f} {pw:.0f} {pw * us / 1e3:.1f}", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--lib", default="./libfp8gemm.so")
-    p.add_argument("mode", choices=["check", "sanitize", "bench", "sweep", "probe", "stages", "all"])
+    p.add_argument("mode", choices=["check", "sanitize", "bench", "sweep", "probe", "stages", "power", "all"])
     p.add_argument("--shapes", nargs="*")
     p.add_argument("--quick", action="store_true", help="sanitize: one launch per schedule")
-    p.add_argument("--only", help="sweep / stages: only these configs (comma-separated names as printed)")
+    p.add_argument("--only", help="sweep / stages / power: only these configs (comma-separated names as printed)")
+    p.add_argument("--data", default="randn", choices=["randn", "codes", "zeros"],
+                   help="power: operands (randn quantized as the peers' anchors.py does, bench.rs's uniform codes, zeros)")
     p.add_argument("--no-full", action="store_true", help="sweep: skip the full-linear timing")
     p.add_argument("--auto-only", action="store_true", help="bench: time only the auto config")
     p.add_argument("--focus", action="store_true", help="bench: auto plus a few alternatives per shape")
@@ -674,6 +774,8 @@ def main():
         stages(lib, args)
     if args.mode == "sweep":
         sweep(lib, args)
+    if args.mode == "power":
+        power(lib, args)
 
 
 if __name__ == "__main__":
