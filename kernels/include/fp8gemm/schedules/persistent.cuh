@@ -5,8 +5,11 @@
 // Weight scales of the current tile are cached in shared memory for the whole K loop. With
 // kTmaStore (every registered config) the epilogue stages the bf16 tile in shared memory and
 // TMA-stores it, so the math warpgroups start the next tile without waiting for the stores.
-// kCluster = 2 (activation multicast) and 3 math warpgroups are supported but not registered:
-// both measured slower on the H200 (docs/KERNELS.md).
+// kCluster = 2 (activation multicast over two column tiles) and 3 math warpgroups are supported
+// but not registered. Multicast on the 128 x 128 tile saves ~2 % of the energy per GEMM at the
+// board's power cap, where large-M GEMMs run (4096^3 92.6 vs 94.5 mJ), but its cluster launch
+// costs 2-3 us outside a PDL chain (bench "ours" 400x4096x5120 25.0 vs 21.9 us; docs/PERF.md
+// session 23); 3 math warpgroups were slower (docs/KERNELS.md).
 #pragma once
 #include "../scheduler.cuh"
 
