@@ -22,8 +22,12 @@ for v in 1 2 3; do
   $H --lib /tmp/lib_e$v.so power --only $C --shapes 4096,4096,4096 > $O/power-e$v.txt 2>&1
 done
 $H --lib /tmp/lib_plain.so power --data zeros --only $C --shapes 4096,4096,4096 > $O/power-zeros.txt 2>&1
+# down at 2048 tokens, the one large-M row where cuBLASLt leads (478-486 vs 543 us, session 23):
+# the same energy per GEMM (then it is scheduling: 320 tiles of 256x128 are 2.42 rounds, the last
+# one 42 % full and below the cap; stream-K over the last round would recover ~60 us) or less?
+$H --lib /tmp/lib_plain.so power --only $C,torch_lt --shapes 2048,5120,25600 > $O/power-down.txt 2>&1
 echo "done $(( $(date +%s) - T0 )) s"
 grep -h -E "Error|error|Traceback" $O/power-*.txt | head -5
-for f in $O/power-e0.txt $O/power-e1.txt $O/power-e2.txt $O/power-e3.txt $O/power-zeros.txt; do
+for f in $O/power-e0.txt $O/power-e1.txt $O/power-e2.txt $O/power-e3.txt $O/power-zeros.txt $O/power-down.txt; do
   grep "^POWER [0-9]" $f | sed "s#^#$(basename $f .txt) #"
 done
