@@ -13,6 +13,9 @@
 //!   allocation is a memory node, which also stops consecutive launches from overlapping);
 //!   "into" times ours into a preallocated output (`fp8_block_matmul_into`), the protocol of
 //!   the torch-timed peers in `anchors.py` and of DeepGEMM.
+//! - Operands: standard-normal values quantized per token per 128 K and per 128×128 block, as
+//!   `anchors.py` gives the peers (at the power cap the operand bits change the energy, and so
+//!   the time, of a large GEMM; see `gaussian_fp8`).
 //! - Reports µs, TFLOP/s, ours/cuBLASLt, time/floor with floor = max(bytes / 4.25 TB/s,
 //!   flops / 1300 TFLOP/s); "full linear" (bf16 in: quantize + GEMM) at small M; the first-call
 //!   latency of a new shape; the accuracy of each FP8 provider against a GPU f32 reference.
