@@ -6,6 +6,8 @@
   python3 harness.py --lib ./libfp8gemm.so bench        # timing table vs cuBLASLt (hot/cold)
   python3 harness.py --lib ./libfp8gemm.so stages --shapes M,N,K ... [--only CFG,...]  # per-stage probe (build:
       EXTRA_FLAGS=-DFP8GEMM_TRACE_STAGES bash scripts/dev/build.sh)
+  python3 harness.py --lib ./libfp8gemm.so power --shapes M,N,K ... --only CFG,...[,torch_lt] [--data randn|codes|zeros]
+      # steady-state us, SM clock, board power and energy per GEMM (large M runs at the power cap)
 
 Checks: quant kernel bit-exact vs torch (same formula), GEMM vs f32 dequantized reference
 (relerr <= 3e-3, calc_diff < 1e-3, no NaN left in a NaN-poisoned output).
