@@ -15,7 +15,7 @@
 //!   the torch-timed peers in `anchors.py` and of DeepGEMM.
 //! - Operands: standard-normal values quantized per token per 128 K and per 128×128 block, as
 //!   `anchors.py` gives the peers (at the power cap the operand bits change the energy, and so
-//!   the time, of a large GEMM; see `gaussian_fp8`).
+//!   the time, of a large GEMM; see `gaussian_act`).
 //! - Reports µs, TFLOP/s, ours/cuBLASLt, time/floor with floor = max(bytes / 4.25 TB/s,
 //!   flops / 1300 TFLOP/s); "full linear" (bf16 in: quantize + GEMM) at small M; the first-call
 //!   latency of a new shape; the accuracy of each FP8 provider against a GPU f32 reference.
@@ -46,7 +46,8 @@ mod imp {
     use candle_fp8::dispatch::{choose_config, set_config_override, BackendRequest, GemmConfig, Provider, ScheduleKind};
     use candle_fp8::format::{act_scale_m_stride, e4m3_to_f32, num_blocks, BLOCK, F8E4M3};
     use candle_fp8::ops::{device_caps, fp8_block_matmul_into, fp8_block_matmul_with};
-    use candle_fp8::quant::act_scales_view;
+    use candle_fp8::quant::{act_scales_view, quantize_activation_slice, quantize_weight_slice};
+    use candle_fp8::testing::Rng;
     use candle_fp8::reference::rel_err;
     use candle_fp8::Fp8BlockLinear;
     use candle_nn::Module;
@@ -165,41 +166,30 @@ mod imp {
         Ok(())
     }
 
-    /// The operands the peers are timed on (`anchors.py`): standard-normal values, each group of
-    /// `group_rows` rows × 128 columns scaled so that its largest magnitude is 448 (e4m3's
-    /// maximum), i.e. randn quantized per token per 128 K (`group_rows` 1) or per 128 × 128
-    /// weight block (128). Content matters for speed: at large M the board's power cap binds and
-    /// the multipliers' energy depends on the operand bits (uniform random codes took 3 % longer
-    /// at 4096³ than these, for us and for cuBLASLt alike; docs/PERF.md session 23).
-    fn gaussian_fp8(rows: usize, cols: usize, group_rows: usize, seed: u64) -> Vec<F8E4M3> {
-        // Box-Muller on two 24-bit uniforms from a hash of (index, seed): reproducible, parallel.
-        let normal = |i: usize| -> f32 {
-            let mut z = (i as u64).wrapping_add(seed).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            z = (z ^ (z >> 29)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z ^= z >> 32;
-            let u1 = ((z >> 40) as f32 + 1.0) / (1u64 << 24) as f32; // (0, 1]
-            let u2 = ((z >> 16) & 0xFF_FFFF) as f32 / (1u64 << 24) as f32;
-            (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos()
-        };
-        let mut out = vec![F8E4M3::ZERO; rows * cols];
-        out.par_chunks_mut(group_rows * cols).enumerate().for_each(|(g, chunk)| {
-            let first = g * group_rows * cols;
-            let nr = chunk.len() / cols;
-            for c0 in (0..cols).step_by(BLOCK) {
-                let c1 = (c0 + BLOCK).min(cols);
-                let idx = |r: usize, c: usize| first + r * cols + c;
-                let amax = (0..nr)
-                    .flat_map(|r| (c0..c1).map(move |c| (r, c)))
-                    .fold(0f32, |m, (r, c)| m.max(normal(idx(r, c)).abs()));
-                let scale = if amax > 0.0 { 448.0 / amax } else { 0.0 };
-                for r in 0..nr {
-                    for c in c0..c1 {
-                        chunk[r * cols + c] = F8E4M3::from_f32((normal(idx(r, c)) * scale).clamp(-448.0, 448.0));
-                    }
-                }
-            }
+    /// `len` standard-normal values (the crate's Box-Muller generator, one stream per 64 Ki
+    /// chunk so that filling a 262 M-element weight stays parallel and reproducible).
+    fn normal_values(len: usize, seed: u64) -> Vec<f32> {
+        let mut v = vec![0f32; len];
+        v.par_chunks_mut(1 << 16).enumerate().for_each(|(c, chunk)| {
+            let mut rng = Rng::new(seed ^ (c as u64).wrapping_mul(0xD1B5_4A32_D192_ED03));
+            chunk.iter_mut().for_each(|x| *x = rng.normal_f32());
         });
-        out
+        v
+    }
+
+    /// The operands the peers are timed on (`anchors.py`): standard-normal values quantized by
+    /// the crate's own quantizers, per token per 128 K (activations) or per 128 × 128 block
+    /// (weights), each group's largest magnitude at e4m3's 448. Content matters for speed: at
+    /// large M the board's power cap binds and the multipliers' energy depends on the operand
+    /// bits (uniform random codes took 3 % longer at 4096³ than these, for us and for cuBLASLt
+    /// alike; docs/PERF.md session 23).
+    fn gaussian_act(m: usize, k: usize, seed: u64) -> Vec<F8E4M3> {
+        quantize_activation_slice(&normal_values(m * k, seed), m, k).0
+    }
+
+    /// See [`gaussian_act`]: the weight operand, quantized per 128 × 128 block.
+    fn gaussian_weight(n: usize, k: usize, seed: u64) -> Vec<F8E4M3> {
+        quantize_weight_slice(&normal_values(n * k, seed), n, k).0
     }
 
     fn random_scales(len: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
@@ -223,7 +213,7 @@ mod imp {
     }
 
     fn make_weight(dev: &Device, n: usize, k: usize, copies: usize, seed: u64) -> Result<Weight> {
-        let w_host = gaussian_fp8(n, k, BLOCK, seed);
+        let w_host = gaussian_weight(n, k, seed);
         let (nb, kb) = (num_blocks(n), num_blocks(k));
         let sw_host = random_scales(nb * kb, seed, -10.0, -4.0);
         let w0 = Tensor::from_vec(w_host.clone(), (n, k), dev)?;
@@ -253,7 +243,7 @@ mod imp {
     fn make_act(dev: &Device, m: usize, k: usize, seed: u64) -> Result<Act> {
         let kb = num_blocks(k);
         let mp = act_scale_m_stride(m);
-        let qa_host = gaussian_fp8(m, k, 1, seed ^ 0xA5A5);
+        let qa_host = gaussian_act(m, k, seed ^ 0xA5A5);
         let mut sa_host = random_scales(kb * mp, seed, -6.0, 0.0);
         for g in 0..kb {
             for r in m..mp {

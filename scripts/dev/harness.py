@@ -657,7 +657,7 @@ def torch_blockwise_fn(q, sa, w, sw, M):
     K = q.shape[1]
     qa = q.view(FP8)
     sa_cm = torch.empty(K // 128, M, device=dev).t()
-    sa_cm.copy_(sa[:, :M].t() if sa.shape[0] == K // 128 else sa[:M])
+    sa_cm.copy_(sa[:, :M].t())  # ours is [K/128][m_pad]
     r = reference(q, sa, w, sw) if M * w.shape[0] * K < 2 ** 36 else None
     for tr in (lambda t: t, lambda t: t.t(), lambda t: t.t().contiguous()):
         sb = tr(sw)
@@ -687,7 +687,7 @@ def power(lib, args):
     for (M, N, K) in shapes:
         x, w0, sw0 = make_inputs(M, N, K, seed=M + N)
         q, sa = lib.quant(x)
-        if args.data == "codes":  # examples/bench.rs's operands: uniform e4m3 codes, no NaN, exponent < 12
+        if args.data == "codes":  # bench.rs's operands before session 23: uniform e4m3 codes, no NaN, exponent < 12
             def codes(shape):
                 b = torch.randint(0, 256, shape, dtype=torch.int32, device=dev)
                 b = torch.where((b & 0x78) > 0x58, b & 0xCF, b)
@@ -757,7 +757,7 @@ def main():
     p.add_argument("--quick", action="store_true", help="sanitize: one launch per schedule")
     p.add_argument("--only", help="sweep / stages / power: only these configs (comma-separated names as printed)")
     p.add_argument("--data", default="randn", choices=["randn", "codes", "zeros"],
-                   help="power: operands (randn quantized as the peers' anchors.py does, bench.rs's uniform codes, zeros)")
+                   help="power: operands (randn quantized as anchors.py and bench.rs do, uniform e4m3 codes, zeros)")
     p.add_argument("--no-full", action="store_true", help="sweep: skip the full-linear timing")
     p.add_argument("--auto-only", action="store_true", help="bench: time only the auto config")
     p.add_argument("--focus", action="store_true", help="bench: auto plus a few alternatives per shape")
