@@ -52,7 +52,9 @@ typedef struct fp8gemm_config {
   int32_t block_m;  // tile rows of y (for SWAP_AB: tokens per tile)
   int32_t block_n;  // tile columns of y (for SWAP_AB: weight rows per tile)
   int32_t stages;   // shared-memory pipeline depth
-  int32_t split_k;  // 1 = no split; > 1 needs a workspace (fp8gemm_workspace_bytes)
+  int32_t split_k;  // 1 = no split; > 1 needs a workspace (fp8gemm_workspace_bytes). PERSISTENT:
+                    // the K ranges of each tile of a partial last round (split tail, summed in
+                    // the kernel; clamped to one round of CTAs, none when the rounds are full)
   int32_t num_sms;  // SMs a persistent grid may use (0 = all)
 } fp8gemm_config;
 
@@ -79,7 +81,10 @@ int32_t fp8gemm_quantize_act(const void* x, int32_t x_dtype, uint8_t* q, float* 
 
 // y = blocked-FP8 GEMM (two-level accumulation, both scales applied every 128-wide K block).
 // Requires k % 128 == 0, n % 16 == 0, m >= 1. `workspace` may be NULL when
-// fp8gemm_workspace_bytes() returns 0.
+// fp8gemm_workspace_bytes() returns 0. PERSISTENT with a split tail (split_k > 1): the
+// workspace starts with a 4 KiB page of flags that must be zero when the buffer is first used
+// and that every launch leaves zero; give these launches a buffer of their own (allocated
+// zeroed), never one that other configurations write their split-K partials into.
 int32_t fp8gemm_gemm(const uint8_t* qa, const float* sa, const uint8_t* w, const float* sw,
                      void* y, int64_t m, int64_t n, int64_t k, const fp8gemm_config* cfg,
                      void* workspace, size_t workspace_bytes, void* stream);

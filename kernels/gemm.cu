@@ -12,6 +12,7 @@
 #include "api.h"
 #include "fp8gemm/epilogue.cuh"
 #include "fp8gemm/launch.cuh"
+#include "fp8gemm/tail_fixup.cuh"
 
 namespace fp8gemm {
 
@@ -169,10 +170,23 @@ int effective_split(const fp8gemm_config& c, int64_t k) {
   return static_cast<int>(s < 1 ? 1 : s);
 }
 
-size_t partial_bytes(const ConfigEntry* e, int split, int64_t m, int64_t n) {
+// Persistent schedules split K only in their split tail and sum it in the kernel.
+bool fixup_in_kernel(const ConfigEntry* e) { return e != nullptr && e->kind == FP8GEMM_KIND_PERSISTENT; }
+
+// Workspace of a launch on a grid of at most `grid_limit` CTAs: split-K partials [split][m][n]
+// for the reduce kernel, or a persistent split tail's partial tiles and flags.
+size_t workspace_need(const ConfigEntry* e, int split, int64_t m, int64_t n, int64_t k, int grid_limit) {
+  if (fixup_in_kernel(e)) {
+    const int64_t tiles = ((m + e->block_m - 1) / e->block_m) * ((n + e->block_n - 1) / e->block_n);
+    return tail_workspace_bytes(persistent_tail(tiles, grid_limit, split, static_cast<int>(k / 128)),
+                                e->block_m, e->block_n);
+  }
   if (e == nullptr || !split_uses_workspace(split, e->cluster_split)) return 0;
   return static_cast<size_t>(split) * m * n * sizeof(float);
 }
+
+// SMs a launch of `c` may use.
+int grid_limit_of(const fp8gemm_config& c, int sms) { return c.num_sms > 0 && c.num_sms < sms ? c.num_sms : sms; }
 
 }  // namespace
 
@@ -244,7 +258,7 @@ extern "C" size_t fp8gemm_workspace_bytes(const fp8gemm_config* cfg, int64_t m, 
   int dev;
   if (device_info(&info, &dev) == FP8GEMM_OK) sms = info.sms;
   const fp8gemm_config c = resolve(cfg, m, n, k, sms);
-  return partial_bytes(find_config(c), effective_split(c, k), m, n);
+  return workspace_need(find_config(c), effective_split(c, k), m, n, k, grid_limit_of(c, sms));
 }
 
 static int32_t launch_reduce(const float* partial, __nv_bfloat16* y, int64_t count, int splits,
@@ -315,19 +329,21 @@ static int32_t gemm_impl(const uint8_t* qa, const float* sa, const __nv_bfloat16
   if (!e) return FP8GEMM_ERR_CONFIG;
   const int split = effective_split(c, k);
   if (split > 1 && !e->split_ok) return FP8GEMM_ERR_CONFIG;
-  const size_t need = partial_bytes(e, split, m, n);
+  const int grid_limit = grid_limit_of(c, info.sms);
+  const size_t need = workspace_need(e, split, m, n, k, grid_limit);
   if (need > 0 && (workspace == nullptr || workspace_bytes < need || !aligned16(workspace)))
     return FP8GEMM_ERR_WORKSPACE;
   // y is written unless the partials are left for the caller.
-  if (y == nullptr && (reduce || need == 0)) return FP8GEMM_ERR_ALIGN;
+  const bool partials_out = need > 0 && !fixup_in_kernel(e);
+  if (y == nullptr && (reduce || !partials_out)) return FP8GEMM_ERR_ALIGN;
 
   GemmArgs a = operand_args(qa, sa, w, sw, m, n, k, split, info, dev, stream);
   a.x = x;
   a.y = static_cast<__nv_bfloat16*>(y);
   a.partial = need > 0 ? static_cast<float*>(workspace) : nullptr;
-  if (c.num_sms > 0 && c.num_sms < info.sms) a.grid_limit = c.num_sms;
+  a.grid_limit = grid_limit;
   if (int st = e->run(a)) return st;
-  if (need > 0 && reduce)  // split-K through the workspace: deterministic fixed-order reduce
+  if (partials_out && reduce)  // split-K through the workspace: deterministic fixed-order reduce
     return launch_reduce(a.partial, a.y, m * n, split, info.sms, a.stream);
   return FP8GEMM_OK;
 }

@@ -202,7 +202,9 @@ pub struct GemmConfig {
     pub block_n: i32,
     /// Shared-memory pipeline depth.
     pub stages: i32,
-    /// K split factor (1 = none).
+    /// K split factor (1 = none). For [`ScheduleKind::Persistent`]: the K ranges each tile of
+    /// a partial last round over the SMs is cut into (a split tail, summed inside the kernel;
+    /// clamped to what one round of CTAs holds, no effect when the tiles fill their rounds).
     pub split_k: i32,
     /// SMs a persistent grid may use (0 = all).
     pub num_sms: i32,

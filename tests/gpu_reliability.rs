@@ -371,8 +371,9 @@ impl Drop for OverrideGuard {
 }
 
 /// Every split-capable configuration forced to splits 1, 2 (2-CTA cluster sum), 3, 5 and 8
-/// (workspace + reduce): ragged M and N against the CPU reference, and bit-identical on a
-/// second call. Split 1 of small-M 64 x 128 runs its two K-interleaved math warpgroups.
+/// (workspace + reduce), and the persistent tiles' split tails (also on an SM budget): ragged M
+/// and N against the CPU reference, and bit-identical on a second call. Split 1 of small-M
+/// 64 x 128 runs its two K-interleaved math warpgroups.
 /// The override is process-wide: this file's tests run with `--test-threads=1` (gpu_run.sh).
 #[test]
 fn forced_splits_match_reference() -> Result<()> {
@@ -395,13 +396,19 @@ fn forced_splits_match_reference() -> Result<()> {
         (ScheduleKind::WarpSpecialized, 128, 128, 6, &[129, 200]),
     ];
     let (n, k) = (272, 2048);
-    for &(kind, block_m, block_n, stages, ms) in plans {
+    // Persistent split tails (the tiles of a partial last round in K ranges, summed inside the
+    // kernel): every tile split (a few tiles on all SMs), and on an SM budget of 4 / 5 CTAs full
+    // rounds of whole tiles before the split round (2 / 1 tiles left over).
+    let persistent: &[(ScheduleKind, i32, i32, i32, &[usize])] =
+        &[(ScheduleKind::Persistent, 256, 128, 3, &[300]), (ScheduleKind::Persistent, 128, 128, 5, &[300, 513])];
+    let runs = plans.iter().map(|p| (p, 0)).chain(persistent.iter().flat_map(|p| [(p, 0), (p, 4), (p, 5)]));
+    for (&(kind, block_m, block_n, stages, ms), num_sms) in runs {
         for &m in ms {
             let o = random_operands(m, n, k, (m * 31 + block_n as usize) as u64, &dev)?;
             for split_k in [1, 2, 3, 5, 8] {
-                let cfg = GemmConfig { kind: kind as i32, block_m, block_n, stages, split_k, num_sms: 0 };
+                let cfg = GemmConfig { kind: kind as i32, block_m, block_n, stages, split_k, num_sms };
                 set_config_override(Some(cfg));
-                let what = format!("{kind:?} {block_m}x{block_n}x{stages} split {split_k} m={m} n={n} k={k}");
+                let what = format!("{kind:?} {block_m}x{block_n}x{stages} split {split_k} on {num_sms} SMs (0: all) m={m} n={n} k={k}");
                 // NaN-filled memory freed just before (workspace-sized): the outputs most likely reuse it.
                 poison(&dev, 8 * m * n)?;
                 let y = gemm(Provider::Hopper, &o)?;

@@ -40,8 +40,9 @@ CONFIGS = [
     ("small_m", 64, 128, 106, True),
     ("warp_spec", 128, 64, 8, True), ("warp_spec", 128, 128, 6, True),
     ("warp_spec", 128, 128, 106, True),
-    ("persistent", 256, 128, 3, False), ("persistent", 128, 128, 5, False),
-    ("persistent", 128, 128, 105, False),
+    # Persistent: split_k = the K ranges of each tile of a partial last round (split tail).
+    ("persistent", 256, 128, 3, True), ("persistent", 128, 128, 5, True),
+    ("persistent", 128, 128, 105, True),
 ]
 
 
@@ -64,7 +65,7 @@ def cfg_str(c):
     if c.kind == 0:
         return "auto"
     s = f"{KNAME[c.kind]}{c.block_m}x{c.block_n}s{c.stages}"
-    return s + (f"k{c.split_k}" if c.split_k > 1 else "")
+    return s + (f"k{c.split_k}" if c.split_k > 1 else "") + (f"@{c.num_sms}sms" if c.num_sms else "")
 
 
 class Lib:
@@ -79,10 +80,14 @@ class Lib:
         L.fp8gemm_dequant_weight.restype = i32
         L.fp8gemm_workspace_bytes.argtypes = [ctypes.POINTER(Cfg), i64, i64, i64]
         L.fp8gemm_workspace_bytes.restype = ctypes.c_size_t
+        L.fp8gemm_auto_config.argtypes = [i64, i64, i64, i32, ctypes.POINTER(Cfg)]
+        L.fp8gemm_auto_config.restype = i32
         L.fp8gemm_status_string.argtypes = [i32]
         L.fp8gemm_status_string.restype = ctypes.c_char_p
         self.L = L
         self.ws = torch.empty(1 << 20, dtype=torch.uint8, device=dev)
+        # The persistent split tail's workspace: zeroed, apart from the others (flags page).
+        self.ws_tail = torch.zeros(1 << 20, dtype=torch.uint8, device=dev)
 
     def stream(self):
         return ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
@@ -98,25 +103,36 @@ class Lib:
         return q, sa
 
     def ws_for(self, cfg, M, N, K):
+        """The workspace buffer for a launch of cfg (grown as needed)."""
         need = self.L.fp8gemm_workspace_bytes(ctypes.byref(cfg), M, N, K)
+        kind = cfg.kind
+        if kind == KIND["auto"]:
+            resolved = Cfg()
+            assert self.L.fp8gemm_auto_config(M, N, K, torch.cuda.get_device_properties(0).multi_processor_count,
+                                              ctypes.byref(resolved)) == 0
+            kind = resolved.kind
+        if kind == KIND["persistent"]:
+            if need > self.ws_tail.numel():
+                self.ws_tail = torch.zeros(need + (1 << 20), dtype=torch.uint8, device=dev)
+            return self.ws_tail
         if need > self.ws.numel():
             self.ws = torch.empty(need + (1 << 20), dtype=torch.uint8, device=dev)
-        return need
+        return self.ws
 
     def gemm(self, q, sa, w, sw, y, cfg):
         M, K = q.shape
         N = w.shape[0]
-        self.ws_for(cfg, M, N, K)
+        ws = self.ws_for(cfg, M, N, K)
         return self.L.fp8gemm_gemm(q.data_ptr(), sa.data_ptr(), w.data_ptr(), sw.data_ptr(), y.data_ptr(),
-                                   M, N, K, ctypes.byref(cfg), self.ws.data_ptr(), self.ws.numel(), self.stream())
+                                   M, N, K, ctypes.byref(cfg), ws.data_ptr(), ws.numel(), self.stream())
 
     def gemm_fn(self, q, sa, w, sw, y, cfg):
         """A closure with everything bound (for graph capture)."""
         M, K = q.shape
         N = w.shape[0]
-        self.ws_for(cfg, M, N, K)
+        ws = self.ws_for(cfg, M, N, K)
         args = (q.data_ptr(), sa.data_ptr(), w.data_ptr(), sw.data_ptr(), y.data_ptr(), M, N, K,
-                ctypes.byref(cfg), self.ws.data_ptr(), self.ws.numel())
+                ctypes.byref(cfg), ws.data_ptr(), ws.numel())
         f = self.L.fp8gemm_gemm
 
         def run():
@@ -209,6 +225,12 @@ def check(lib, args):
                 cfgs.append(cfg_of(kind, bm, bn, st, 3))   # cluster (DSMEM) reduce
             if sp and not big and K >= 2048 and M <= 300:
                 cfgs.append(cfg_of(kind, bm, bn, st, 12))  # > 8 splits: workspace + reduce kernel
+            if kind == "persistent":
+                # Split tails: the last round's tiles in 2 / 4 K ranges; on 7 SMs, several full
+                # rounds before a split one.
+                cfgs += [cfg_of(kind, bm, bn, st, 2), cfg_of(kind, bm, bn, st, 4)]
+                if not big:
+                    cfgs.append(cfg_of(kind, bm, bn, st, 3, 7))
         res = []
         for c in cfgs:
             y = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=dev)
@@ -444,8 +466,8 @@ def sweep(lib, args):
         r = reference(q, sa, w0, sw0) if M * N * K < 2 ** 36 else None
         res = []
         cands = [cfg_of("auto")] + sweep_candidates(M, N, K)
-        if args.only:
-            cands = [c for c in cands if cfg_str(c) in args.only.split(",")]
+        if args.only:  # exactly these, in this order
+            cands = [cfg_of("auto") if n == "auto" else cfg_parse(n) for n in args.only.split(",")]
         # Outputs of the base configs whose development key (stages + 100) is also swept.
         dev_keys = {cfg_str(c) for c in cands if c.kind and c.stages >= 100}
         base_of = lambda c: cfg_str(cfg_of(KNAME[c.kind], c.block_m, c.block_n, c.stages % 100, c.split_k))

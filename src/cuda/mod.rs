@@ -35,7 +35,7 @@ use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, DeviceId, Wr
 use candle_core::{bail, DType, Device, Layout, Result};
 use half::bf16;
 
-use crate::dispatch::{choose_config, DeviceCaps, GemmConfig, Provider};
+use crate::dispatch::{choose_config, DeviceCaps, GemmConfig, Provider, ScheduleKind};
 use crate::format::{act_scale_m_stride, num_blocks, BLOCK, F8E4M3};
 
 /// PTX of the portable helper kernels (`src/cuda/dequant.cu`, built by build.rs).
@@ -106,10 +106,25 @@ pub(crate) fn device_info(dev: &CudaDevice) -> Result<DeviceInfo> {
 struct StreamState {
     /// Split-K workspace of our kernels, grown on demand, never shrunk.
     workspace: Mutex<Option<CudaSlice<u8>>>,
+    /// The persistent schedule's split-tail workspace: its first page holds flags that must be
+    /// zero before a launch and that the kernel leaves zero (`kernels/include/fp8gemm/
+    /// tail_fixup.cuh`), so it is kept apart from the split-K partials; allocated zeroed.
+    tail_workspace: Mutex<Option<CudaSlice<u8>>>,
     /// cuBLASLt handle, workspace and algorithm cache.
     lt: Mutex<Option<cublaslt::LtState>>,
     /// Arrival counters of kernels that leave them zeroed (see [`with_zeroed_counters`]).
     counters: Mutex<Option<CudaSlice<u32>>>,
+}
+
+impl StreamState {
+    /// The workspace a launch of `cfg` uses.
+    fn workspace_for(&self, cfg: &GemmConfig) -> &Mutex<Option<CudaSlice<u8>>> {
+        if cfg.schedule() == Some(ScheduleKind::Persistent) {
+            &self.tail_workspace
+        } else {
+            &self.workspace
+        }
+    }
 }
 
 /// Runs `f` with a device buffer of at least `n` zeroed `u32` counters (null when `n` is 0), for
@@ -342,7 +357,7 @@ pub(crate) fn quantize_gemm(
         };
         // Workspace first (a growth allocates), then the launches back to back.
         let st = stream_state(&dev);
-        let mut ws = st.workspace.lock().unwrap();
+        let mut ws = st.workspace_for(&cfg).lock().unwrap();
         let need = reserve_workspace(&dev, &mut ws, &cfg, m, n, k)?;
         if !in_kernel {
             launch_quantize(x.0, x.1, q_ptr, sa_ptr, m, k)?;
@@ -577,7 +592,7 @@ fn hopper_gemm_to<Y: DevicePtrMut<bf16>>(
     let cfg = hopper_config(dev, m, n, k)?;
     let stream = dev.cuda_stream();
     let st = stream_state(dev);
-    let mut ws = st.workspace.lock().unwrap();
+    let mut ws = st.workspace_for(&cfg).lock().unwrap();
     let need = reserve_workspace(dev, &mut ws, &cfg, m, n, k)?;
     let mut y = y(dev)?;
     let (y_ptr, _gy) = y.device_ptr_mut(&stream);
@@ -621,7 +636,8 @@ pub(crate) fn hopper_gemm_unreduced(
     let ops = operands("hopper_gemm_unreduced", qa, sa, w, sw, m, n, k)?;
     let cfg = hopper_config(&dev, m, n, k)?;
     let need = unsafe { ffi::fp8gemm_workspace_bytes(&cfg, m as i64, n as i64, k as i64) };
-    if need == 0 {
+    // The persistent schedule sums its split tail inside the kernel: always bf16 out.
+    if need == 0 || cfg.schedule() == Some(ScheduleKind::Persistent) {
         return Ok(GemmOutput::Y(hopper_gemm(&dev, &ops, m, n, k)?));
     }
     let splits = need / (4 * m * n);

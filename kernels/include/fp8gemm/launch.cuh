@@ -11,6 +11,7 @@
 
 #include "api.h"
 #include "sm90_fp8_gemm_1d2d.cuh"
+#include "tail_fixup.cuh"
 
 namespace fp8gemm {
 
@@ -20,7 +21,7 @@ struct GemmArgs {
   const uint8_t* w;
   const float* sw;
   __nv_bfloat16* y;
-  float* partial;   // split-K workspace (split * m * n floats) or null
+  float* partial;   // split-K workspace (split * m * n floats), a persistent split tail's, or null
   uint8_t* q_out;   // gated schedules: the SwiGLU output's (q, sa) (GemmParams::q_out)
   float* sa_out;
   const __nv_bfloat16* x;  // kQuantIn schedules: the bf16 activation (qa, sa unused)
@@ -161,9 +162,14 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   const int rows = T::kSwapAB ? a.n : a.m, cols = T::kSwapAB ? a.m : a.n;
   p.shape.tiles_rows = (rows + T::TM - 1) / T::TM;
   p.shape.tiles_cols = (cols + T::TN - 1) / T::TN;
-  p.shape.num_splits = a.split;
+  // Persistent schedules split K only in their split tail (a.split = the ranges requested per
+  // tail tile, set below): every tile's scales fit the cache whole.
+  const int split = T::kPersistent ? 1 : a.split;
+  p.shape.num_splits = split;
   p.shape.kb_total = kb_total;
-  p.shape.kb_per_split = (kb_total + a.split - 1) / a.split;
+  p.shape.kb_per_split = (kb_total + split - 1) / split;
+  p.shape.tail_first = p.shape.tiles_rows * p.shape.tiles_cols;
+  p.shape.tail_splits = 1;
 
   // Weight-scale cache: double-buffered when the next tile's scales are prefetched.
   const size_t smem = Ring::kFixedBytes + sizeof(float) * kSwRows * p.shape.kb_per_split * (T::kPrefetchScales ? 2 : 1);
@@ -171,8 +177,8 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
 
   // One kernel per (schedule, output mode); smem limit raised once per device.
   constexpr bool kClusterSplitOk = !T::kPersistent && T::kCluster == 1;
-  const bool use_ws = split_uses_workspace(a.split, kClusterSplitOk);
-  int mode = a.split == 1 ? kOutBf16 : (use_ws ? kOutWorkspace : kOutClusterSum);
+  const bool use_ws = !T::kPersistent && split_uses_workspace(a.split, kClusterSplitOk);
+  int mode = split == 1 ? kOutBf16 : (use_ws ? kOutWorkspace : kOutClusterSum);
   if (use_ws && a.partial == nullptr) return FP8GEMM_ERR_WORKSPACE;
   decltype(&sm90_fp8_gemm_1d2d_kernel<T, T::kGated ? kOutSwiGluQuant : kOutBf16>) kern;
   if constexpr (T::kGated) {
@@ -182,7 +188,7 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
     mode = kOutSwiGluQuant;
     kern = sm90_fp8_gemm_1d2d_kernel<T, kOutSwiGluQuant>;
   } else if constexpr (T::kPersistent) {
-    if (a.split != 1) return FP8GEMM_ERR_CONFIG;  // whole tiles only: one output mode
+    if (a.split != 1 && T::kCluster != 1) return FP8GEMM_ERR_CONFIG;  // no split tail with multicast
     kern = sm90_fp8_gemm_1d2d_kernel<T, kOutBf16>;
   } else {
     kern = mode == kOutBf16 ? sm90_fp8_gemm_1d2d_kernel<T, kOutBf16>
@@ -216,7 +222,7 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
 
   const int64_t col_units = (p.shape.tiles_cols + T::kCluster - 1) / T::kCluster;
   const int64_t units = static_cast<int64_t>(p.shape.tiles_rows) * col_units;
-  if (T::kPersistent) {  // split == 1 (checked where the kernel is chosen)
+  if (T::kPersistent) {
     int64_t max_units = a.grid_limit / T::kCluster;
     if (T::kCluster > 1) {
       // Not every SM pair can host a cluster: a persistent grid must fit in one wave.
@@ -233,7 +239,17 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
       if (c > 0 && c < max_units) max_units = c;
     }
     if (max_units < 1) max_units = 1;
-    lc.gridDim = dim3(static_cast<unsigned>((units < max_units ? units : max_units) * T::kCluster), 1, 1);
+    // Split tail: the last round's tiles in K ranges (tail_fixup.cuh; the caller sized the
+    // workspace with the same plan, fp8gemm_workspace_bytes).
+    const TailPlan tail = persistent_tail(units, max_units, a.split, kb_total);
+    int64_t total = units;
+    if (tail.splits > 1) {
+      if (a.partial == nullptr) return FP8GEMM_ERR_WORKSPACE;
+      p.shape.tail_first = tail.first;
+      p.shape.tail_splits = tail.splits;
+      total = tail.first + static_cast<int64_t>(tail.tiles) * tail.splits;
+    }
+    lc.gridDim = dim3(static_cast<unsigned>((total < max_units ? total : max_units) * T::kCluster), 1, 1);
   } else {
     const int64_t ctas = units * T::kCluster;
     if (ctas > 0x7fffffff) return FP8GEMM_ERR_SHAPE;

@@ -12,11 +12,15 @@ struct Tile {
   int row0, col0;  // first MMA row / column of the tile
   int kb0, kb1;    // K blocks [kb0, kb1)
   int split;       // split-K index (0 without split)
+  int tail;        // persistent split tail: index among the split tiles (-1: a whole tile)
 };
 
 struct TileShape {
   int tiles_rows, tiles_cols;  // tile counts in MMA space
   int kb_total, kb_per_split, num_splits;
+  // Persistent schedules: tiles from tail_first on are split into tail_splits K ranges
+  // (tail_fixup.cuh; tail_first = tiles and tail_splits = 1 when none is).
+  int tail_first, tail_splits;
 };
 
 // One tile per CTA: blockIdx.x = tile, blockIdx.y = K split. With kCluster = 2 the two CTAs
@@ -47,13 +51,15 @@ struct OneTileScheduler {
     t.split = blockIdx.y;
     t.kb0 = min(s.kb_total, t.split * s.kb_per_split);
     t.kb1 = min(s.kb_total, t.kb0 + s.kb_per_split);
+    t.tail = -1;
     return true;
   }
 };
 
-// Persistent: grid = #SMs, CTA i takes tiles i, i + grid, ... in a grouped raster order:
-// kGroup row-tiles (activation side) sweep together across the columns, so a wave of CTAs
-// shares few weight tiles and few activation tiles in L2.
+// Persistent: grid = #SMs, CTA i takes units i, i + grid, ... A unit is a tile in a grouped
+// raster order (kGroup row-tiles, the activation side, sweep together across the columns, so a
+// wave of CTAs shares few weight tiles and few activation tiles in L2), or with a split tail one
+// K range of a tile of the last round: the tail_splits ranges of a tile on consecutive CTAs.
 template <int TM, int TN, int kGroup, int kCluster = 1>
 struct PersistentScheduler {
   TileShape s;
@@ -63,10 +69,23 @@ struct PersistentScheduler {
   // Units of work are column-tile groups of kCluster (one per CTA of a cluster).
   __device__ __forceinline__ bool next(Tile& t) {
     const int col_units = (s.tiles_cols + kCluster - 1) / kCluster;
-    const int total = s.tiles_rows * col_units;
+    const int tiles = s.tiles_rows * col_units;
+    const int total = s.tail_first + (tiles - s.tail_first) * s.tail_splits;
     if (next_id >= total) return false;
-    const int id = next_id;
+    int id = next_id;
     next_id += gridDim.x / kCluster;
+    t.split = 0;
+    t.tail = -1;
+    t.kb0 = 0;
+    t.kb1 = s.kb_total;
+    if (id >= s.tail_first) {  // a K range of a split tile (never with kCluster > 1)
+      const int v = id - s.tail_first;
+      t.tail = v / s.tail_splits;
+      t.split = v - t.tail * s.tail_splits;
+      t.kb0 = t.split * s.kb_total / s.tail_splits;
+      t.kb1 = (t.split + 1) * s.kb_total / s.tail_splits;
+      id = s.tail_first + t.tail;
+    }
     const int per_group = kGroup * col_units;
     const int group = id / per_group;
     const int first = group * kGroup;
@@ -74,9 +93,6 @@ struct PersistentScheduler {
     const int in = id % per_group;
     t.row0 = (first + in % gsz) * TM;
     t.col0 = ((in / gsz) * kCluster + static_cast<int>(blockIdx.x % kCluster)) * TN;
-    t.split = 0;
-    t.kb0 = 0;
-    t.kb1 = s.kb_total;
     return true;
   }
 };

@@ -26,6 +26,7 @@
 #include "ptx/wgmma.cuh"
 #include "scheduler.cuh"
 #include "swiglu_epilogue.cuh"
+#include "tail_fixup.cuh"
 #include "trace.cuh"
 
 // Numerics experiment (build with CANDLE_FP8_NVCC_FLAGS=-DFP8GEMM_PROMOTE_K32=1): promote after
@@ -614,6 +615,13 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
             for (int x = 0; x < kAcc; ++x) acc[w][x] += red[(((g - 1) * T::kWaves + w) * kAcc + x) * 128 + tid_wg];
       }
       ptx::named_barrier_sync(1, kMathThreads);  // the ring may be reused below
+    }
+    // Persistent split tail: a unit of a tile's K range other than the last publishes its
+    // partial sums and has no output; the last range's unit adds them and stores the tile.
+    if constexpr (T::kPersistent && kMode == kOutBf16 && !T::kWgSplitK) {
+      if (tile.tail >= 0 &&
+          !tail_fixup<T::kMathWG>(acc, partial, tile.tail, tile.split, p.shape.tail_splits, wg, tid_wg, 2 + wg))
+        continue;
     }
     // Epilogue: every in-bounds element of the tile is written (zeros for an empty K split).
     if constexpr (kPushSum) {
