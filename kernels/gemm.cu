@@ -127,12 +127,19 @@ fp8gemm_config auto_config(int64_t m, int64_t n, int64_t k, int sms) {
       return make(FP8GEMM_KIND_SMALL_M, 64, 64, 8, 2);  // one wave of 64 x 64 tiles, 2-CTA sums
     if (m <= 32 && 2 * t64 >= 3 * int64_t(sms))  // wide N: swap-AB 32-token tiles
       return make(FP8GEMM_KIND_SWAP_AB, 32, 64, 8, 1);
-    if (m > 64 && t128 >= 40)
-      return make(FP8GEMM_KIND_WARP_SPEC, 128, 128, 6, split_for(t128, kb, sms, 16));
+    if (m > 64 && t128 >= 40) {
+      // Three or more K ranges: the persistent tile's split tail sums them in the kernel.
+      const int64_t split = split_for(t128, kb, sms, 16);
+      return make(split >= 3 ? FP8GEMM_KIND_PERSISTENT : FP8GEMM_KIND_WARP_SPEC, 128, 128, split >= 3 ? 5 : 6, split);
+    }
     return make(FP8GEMM_KIND_SMALL_M, 64, 128, 6, split_for(m64 * t128, kb, sms, 4));
   }
-  if (m <= 256 && m64 * t128 <= sms)
+  if (m <= 256 && m64 * t128 <= sms) {
+    // Four rows of 64 x 128 tiles: 128 x 128 tiles in a 2-way split tail instead.
+    if (m > 192 && 2 * ((m + 127) / 128) * t128 <= sms && kb >= 2)
+      return make(FP8GEMM_KIND_PERSISTENT, 128, 128, 5, 2);
     return make(FP8GEMM_KIND_SMALL_M, 64, 128, 6, split_for(m64 * t128, kb, sms, 16));
+  }
   // Persistent (also at M = 129-256 when 64 x 128 tiles take more than one wave): 256 x 128
   // tiles run ~8 % faster per unit of work than 128 x 128 (fewer L2 bytes per MMA), but come in
   // half as many tiles: compare rounds of tiles over the SMs.

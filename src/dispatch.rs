@@ -343,10 +343,11 @@ pub fn split_override(m: usize, n: usize, k: usize) -> Result<Option<i32>> {
 /// |---|---|---|---|---|
 /// | 1–8 | swap-AB | 8 tokens × 64 weight rows | 8 | 2 if S ≤ N/64 < 2·S and kb ≥ 32; none if N/64 ≥ 2·S; else the larger of `swap_split` and `split_for(N/64, kb, 3·S, 16)` (three CTAs per SM) |
 /// | 9–16 | swap-AB | 16 × 64 | 8 | none if N/64 ≥ S, else `swap_split` |
-/// | 65–128 with t128 ≥ 40 | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split |
+/// | 65–128 with t128 ≥ 40 | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split; ≥ 3 splits: persistent 128 × 128 × 5 with that split tail instead |
 /// | 17–64 with S/4 < ⌈N/64⌉ ≤ S/2, K ≥ 1024 | small-M | 64 × 64 | 8 | 2 (a 2-CTA cluster sums) |
 /// | 17–32 with ⌈N/64⌉ ≥ 1.5·S | swap-AB | 32 × 64 | 8 | none |
 /// | other 17–128 | small-M | 64 × 128 | 6 | one wave, ≥ 4 K blocks per split |
+/// | 193–256 while ⌈M/64⌉·t128 ≤ S and 2·⌈M/128⌉·t128 ≤ S | persistent | 128 × 128 | 5 | split tail 2 (every tile in two K ranges) |
 /// | 129–256 while ⌈M/64⌉·t128 ≤ S | small-M | 64 × 128 | 6 | one wave, ≥ 16 K blocks per split |
 /// | > 256, and other 129–256 | persistent, TMA-store epilogue | 256 × 128 (2 waves of 128) if `200·R₂₅₆ < 108·R₁₂₈`, else 128 × 128 | 3 / 5 | none |
 ///
@@ -420,7 +421,16 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
         if m > 64 && t128 >= 40 {
             // Wide N at M = 65-128: 128 x 128 tiles (128×10240×5120: 23 µs vs 38 for 64 x 128
             // split 2, which ran two waves; 128×51200×5120: 100.7 vs 115.3 for 64 x 128).
-            cfg(ScheduleKind::WarpSpecialized, 128, 128, 6, split_for(t128, kb, sms, 16))
+            let split = split_for(t128, kb, sms, 16);
+            if split >= 3 {
+                // Three or more K ranges: the persistent tile's split tail sums them inside the
+                // kernel instead of the workspace and a reduce launch (session 24, hot / cold µs:
+                // 128×5120×8192 16.50 / 17.53 vs 19.21 / 19.43, 96× 16.14 / 17.07 vs 17.65 / 18.16,
+                // 128×5120×25600 43.59 / 43.69 vs 45.81 / 46.01; 80×5120×8192 16.79 / 17.45 vs
+                // 16.47 / 17.26; docs/perf/2026-12-02-s24/call3/).
+                return cfg(ScheduleKind::Persistent, 128, 128, 5, split);
+            }
+            cfg(ScheduleKind::WarpSpecialized, 128, 128, 6, split)
         } else {
             // Not a 2-CTA cluster sum instead of a 3-way split at M = 33-64: faster in the op's
             // sweep (64×5120×25600 38.1 vs 40.5 µs) but 8.7 µs slower back to back into one output
@@ -429,6 +439,15 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
             cfg(ScheduleKind::SmallM, 64, 128, 6, split_for(m64 * t128, kb, sms, 4))
         }
     } else if m <= 256 && m64 * t128 <= sms {
+        let m128 = m.div_ceil(128);
+        if m > 192 && 2 * m128 * t128 <= sms && kb >= 2 {
+            // Four rows of 64 x 128 tiles: half as many 128 x 128 tiles in two K ranges each
+            // (a split tail, summed in the kernel) move half the L2 bytes (session 24, hot / cold
+            // µs, two rounds: 256×4096² 11.24-11.26 / 12.05-12.15 vs 12.16-12.17 / 13.16-13.17,
+            // 224× 11.53-11.59 / 12.02-12.04 vs 12.03-12.04 / 12.70-12.77, 208× a tie; at
+            // 144-192 (three rows) 2-6 % slower; docs/perf/2026-12-02-s24/call3/).
+            return cfg(ScheduleKind::Persistent, 128, 128, 5, 2);
+        }
         // One wave of 64 x 128 tiles beats 128 x 128 (160×4096²: 13.1 vs 16.3 µs).
         cfg(ScheduleKind::SmallM, 64, 128, 6, split_for(m64 * t128, kb, sms, 16))
     } else {
@@ -524,7 +543,12 @@ mod tests {
         assert_eq!((kind(17, 5120, 8192), tile(17, 5120, 8192)), (ScheduleKind::SmallM, (64, 128)));
         assert_eq!((kind(128, 4096, 4096), tile(128, 4096, 4096)), (ScheduleKind::SmallM, (64, 128)));
         assert_eq!((kind(129, 4096, 4096), tile(129, 4096, 4096)), (ScheduleKind::SmallM, (64, 128)));
-        assert_eq!(tile(256, 4096, 4096), (64, 128));
+        // 193-256 at N = 4096: 128 x 128 tiles in a 2-way split tail (128 CTAs), not at 129-192.
+        assert_eq!(tile(192, 4096, 4096), (64, 128));
+        let p = |m, n, k| (kind(m, n, k), tile(m, n, k), c(m, n, k).stages, c(m, n, k).split_k);
+        assert_eq!(p(193, 4096, 4096), (ScheduleKind::Persistent, (128, 128), 5, 2));
+        assert_eq!(p(256, 4096, 4096), (ScheduleKind::Persistent, (128, 128), 5, 2));
+        assert_eq!(p(256, 4096, 128), (ScheduleKind::SmallM, (64, 128), 6, 1)); // one K block
         assert_eq!((kind(257, 4096, 4096), tile(257, 4096, 4096)), (ScheduleKind::Persistent, (128, 128)));
         assert_eq!(tile(512, 4096, 4096), (128, 128));
         // Persistent tiles by rounds over the SMs (session 7 sweep): one round of 256 x 128
@@ -541,7 +565,10 @@ mod tests {
         // N decides at M = 65-128: wide N (>= 40 tiles of 128, gate_up included) -> 128 x 128
         // warp-specialized; narrow N (4096) -> 64 x 128 small-M.
         assert_eq!((kind(128, 10240, 5120), tile(128, 10240, 5120)), (ScheduleKind::WarpSpecialized, (128, 128)));
-        assert_eq!(kind(65, 5120, 8192), ScheduleKind::WarpSpecialized);
+        // ... and from 3 K splits on, the persistent 128 x 128 tile's split tail instead.
+        assert_eq!(p(65, 5120, 8192), (ScheduleKind::Persistent, (128, 128), 5, 3));
+        assert_eq!(p(128, 5120, 25600), (ScheduleKind::Persistent, (128, 128), 5, 3));
+        assert_eq!(p(128, 5120, 4096), (ScheduleKind::WarpSpecialized, (128, 128), 6, 2));
         assert_eq!(kind(64, 5120, 8192), ScheduleKind::SmallM);
         assert_eq!((kind(128, 51200, 5120), tile(128, 51200, 5120)), (ScheduleKind::WarpSpecialized, (128, 128)));
         assert_eq!(c(128, 51200, 5120).split_k, 1);
