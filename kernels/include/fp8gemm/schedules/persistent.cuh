@@ -5,6 +5,8 @@
 // Weight scales of the current tile are cached in shared memory for the whole K loop. With
 // kTmaStore (every registered config) the epilogue stages the bf16 tile in shared memory and
 // TMA-stores it, so the math warpgroups start the next tile without waiting for the stores.
+// split_k > 1 (no multicast): the tiles of a partly empty last round run as K ranges summed in
+// the kernel (tail_fixup.cuh) — dispatched at M = 65-256 where one round is far from full.
 // kCluster = 2 (activation multicast over two column tiles) and 3 math warpgroups are supported
 // but not registered. Multicast on the 128 x 128 tile saves ~2 % of the energy per GEMM at the
 // board's power cap, where large-M GEMMs run (4096^3 92.6 vs 94.5 mJ), but its cluster launch

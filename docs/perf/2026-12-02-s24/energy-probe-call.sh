@@ -1,4 +1,5 @@
 #!/bin/bash
+# (Prepared in session 23 as next-s24/s24call1.sh; session 24 ran its measurements inside s24call2.sh.)
 # Prepared in session 23 (not run): where the energy of a large-M GEMM goes. Session 23 found
 # every large-M GEMM (ours and cuBLASLt's) at the board's ~690 W cap, so its time is the energy
 # per GEMM over the cap (4096^3: ours 91.3 mJ, cuBLASLt 90.8; zero operands: 49.7 mJ, uncapped).
@@ -8,8 +9,8 @@
 # Prediction: MMA (with random data) ~40-50 mJ, promotion ~5-10, the rest ~35 (static power over
 # the run, TMA, L2). If the promotion is >= 10 %, cheaper promotion (fewer instructions per
 # element) is the lever; if the MMA dominates, only fewer or cheaper MMA bits are.
-# Run from the repo root after `git apply docs/perf/next-s24/energy-probe.patch`:
-#   bash docs/perf/next-s24/s24call1.sh
+# Run from the repo root after `git apply docs/perf/2026-12-02-s24/energy-probe.patch`:
+#   bash docs/perf/2026-12-02-s24/s24call1.sh
 source scripts/dev/harness_prelude.sh
 wait $BPID  # the stage-probe build shares build/
 for v in 1 2 3; do
