@@ -616,9 +616,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
       }
       ptx::named_barrier_sync(1, kMathThreads);  // the ring may be reused below
     }
-    // Persistent split tail: a unit of a tile's K range other than the last publishes its
-    // partial sums and has no output; the last range's unit adds them and stores the tile.
-    if constexpr (T::kPersistent && kMode == kOutBf16 && !T::kWgSplitK) {
+    // Persistent split tail (persistent tiles: bf16 out, rows owned per warpgroup): a unit of a
+    // tile's K range other than the last publishes its partial sums and has no output; the last
+    // range's unit adds them and stores the tile.
+    if constexpr (T::kPersistent) {
       if (tile.tail >= 0 &&
           !tail_fixup<T::kMathWG>(acc, partial, tile.tail, tile.split, p.shape.tail_splits, wg, tid_wg, 2 + wg))
         continue;
