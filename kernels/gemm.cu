@@ -97,6 +97,19 @@ int64_t split_for(int64_t tiles, int64_t kb, int64_t max_ctas, int64_t min_kb) {
   return 1;
 }
 
+// Rounds of a persistent grid over `tiles` tiles with a split tail, num / den = R + 1/S (R >= 1
+// full rounds, a last round of L <= SMs/2 tiles in S = min(4, SMs / L, kb) K ranges), and S;
+// false where no split tail applies. Mirrors tail_cost in src/dispatch.rs.
+bool tail_cost(int64_t tiles, int64_t sms, int64_t kb, int64_t* num, int64_t* den, int64_t* split) {
+  const int64_t full = tiles / sms, last = tiles % sms;
+  if (full == 0 || last == 0 || 2 * last > sms) return false;
+  int64_t s = sms / last < 4 ? sms / last : 4;
+  if (s > kb) s = kb;
+  if (s < 2) return false;
+  *num = full * s + 1, *den = s, *split = s;
+  return true;
+}
+
 // The default configuration for a shape (FP8GEMM_KIND_AUTO); src/dispatch.rs mirrors it
 // (same rule, same numbers; its doc comment has the table and the measurements behind it).
 fp8gemm_config auto_config(int64_t m, int64_t n, int64_t k, int sms) {
@@ -145,8 +158,24 @@ fp8gemm_config auto_config(int64_t m, int64_t n, int64_t k, int sms) {
   // half as many tiles: compare rounds of tiles over the SMs.
   const int64_t rounds_big = (((m + 255) / 256) * t128 + sms - 1) / sms;
   const int64_t rounds_small = (((m + 127) / 128) * t128 + sms - 1) / sms;
-  return rounds_big * 200 < rounds_small * 108 ? make(FP8GEMM_KIND_PERSISTENT, 256, 128, 3, 1)
-                                               : make(FP8GEMM_KIND_PERSISTENT, 128, 128, 5, 1);
+  const bool big = rounds_big * 200 < rounds_small * 108;
+  const int64_t plain_cost = big ? rounds_big * 200 : rounds_small * 108;
+  // A split tail (M > 256) where the rounds model saves >= 10 % (dispatch.rs has the data).
+  if (m > 256) {
+    int64_t best_bm = 0, best_num = 0, best_den = 1, best_split = 1;
+    const int64_t cands[2][2] = {{256, 200}, {128, 108}};
+    for (const auto& c : cands) {
+      int64_t num, den, split;
+      if (!tail_cost(((m + c[0] - 1) / c[0]) * t128, sms, kb, &num, &den, &split)) continue;
+      num *= c[1];
+      if (best_bm == 0 || num * best_den < best_num * den) {
+        best_bm = c[0], best_num = num, best_den = den, best_split = split;
+      }
+    }
+    if (best_bm != 0 && 10 * best_num <= 9 * plain_cost * best_den)
+      return make(FP8GEMM_KIND_PERSISTENT, static_cast<int32_t>(best_bm), 128, best_bm == 256 ? 3 : 5, best_split);
+  }
+  return big ? make(FP8GEMM_KIND_PERSISTENT, 256, 128, 3, 1) : make(FP8GEMM_KIND_PERSISTENT, 128, 128, 5, 1);
 }
 
 // The compiled entry for a config: among the GEMMs on (qa, sa), or with `quant_in` among those

@@ -349,11 +349,15 @@ pub fn split_override(m: usize, n: usize, k: usize) -> Result<Option<i32>> {
 /// | other 17–128 | small-M | 64 × 128 | 6 | one wave, ≥ 4 K blocks per split |
 /// | 193–256 while ⌈M/64⌉·t128 ≤ S and 2·⌈M/128⌉·t128 ≤ S | persistent | 128 × 128 | 5 | split tail 2 (every tile in two K ranges) |
 /// | 129–256 while ⌈M/64⌉·t128 ≤ S | small-M | 64 × 128 | 6 | one wave, ≥ 16 K blocks per split |
-/// | > 256, and other 129–256 | persistent, TMA-store epilogue | 256 × 128 (2 waves of 128) if `200·R₂₅₆ < 108·R₁₂₈`, else 128 × 128 | 3 / 5 | none |
+/// | > 256, and other 129–256 | persistent, TMA-store epilogue | 256 × 128 (2 waves of 128) if `200·R₂₅₆ < 108·R₁₂₈`, else 128 × 128 | 3 / 5 | none; at M > 256 a split tail where it costs ≤ 0.9 × that |
 ///
 /// `R` = rounds of tiles over the SMs (⌈tiles / S⌉): a 256 × 128 tile does twice the work of a
 /// 128 × 128 one ~8 % more efficiently (session 7 sweep: 4096³ 132 vs 142 µs), so it wins
-/// unless its coarser rounds waste more (2048×5120×8192: 3 rounds vs 5 → 128 × 128).
+/// unless its coarser rounds waste more (2048×5120×8192: 3 rounds vs 5 → 128 × 128). With a
+/// split tail a grid of R ≥ 1 full rounds and a last round at most half full costs R + 1/S
+/// rounds (`tail_cost`); the cheaper tile with a split tail replaces the plain choice when its
+/// weighted cost is ≤ 0.9 × the plain one (e.g. 512×5120×25600: 128 × 128 in 4 K ranges, 129 vs
+/// 157 µs).
 pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig {
     let kb = k / 128;
     let sms = if num_sms == 0 { 132 } else { num_sms };
@@ -459,12 +463,53 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
         // (docs/perf/2026-12-01-s15/call2-evict-first/sweep-midm.txt).
         let rounds_big = (m.div_ceil(256) * t128).div_ceil(sms);
         let rounds_small = (m.div_ceil(128) * t128).div_ceil(sms);
-        if rounds_big * 200 < rounds_small * 108 {
-            cfg(ScheduleKind::Persistent, 256, 128, 3, 1)
+        let (plain, plain_cost) = if rounds_big * 200 < rounds_small * 108 {
+            (cfg(ScheduleKind::Persistent, 256, 128, 3, 1), rounds_big * 200)
         } else {
-            cfg(ScheduleKind::Persistent, 128, 128, 5, 1)
+            (cfg(ScheduleKind::Persistent, 128, 128, 5, 1), rounds_small * 108)
+        };
+        // A split tail (M > 256 only) where the model says it saves >= 10 % of the time. The
+        // harness sweep of the 27 shapes the model changes (docs/perf/2026-12-02-s25/call3/)
+        // measured 1-19 % faster on every shape with a predicted gain >= 10 %, and slower only
+        // below (257×51200×5120 -1.7 %, 1536×4096² -5 % hot, 1536×10240×5120 -4 %); the bench,
+        // "into" hot / cold, new vs old (call4/): 512×5120×25600 129 / 133 vs 157 / 159 µs,
+        // 1024×5120×25600 248 / 250 vs 279 / 280, 512×5120×8192 46.4 / 46.9 vs 51.3 / 52.7,
+        // 640×4096² 24.1 / 26.1-27.6 vs 26.8 / 28.8, 768×4096² even. At M <= 256 a 10240×5120
+        // split tail measured 17 % slower at M = 160 (session 24), so not there.
+        if m > 256 {
+            // (block_m, cost numerator, denominator, split) of the cheaper split tail.
+            let mut best: Option<(i32, usize, usize, i32)> = None;
+            for (block_m, weight) in [(256i32, 200), (128, 108)] {
+                if let Some((num, den, split)) = tail_cost(m.div_ceil(block_m as usize) * t128, sms, kb) {
+                    let num = num * weight;
+                    if best.map_or(true, |(_, b_num, b_den, _)| num * b_den < b_num * den) {
+                        best = Some((block_m, num, den, split));
+                    }
+                }
+            }
+            if let Some((block_m, num, den, split)) = best {
+                if 10 * num <= 9 * plain_cost * den {
+                    let stages = if block_m == 256 { 3 } else { 5 };
+                    return cfg(ScheduleKind::Persistent, block_m, 128, stages, split);
+                }
+            }
         }
+        plain
     }
+}
+
+/// Rounds of a persistent grid over `tiles` tiles with a split tail, as a fraction `num / den`,
+/// and the tail's split: `R + 1/S` for R ≥ 1 full rounds and a last round of L ≤ SMs/2 tiles cut
+/// into S = min(4, SMs / L, K blocks) K ranges (what `persistent_tail` in
+/// `kernels/include/fp8gemm/tail_fixup.cuh` runs for a requested split of 4). `None` where no
+/// split tail applies (no full round before it, or the last round is full or over half full).
+fn tail_cost(tiles: usize, sms: usize, kb: usize) -> Option<(usize, usize, i32)> {
+    let (full, last) = (tiles / sms, tiles % sms);
+    if full == 0 || last == 0 || 2 * last > sms {
+        return None;
+    }
+    let split = 4.min(sms / last).min(kb);
+    (split >= 2).then_some((full * split + 1, split, split as i32))
 }
 
 #[cfg(test)]
@@ -579,6 +624,25 @@ mod tests {
         assert_eq!((kind(256, 51200, 5120), tile(256, 51200, 5120)), (ScheduleKind::Persistent, (128, 128)));
         assert_eq!((kind(256, 5120, 8192), tile(256, 5120, 8192)), (ScheduleKind::Persistent, (128, 128)));
         assert_eq!(kind(192, 5120, 25600), ScheduleKind::SmallM);
+        // Split tails at M > 256 where the rounds model saves >= 10 % (2026-12-02 sweep, hot /
+        // cold µs against the plain tile: 640×4096² 24.0 / 24.8 vs 26.7 / 27.8, 512×5120×25600
+        // 130.4 / 130.4 vs 161.4 / 159.5, 1024×5120×8192 84.6 / 84.4 vs 95.1 / 91.8).
+        assert_eq!(p(640, 4096, 4096), (ScheduleKind::Persistent, (128, 128), 5, 4));
+        assert_eq!(p(768, 4096, 4096), (ScheduleKind::Persistent, (128, 128), 5, 2));
+        assert_eq!(p(512, 5120, 25600), (ScheduleKind::Persistent, (128, 128), 5, 4));
+        assert_eq!(p(640, 10240, 5120), (ScheduleKind::Persistent, (128, 128), 5, 4));
+        assert_eq!(p(1024, 5120, 8192), (ScheduleKind::Persistent, (256, 128), 3, 4));
+        assert_eq!(p(512, 10240, 5120), (ScheduleKind::Persistent, (256, 128), 3, 4));
+        assert_eq!(p(512, 51200, 5120), (ScheduleKind::Persistent, (256, 128), 3, 4));
+        // ... and not below 10 %, where it measured slower or even (257×51200×5120 -1.7 %,
+        // 1536×4096² -5 % hot, 1536×10240×5120 -4 %, 8192×10240×5120 even).
+        assert_eq!(p(257, 51200, 5120), (ScheduleKind::Persistent, (128, 128), 5, 1));
+        assert_eq!(p(1536, 4096, 4096), (ScheduleKind::Persistent, (128, 128), 5, 1));
+        assert_eq!(p(1536, 10240, 5120), (ScheduleKind::Persistent, (256, 128), 3, 1));
+        assert_eq!(p(8192, 10240, 5120), (ScheduleKind::Persistent, (256, 128), 3, 1));
+        assert_eq!(p(2048, 5120, 25600), (ScheduleKind::Persistent, (128, 128), 5, 1));
+        // Not at M <= 256 (a 160×10240×5120 split tail measured 17 % slower, session 24).
+        assert_eq!(p(160, 10240, 5120).3, 1);
         // Splits measured best on H200 (sweep of 2026-11-30, docs/KERNELS.md).
         assert_eq!(c(1, 4096, 4096).split_k, 2);
         assert_eq!(c(16, 4096, 4096).split_k, 2);
