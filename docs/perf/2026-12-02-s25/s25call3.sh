@@ -9,7 +9,7 @@
 # config, two rounds (op path, hot / cold). Session 24 measured down / o 2048 at +0.6-1.2 % (power
 # mode): expect gains of 0-3 %, losses where the 256x128 tile's energy advantage is smaller than
 # the model's 8 %.
-# Run from the repo root (harness route): bash docs/perf/next-s25/large-m-tail.sh
+# Run from the repo root (harness route): bash docs/perf/2026-12-02-s25/s25call3.sh (prepared in session 24 as docs/perf/next-s25/large-m-tail.sh)
 source scripts/dev/harness_prelude.sh
 SW="timeout 240 $H --lib /tmp/lib_plain.so sweep --no-full"
 for r in 1 2; do
