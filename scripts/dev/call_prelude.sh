@@ -56,17 +56,22 @@ pack_out() { (cd "$OUT" && tar czf "$1.tgz" r && rm -rf r && echo "packed at $(e
 
 # Interleaved A/B of bench runs: bench_ab ROUNDS VARIANT=FLAGS... -- BENCH_ARGS...; each round
 # runs every variant once (bench BENCH_ARGS FLAGS > $R/bench-VARIANT-rN.txt; FLAGS may be empty,
-# words joined by ','), then prints scripts/dev/ab_table.py's table of $R.
+# words joined by ','). VARIANT@NAME runs $BIN/NAME instead of $BIN/bench (two builds, e.g.
+# new= old@bench_old=). Files named {VARIANT} in BENCH_ARGS become that variant's round
+# (--json $R/{VARIANT}.json). Prints scripts/dev/ab_table.py's table of the variants after.
 bench_ab() {
-  local rounds=$1 r spec v flags; shift
-  local specs=()
+  local rounds=$1 r spec v flags bin; shift
+  local specs=() names=()
   while [[ $1 != -- ]]; do specs+=("$1"); shift; done
   shift
   for r in $(seq "$rounds"); do
     for spec in "${specs[@]}"; do
-      v=${spec%%=*}; flags=${spec#*=}
-      timeout "${BENCH_TIMEOUT:-140}" "$BIN/bench" "$@" ${flags//,/ } > "$R/bench-$v-r$r.txt" 2>&1
+      v=${spec%%=*}; flags=${spec#*=}; bin=bench
+      [[ $v == *@* ]] && { bin=${v#*@}; v=${v%%@*}; }
+      (( r == 1 )) && names+=("$v")
+      timeout "${BENCH_TIMEOUT:-140}" "$BIN/$bin" "${@//\{VARIANT\}/$v-r$r}" ${flags//,/ } > "$R/bench-$v-r$r.txt" 2>&1
       echo "$v round $r rc=$? at $(elapsed)"
     done
   done
+  python3 scripts/dev/ab_table.py "$R" "${names[@]}" --columns "${AB_COLUMNS:-ours/into}"
 }
