@@ -304,24 +304,25 @@ mod tests {
         }
         const PAGE: usize = 4096;
         let tile = |bm: usize, bn: usize| bm * bn * 4;
-        // (block_m, stages, split_k, num_sms, m, n, k, expected bytes)
-        let cases: &[(i32, i32, i32, i32, usize, usize, usize, usize)] = &[
+        // (block_m, stages, split_k, num_sms), (m, n, k), expected bytes
+        type Case = ((i32, i32, i32, i32), (usize, usize, usize), usize);
+        let cases: &[Case] = &[
             // 6 tiles of 256 x 128 on 64 SMs: all split, 8 ways (10 would fit one round) ...
-            (256, 3, 8, 64, 300, 272, 2048, PAGE + 6 * 7 * tile(256, 128)),
+            ((256, 3, 8, 64), (300, 272, 2048), PAGE + 6 * 7 * tile(256, 128)),
             // ... 20 asked: clamped to one round (64 / 6 = 10 units per tile).
-            (256, 3, 20, 64, 300, 272, 2048, PAGE + 6 * 9 * tile(256, 128)),
+            ((256, 3, 20, 64), (300, 272, 2048), PAGE + 6 * 9 * tile(256, 128)),
             // One K block: nothing to split.
-            (256, 3, 4, 64, 300, 272, 128, 0),
+            ((256, 3, 4, 64), (300, 272, 128), 0),
             // 15 tiles of 128 x 128: on 64 SMs all split 3 ways; on 7, two full rounds and one
             // tile left (3 ways); on 5 the rounds are full; on 4 the 3 left over cannot split.
-            (128, 5, 3, 64, 513, 272, 2048, PAGE + 15 * 2 * tile(128, 128)),
-            (128, 5, 3, 7, 513, 272, 2048, PAGE + 2 * tile(128, 128)),
-            (128, 5, 3, 5, 513, 272, 2048, 0),
-            (128, 5, 3, 4, 513, 272, 2048, 0),
+            ((128, 5, 3, 64), (513, 272, 2048), PAGE + 15 * 2 * tile(128, 128)),
+            ((128, 5, 3, 7), (513, 272, 2048), PAGE + 2 * tile(128, 128)),
+            ((128, 5, 3, 5), (513, 272, 2048), 0),
+            ((128, 5, 3, 4), (513, 272, 2048), 0),
             // Split 1: no tail.
-            (128, 5, 1, 64, 513, 272, 2048, 0),
+            ((128, 5, 1, 64), (513, 272, 2048), 0),
         ];
-        for &(block_m, stages, split_k, num_sms, m, n, k, want) in cases {
+        for &((block_m, stages, split_k, num_sms), (m, n, k), want) in cases {
             let cfg = GemmConfig { kind: 4, block_m, block_n: 128, stages, split_k, num_sms };
             // SAFETY: `cfg` is a valid GemmConfig (repr(C) = fp8gemm_config).
             let got = unsafe { fp8gemm_workspace_bytes(&cfg, m as i64, n as i64, k as i64) };
