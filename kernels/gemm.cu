@@ -143,7 +143,12 @@ fp8gemm_config auto_config(int64_t m, int64_t n, int64_t k, int sms) {
     if (m > 64 && t128 >= 40) {
       // Three or more K ranges: the persistent tile's split tail sums them in the kernel.
       const int64_t split = split_for(t128, kb, sms, 16);
-      return make(split >= 3 ? FP8GEMM_KIND_PERSISTENT : FP8GEMM_KIND_WARP_SPEC, 128, 128, split >= 3 ? 5 : 6, split);
+      if (split >= 3) return make(FP8GEMM_KIND_PERSISTENT, 128, 128, 5, split);
+      // Column tiles overflowing the SMs into a small last round: a split tail (>= 10 % saved).
+      int64_t num, den, tail;
+      if (tail_cost(t128, sms, kb, &num, &den, &tail) && 10 * num <= 9 * ((t128 + sms - 1) / sms) * den)
+        return make(FP8GEMM_KIND_PERSISTENT, 128, 128, 5, tail);
+      return make(FP8GEMM_KIND_WARP_SPEC, 128, 128, 6, split);
     }
     return make(FP8GEMM_KIND_SMALL_M, 64, 128, 6, split_for(m64 * t128, kb, sms, 4));
   }
@@ -160,21 +165,21 @@ fp8gemm_config auto_config(int64_t m, int64_t n, int64_t k, int sms) {
   const int64_t rounds_small = (((m + 127) / 128) * t128 + sms - 1) / sms;
   const bool big = rounds_big * 200 < rounds_small * 108;
   const int64_t plain_cost = big ? rounds_big * 200 : rounds_small * 108;
-  // A split tail (M > 256) where the rounds model saves >= 10 % (dispatch.rs has the data).
-  if (m > 256) {
-    int64_t best_bm = 0, best_num = 0, best_den = 1, best_split = 1;
-    const int64_t cands[2][2] = {{256, 200}, {128, 108}};
-    for (const auto& c : cands) {
-      int64_t num, den, split;
-      if (!tail_cost(((m + c[0] - 1) / c[0]) * t128, sms, kb, &num, &den, &split)) continue;
-      num *= c[1];
-      if (best_bm == 0 || num * best_den < best_num * den) {
-        best_bm = c[0], best_num = num, best_den = den, best_split = split;
-      }
+  // A split tail where the rounds model saves >= 10 % (dispatch.rs has the data); at M <= 256
+  // only the 256 x 128 tile's.
+  int64_t best_bm = 0, best_num = 0, best_den = 1, best_split = 1;
+  const int64_t cands[2][2] = {{256, 200}, {128, 108}};
+  for (const auto& c : cands) {
+    int64_t num, den, split;
+    if (c[0] == 128 && m <= 256) continue;
+    if (!tail_cost(((m + c[0] - 1) / c[0]) * t128, sms, kb, &num, &den, &split)) continue;
+    num *= c[1];
+    if (best_bm == 0 || num * best_den < best_num * den) {
+      best_bm = c[0], best_num = num, best_den = den, best_split = split;
     }
-    if (best_bm != 0 && 10 * best_num <= 9 * plain_cost * best_den)
-      return make(FP8GEMM_KIND_PERSISTENT, static_cast<int32_t>(best_bm), 128, best_bm == 256 ? 3 : 5, best_split);
   }
+  if (best_bm != 0 && 10 * best_num <= 9 * plain_cost * best_den)
+    return make(FP8GEMM_KIND_PERSISTENT, static_cast<int32_t>(best_bm), 128, best_bm == 256 ? 3 : 5, best_split);
   return big ? make(FP8GEMM_KIND_PERSISTENT, 256, 128, 3, 1) : make(FP8GEMM_KIND_PERSISTENT, 128, 128, 5, 1);
 }
 

@@ -434,6 +434,14 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
                 // 16.47 / 17.26; docs/perf/2026-12-02-s24/call3/).
                 return cfg(ScheduleKind::Persistent, 128, 128, 5, split);
             }
+            // More column tiles than SMs with a small last round (gate_up: 400 tiles, 3.03
+            // waves): the persistent tile's split tail, under the rule of M > 256 below
+            // (session 25 harness sweep, op path, hot / cold µs, two rounds: 128×51200×5120
+            // 88.0 / 87.9 vs 101.1 / 105.2, 100× 85.9 / 85.2 vs 107.5 / 94.8, 80× 85.8 / 87.5 vs
+            // 91.0 / 92.1; docs/perf/2026-12-02-s25/call5/).
+            if let Some(split) = tail_split(t128, t128.div_ceil(sms), sms, kb) {
+                return cfg(ScheduleKind::Persistent, 128, 128, 5, split);
+            }
             cfg(ScheduleKind::WarpSpecialized, 128, 128, 6, split)
         } else {
             // Not a 2-CTA cluster sum instead of a 3-way split at M = 33-64: faster in the op's
@@ -468,34 +476,43 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
         } else {
             (cfg(ScheduleKind::Persistent, 128, 128, 5, 1), rounds_small * 108)
         };
-        // A split tail (M > 256 only) where the model says it saves >= 10 % of the time. The
-        // harness sweep of the 27 shapes the model changes (docs/perf/2026-12-02-s25/call3/)
+        // A split tail where the model says it saves >= 10 % of the time. The harness sweep of
+        // the 27 shapes at M > 256 the model changes (docs/perf/2026-12-02-s25/call3/)
         // measured 1-19 % faster on every shape with a predicted gain >= 10 %, and slower only
         // below (257×51200×5120 -1.7 %, 1536×4096² -5 % hot, 1536×10240×5120 -4 %); the bench,
-        // "into" hot / cold, new vs old (call4/): 512×5120×25600 129 / 133 vs 157 / 159 µs,
-        // 1024×5120×25600 248 / 250 vs 279 / 280, 512×5120×8192 46.4 / 46.9 vs 51.3 / 52.7,
-        // 640×4096² 24.1 / 26.1-27.6 vs 26.8 / 28.8, 768×4096² even. At M <= 256 a 10240×5120
-        // split tail measured 17 % slower at M = 160 (session 24), so not there.
-        if m > 256 {
-            // (block_m, cost numerator, denominator, split) of the cheaper split tail.
-            let mut best: Option<(i32, usize, usize, i32)> = None;
-            for (block_m, weight) in [(256i32, 200), (128, 108)] {
-                if let Some((num, den, split)) = tail_cost(m.div_ceil(block_m as usize) * t128, sms, kb) {
-                    let num = num * weight;
-                    if best.map_or(true, |(_, b_num, b_den, _)| num * b_den < b_num * den) {
-                        best = Some((block_m, num, den, split));
-                    }
+        // "into" hot / cold, new vs old (call4/, call5/): 512×5120×25600 129 / 133 vs 157 / 159
+        // µs, 1024×5120×25600 248 / 250 vs 279 / 280, 1792×5120×8192 146 / 145 vs 157 / 156,
+        // 5120×5120×8192 400 / 393 vs 426 / 427, 1600×4096² even. At M = 129-256 only the 256 x
+        // 128 tile's: 160 / 192 / 256 ×51200×5120 146 / 136, 139 / 138, 143 / 143 vs 175 / 175,
+        // 154 / 153, 152 / 154 (harness, op path; call5/), while 128 x 128 split tails there
+        // measured slower (160×51200×5120 178 µs; 160×10240×5120 +17 %, session 24).
+        let mut best: Option<(i32, usize, usize, i32)> = None; // (block_m, cost num, den, split)
+        for (block_m, weight) in [(256i32, 200), (128, 108)] {
+            if block_m == 128 && m <= 256 {
+                continue;
+            }
+            if let Some((num, den, split)) = tail_cost(m.div_ceil(block_m as usize) * t128, sms, kb) {
+                let num = num * weight;
+                if best.map_or(true, |(_, b_num, b_den, _)| num * b_den < b_num * den) {
+                    best = Some((block_m, num, den, split));
                 }
             }
-            if let Some((block_m, num, den, split)) = best {
-                if 10 * num <= 9 * plain_cost * den {
-                    let stages = if block_m == 256 { 3 } else { 5 };
-                    return cfg(ScheduleKind::Persistent, block_m, 128, stages, split);
-                }
+        }
+        if let Some((block_m, num, den, split)) = best {
+            if 10 * num <= 9 * plain_cost * den {
+                let stages = if block_m == 256 { 3 } else { 5 };
+                return cfg(ScheduleKind::Persistent, block_m, 128, stages, split);
             }
         }
         plain
     }
+}
+
+/// The split tail for `tiles` tiles of one size when it costs ≤ 0.9 × `plain_rounds` rounds
+/// ([`tail_cost`]'s model), else `None`.
+fn tail_split(tiles: usize, plain_rounds: usize, sms: usize, kb: usize) -> Option<i32> {
+    let (num, den, split) = tail_cost(tiles, sms, kb)?;
+    (10 * num <= 9 * plain_rounds * den).then_some(split)
 }
 
 /// Rounds of a persistent grid over `tiles` tiles with a split tail, as a fraction `num / den`,
@@ -615,13 +632,20 @@ mod tests {
         assert_eq!(p(128, 5120, 25600), (ScheduleKind::Persistent, (128, 128), 5, 3));
         assert_eq!(p(128, 5120, 4096), (ScheduleKind::WarpSpecialized, (128, 128), 6, 2));
         assert_eq!(kind(64, 5120, 8192), ScheduleKind::SmallM);
-        assert_eq!((kind(128, 51200, 5120), tile(128, 51200, 5120)), (ScheduleKind::WarpSpecialized, (128, 128)));
-        assert_eq!(c(128, 51200, 5120).split_k, 1);
+        // ... and where the column tiles overflow the SMs into a small last round (gate_up:
+        // 400 tiles = 3 rounds + 4), the persistent tile with a 4-way split tail.
+        assert_eq!(p(128, 51200, 5120), (ScheduleKind::Persistent, (128, 128), 5, 4));
+        assert_eq!(p(65, 51200, 5120), (ScheduleKind::Persistent, (128, 128), 5, 4));
+        // Not when the last round is more than half full (200 tiles = 132 + 68).
+        assert_eq!(p(128, 25600, 5120), (ScheduleKind::WarpSpecialized, (128, 128), 6, 1));
         // 129-256 leave small-M once its tiles exceed one wave, for the persistent tiles
         // (rounds rule as at M > 256).
         assert_eq!(kind(192, 4096, 4096), ScheduleKind::SmallM);
         assert_eq!((kind(200, 10240, 5120), tile(200, 10240, 5120)), (ScheduleKind::Persistent, (256, 128)));
-        assert_eq!((kind(256, 51200, 5120), tile(256, 51200, 5120)), (ScheduleKind::Persistent, (128, 128)));
+        // ... there, too, a 256 x 128 split tail where the model saves >= 10 % (gate_up: 400
+        // tiles of 256 x 128 = 3 rounds + 4), never a 128 x 128 one.
+        assert_eq!(p(256, 51200, 5120), (ScheduleKind::Persistent, (256, 128), 3, 4));
+        assert_eq!(p(160, 51200, 5120), (ScheduleKind::Persistent, (256, 128), 3, 4));
         assert_eq!((kind(256, 5120, 8192), tile(256, 5120, 8192)), (ScheduleKind::Persistent, (128, 128)));
         assert_eq!(kind(192, 5120, 25600), ScheduleKind::SmallM);
         // Split tails at M > 256 where the rounds model saves >= 10 % (2026-12-02 sweep, hot /
@@ -641,8 +665,8 @@ mod tests {
         assert_eq!(p(1536, 10240, 5120), (ScheduleKind::Persistent, (256, 128), 3, 1));
         assert_eq!(p(8192, 10240, 5120), (ScheduleKind::Persistent, (256, 128), 3, 1));
         assert_eq!(p(2048, 5120, 25600), (ScheduleKind::Persistent, (128, 128), 5, 1));
-        // Not at M <= 256 (a 160×10240×5120 split tail measured 17 % slower, session 24).
-        assert_eq!(p(160, 10240, 5120).3, 1);
+        // Not a 128 x 128 split tail at M <= 256 (160×10240×5120 measured 17 % slower, session 24).
+        assert_eq!(p(160, 10240, 5120), (ScheduleKind::Persistent, (256, 128), 3, 1));
         // Splits measured best on H200 (sweep of 2026-11-30, docs/KERNELS.md).
         assert_eq!(c(1, 4096, 4096).split_k, 2);
         assert_eq!(c(16, 4096, 4096).split_k, 2);
