@@ -343,13 +343,13 @@ pub fn split_override(m: usize, n: usize, k: usize) -> Result<Option<i32>> {
 /// |---|---|---|---|---|
 /// | 1–8 | swap-AB | 8 tokens × 64 weight rows | 8 | 2 if S ≤ N/64 < 2·S and kb ≥ 32; none if N/64 ≥ 2·S; else the larger of `swap_split` and `split_for(N/64, kb, 3·S, 16)` (three CTAs per SM) |
 /// | 9–16 | swap-AB | 16 × 64 | 8 | none if N/64 ≥ S, else `swap_split` |
-/// | 65–128 with t128 ≥ 40 | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split; ≥ 3 splits: persistent 128 × 128 × 5 with that split tail instead |
+/// | 65–128 with t128 ≥ 40 | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split; ≥ 3 splits: persistent 128 × 128 × 5 with that split tail instead; t128 > S with a small last round: persistent 128 × 128 × 5 with a split tail (the ≤ 0.9 rule below) |
 /// | 17–64 with S/4 < ⌈N/64⌉ ≤ S/2, K ≥ 1024 | small-M | 64 × 64 | 8 | 2 (a 2-CTA cluster sums) |
 /// | 17–32 with ⌈N/64⌉ ≥ 1.5·S | swap-AB | 32 × 64 | 8 | none |
 /// | other 17–128 | small-M | 64 × 128 | 6 | one wave, ≥ 4 K blocks per split |
 /// | 193–256 while ⌈M/64⌉·t128 ≤ S and 2·⌈M/128⌉·t128 ≤ S | persistent | 128 × 128 | 5 | split tail 2 (every tile in two K ranges) |
 /// | 129–256 while ⌈M/64⌉·t128 ≤ S | small-M | 64 × 128 | 6 | one wave, ≥ 16 K blocks per split |
-/// | > 256, and other 129–256 | persistent, TMA-store epilogue | 256 × 128 (2 waves of 128) if `200·R₂₅₆ < 108·R₁₂₈`, else 128 × 128 | 3 / 5 | none; at M > 256 a split tail where it costs ≤ 0.9 × that |
+/// | > 256, and other 129–256 | persistent, TMA-store epilogue | 256 × 128 (2 waves of 128) if `200·R₂₅₆ < 108·R₁₂₈`, else 128 × 128 | 3 / 5 | none; a split tail where it costs ≤ 0.9 × that (at M ≤ 256 only the 256 × 128 tile's) |
 ///
 /// `R` = rounds of tiles over the SMs (⌈tiles / S⌉): a 256 × 128 tile does twice the work of a
 /// 128 × 128 one ~8 % more efficiently (session 7 sweep: 4096³ 132 vs 142 µs), so it wins
