@@ -16,6 +16,7 @@
 #include "api.h"
 #include "fp8gemm/launch_pdl.cuh"
 #include "fp8gemm/act_quant.cuh"
+#include "fp8gemm/ptx/flag.cuh"
 #include "fp8gemm/rmsnorm.cuh"
 #include "fp8gemm/trace.cuh"
 #include "fused_quant.h"
@@ -113,12 +114,6 @@ constexpr int kSplitThreads = 128;  // 1024 / kSplitCtas: candle's block, split
 constexpr int kBarWords = 2 + 32;
 static_assert(kBarWords == FP8GEMM_NORM_BARRIER_WORDS, "fused_quant.h's barrier size");
 
-__device__ __forceinline__ unsigned ld_acquire_u32(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
 __global__ void __launch_bounds__(kSplitThreads)
     add_rmsnorm_quant_split_kernel(const __nv_bfloat16* __restrict__ x,
                                    const __nv_bfloat16* __restrict__ residual,
@@ -170,7 +165,7 @@ __global__ void __launch_bounds__(kSplitThreads)
       slots[c * (kSplitThreads / 32) + w] = __float_as_uint(s_warp[w]);
     __threadfence();  // the sums before the arrival
     atomicAdd(arrivals, 1u);
-    while (ld_acquire_u32(arrivals) < static_cast<unsigned>(kSplitCtas)) {
+    while (fp8gemm::ptx::ld_acquire_gpu(arrivals) < static_cast<unsigned>(kSplitCtas)) {
     }
     __threadfence();  // the other CTAs' sums, published before their arrival
     FP8GEMM_TRACE_MARK(3);

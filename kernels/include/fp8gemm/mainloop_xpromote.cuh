@@ -46,7 +46,7 @@ __device__ __forceinline__ void consume_tile_xpromote(const Ring& ring, State& s
     ptx::mbarrier_wait(ring.full(st.stage), st.phase);
     FP8GEMM_STAGE_MARK(cons, i, 1, probe);
 #ifdef FP8GEMM_TRACE
-    if (i == 0 && threadIdx.x == 0 && t_first != nullptr) *t_first = trace::now();
+    if (i == 0 && threadIdx.x == 0 && t_first != nullptr) *t_first = ptx::globaltimer_ns();
 #endif
     const float* sa_s = ring.scales(st.stage);
     const float sc = sw_tile[i];

@@ -122,7 +122,7 @@ __device__ __forceinline__ void stage_norm_row(ColOf col_of, int nvec, int64_t b
       reinterpret_cast<uint4*>(h_s)[v] = *reinterpret_cast<const uint4*>(x + base + col_of(v));
   ptx::griddep_wait();  // our inputs; the previous grid done reading
 #ifdef FP8GEMM_TRACE
-  if (t_wait != nullptr && tid == 0) *t_wait = trace::now();
+  if (t_wait != nullptr && tid == 0) *t_wait = ptx::globaltimer_ns();
 #endif
   // Each thread re-reads only the vectors it staged itself.
   for (int v = tid; v < nvec; v += kThreads) {

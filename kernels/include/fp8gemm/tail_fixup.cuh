@@ -21,6 +21,7 @@
 
 #include "ptx/flag.cuh"
 #include "ptx/mbarrier.cuh"
+#include "ptx/timer.cuh"
 
 namespace fp8gemm {
 

@@ -24,14 +24,7 @@
 #define FP8GEMM_TRACE_REDUCE 9
 
 #if defined(FP8GEMM_TRACE) || defined(FP8GEMM_TRACE_STAGES)
-namespace fp8gemm::trace {
-// The GPU's nanosecond clock, for the timeline trace and the per-stage probe below.
-__device__ __forceinline__ unsigned long long now() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-}  // namespace fp8gemm::trace
+#include "ptx/timer.cuh"  // the timeline trace's and the per-stage probe's clock
 #endif
 
 #ifdef FP8GEMM_TRACE
@@ -57,7 +50,7 @@ __device__ __forceinline__ uint32_t begin() { return threadIdx.x == 0 ? atomicAd
 // Thread 0 writes its record; t = entry and marks 1..3 of this thread (0: not reached).
 __device__ __forceinline__ void end(uint32_t slot, uint16_t tag, const unsigned long long (&t)[4]) {
   if (threadIdx.x != 0) return;
-  const unsigned long long t_end = now();
+  const unsigned long long t_end = ptx::globaltimer_ns();
   Rec r;
   r.t0 = t[0];
 #pragma unroll
@@ -76,11 +69,11 @@ __device__ __forceinline__ void end(uint32_t slot, uint16_t tag, const unsigned 
 // At the top of a kernel body (every thread): the entry time, the slot and the kind. Marks live
 // in thread 0's registers (no shared memory: the GEMM rings use all of it).
 #define FP8GEMM_TRACE_BEGIN(tag)                                                  \
-  unsigned long long fp8gemm_trace_t[4] = {fp8gemm::trace::now(), 0ull, 0ull, 0ull}; \
+  unsigned long long fp8gemm_trace_t[4] = {fp8gemm::ptx::globaltimer_ns(), 0ull, 0ull, 0ull}; \
   const uint32_t fp8gemm_trace_slot = fp8gemm::trace::begin();                    \
   constexpr uint16_t fp8gemm_trace_tag = (tag)
 // Mark i (1..3) now, by thread 0 (the only thread whose marks are recorded). The end is mark 4.
-#define FP8GEMM_TRACE_MARK(i) (fp8gemm_trace_t[(i)] = fp8gemm::trace::now())
+#define FP8GEMM_TRACE_MARK(i) (fp8gemm_trace_t[(i)] = fp8gemm::ptx::globaltimer_ns())
 // Where a helper marks for its caller (stage_norm_row): the mark's address, or nullptr.
 #define FP8GEMM_TRACE_MARK_PTR(i) (&fp8gemm_trace_t[(i)])
 // Where thread 0 leaves the kernel (other threads: no effect).
@@ -132,7 +125,7 @@ __device__ __forceinline__ bool on(int kb) { return cta() < kCtas && kb >= 0 && 
 #define FP8GEMM_STAGE_MARK(role, kb, i, cond)                                                       \
   do {                                                                                              \
     if ((cond) && fp8gemm::stage_trace::on(kb))                                                     \
-      fp8gemm::stage_trace::g_##role[fp8gemm::stage_trace::cta()][(kb)].t[(i)] = fp8gemm::trace::now(); \
+      fp8gemm::stage_trace::g_##role[fp8gemm::stage_trace::cta()][(kb)].t[(i)] = fp8gemm::ptx::globaltimer_ns(); \
   } while (0)
 // extern "C" int NAME(void* prod, void* cons, int clear): copies (or, clear != 0, zeroes) this
 // translation unit's probe arrays.

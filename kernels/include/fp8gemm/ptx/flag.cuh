@@ -14,15 +14,13 @@ __device__ __forceinline__ int ld_acquire_gpu(const int* flag) {
   asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
   return v;
 }
+__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* flag) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+  return v;
+}
 __device__ __forceinline__ void st_relaxed_gpu(int* flag, int v) {
   asm volatile("st.relaxed.gpu.global.s32 [%0], %1;" ::"l"(flag), "r"(v) : "memory");
-}
-
-// Nanoseconds of the GPU's global timer (for bounded waits).
-__device__ __forceinline__ unsigned long long globaltimer_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-  return t;
 }
 
 }  // namespace fp8gemm::ptx
