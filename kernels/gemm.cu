@@ -98,15 +98,15 @@ int64_t split_for(int64_t tiles, int64_t kb, int64_t max_ctas, int64_t min_kb) {
 }
 
 // Rounds of a persistent grid over `tiles` tiles with a split tail, num / den = R + 1/S (R >= 1
-// full rounds, a last round of L <= SMs/2 tiles in S = min(4, SMs / L, kb) K ranges), and S;
-// false where no split tail applies. Mirrors tail_cost in src/dispatch.rs.
+// full rounds, a last round of L <= SMs/2 tiles in the S K ranges the kernel runs for a request
+// of 4: persistent_tail), and S; false where no split tail applies. Mirrors tail_cost in
+// src/dispatch.rs.
 bool tail_cost(int64_t tiles, int64_t sms, int64_t kb, int64_t* num, int64_t* den, int64_t* split) {
   const int64_t full = tiles / sms, last = tiles % sms;
-  if (full == 0 || last == 0 || 2 * last > sms) return false;
-  int64_t s = sms / last < 4 ? sms / last : 4;
-  if (s > kb) s = kb;
-  if (s < 2) return false;
-  *num = full * s + 1, *den = s, *split = s;
+  if (full == 0 || 2 * last > sms) return false;
+  const TailPlan plan = persistent_tail(tiles, sms, 4, static_cast<int>(kb));
+  if (plan.splits < 2) return false;
+  *num = full * plan.splits + 1, *den = plan.splits, *split = plan.splits;
   return true;
 }
 
