@@ -635,9 +635,14 @@ pub(crate) fn hopper_gemm_unreduced(
     let dev = qa.0.device.clone();
     let ops = operands("hopper_gemm_unreduced", qa, sa, w, sw, m, n, k)?;
     let cfg = hopper_config(&dev, m, n, k)?;
-    let need = unsafe { ffi::fp8gemm_workspace_bytes(&cfg, m as i64, n as i64, k as i64) };
-    // The persistent schedule sums its split tail inside the kernel: always bf16 out.
-    if need == 0 || cfg.schedule() == Some(ScheduleKind::Persistent) {
+    // The persistent schedule sums its split tail inside the kernel: always bf16 out (its
+    // workspace is the tail's, not partials of [m, n]).
+    let need = if cfg.schedule() == Some(ScheduleKind::Persistent) {
+        0
+    } else {
+        unsafe { ffi::fp8gemm_workspace_bytes(&cfg, m as i64, n as i64, k as i64) }
+    };
+    if need == 0 {
         return Ok(GemmOutput::Y(hopper_gemm(&dev, &ops, m, n, k)?));
     }
     let splits = need / (4 * m * n);
