@@ -26,6 +26,7 @@
 #include <cstdlib>
 
 #include "cuda_check.cuh"
+#include "../../kernels/include/fp8gemm/ptx/flag.cuh"
 
 template <bool kPdl, bool kTriggerEarly>
 __global__ void __launch_bounds__(128) step_kernel(unsigned* counter) {
@@ -41,11 +42,8 @@ __global__ void __launch_bounds__(128) step_kernel(unsigned* counter) {
   }
 }
 
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
+using fp8gemm::ptx::ld_acquire_gpu;
+// A release store (the library's flags count with red.release; this handoff measures st.release).
 __device__ __forceinline__ void st_release(unsigned* p, unsigned v) {
   asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
@@ -58,7 +56,7 @@ __global__ void __launch_bounds__(32) handoff_kernel(unsigned* flag, int rounds,
   if (!first && static_cast<int>(blockIdx.x) != peer) return;
   for (int i = 0; i < rounds; ++i) {
     const unsigned mine = 2u * i + (first ? 0u : 1u);
-    while (ld_acquire(flag) != mine) {
+    while (ld_acquire_gpu(flag) != mine) {
     }
     st_release(flag, mine + 1);
   }
