@@ -138,7 +138,7 @@ fp8gemm_config auto_config(int64_t m, int64_t n, int64_t k, int sms) {
     const int64_t t64 = (n + 63) / 64;
     if (m <= 64 && 2 * t64 <= sms && 4 * t64 > sms && kb >= 8)
       return make(FP8GEMM_KIND_SMALL_M, 64, 64, 8, 2);  // one wave of 64 x 64 tiles, 2-CTA sums
-    if (m <= 32 && 2 * t64 >= 3 * int64_t(sms))  // wide N: swap-AB 32-token tiles
+    if (m <= 32 && t64 >= sms)  // a wave or more of 64-row weight tiles: swap-AB 32-token tiles
       return make(FP8GEMM_KIND_SWAP_AB, 32, 64, 8, 1);
     if (m > 64 && t128 >= 40) {
       // Three or more K ranges: the persistent tile's split tail sums them in the kernel.

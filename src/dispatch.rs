@@ -345,7 +345,7 @@ pub fn split_override(m: usize, n: usize, k: usize) -> Result<Option<i32>> {
 /// | 9–16 | swap-AB | 16 × 64 | 8 | none if N/64 ≥ S, else `swap_split` |
 /// | 65–128 with t128 ≥ 40 | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split; ≥ 3 splits: persistent 128 × 128 × 5 with that split tail instead; t128 > S with a small last round: persistent 128 × 128 × 5 with a split tail (the ≤ 0.9 rule below) |
 /// | 17–64 with S/4 < ⌈N/64⌉ ≤ S/2, K ≥ 1024 | small-M | 64 × 64 | 8 | 2 (a 2-CTA cluster sums) |
-/// | 17–32 with ⌈N/64⌉ ≥ 1.5·S | swap-AB | 32 × 64 | 8 | none |
+/// | 17–32 with ⌈N/64⌉ ≥ S | swap-AB | 32 × 64 | 8 | none |
 /// | other 17–128 | small-M | 64 × 128 | 6 | one wave, ≥ 4 K blocks per split |
 /// | 193–256 while ⌈M/64⌉·t128 ≤ S and 2·⌈M/128⌉·t128 ≤ S | persistent | 128 × 128 | 5 | split tail 2 (every tile in two K ranges) |
 /// | 129–256 while ⌈M/64⌉·t128 ≤ S | small-M | 64 × 128 | 6 | one wave, ≥ 16 K blocks per split |
@@ -412,14 +412,15 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
             // 64 x 128 split 4 (docs/perf/2026-11-30-s9/call8-push-vs-pull/).
             return cfg(ScheduleKind::SmallM, 64, 64, 8, 2);
         }
-        if m <= 32 && 2 * t64 >= 3 * sms {
+        if m <= 32 && t64 >= sms {
             // Wide N at M = 17-32: swap-AB 32-token tiles (weights on the wgmma M side) stream
             // the weights with less activation traffic per tile than 64 x 128 small-M tiles
             // (session 13 sweep, op path, hot / cold µs: 32×51200×5120 72.4 / 72.4 vs 76.7 /
             // 77.7; 32×25600×5120 40.1 / 39.8 vs 42.9 / 42.5; 32×16384×4096 20.6 / 20.7 vs 21.1
             // / 21.2; 24×51200×5120 72.8 / 73.1 vs 74.1 / 75.0; the bench's "into" at
-            // 32×51200×5120 70.9 / 72.4 vs 76.0 / 76.4 in session 12). Not at 160 tiles (10240:
-            // a tie).
+            // 32×51200×5120 70.9 / 72.4 vs 76.0 / 76.4 in session 12). From one wave of them
+            // (session 26, 32×10240×5120: 18.42 / 18.47 vs 20.43 / 20.23; session 13 had measured
+            // a tie there, 18.80 vs 18.18).
             return cfg(ScheduleKind::SwapAb, 32, 64, 8, 1);
         }
         if m > 64 && t128 >= 40 {
@@ -695,13 +696,13 @@ mod tests {
         assert_eq!(tile(64, 2048, 4096), (64, 128));
         assert_eq!(tile(64, 4096, 512), (64, 128));
         assert_eq!(c(32, 5120, 8192).split_k, 3);
-        // Session 13: swap-AB 32 x 64 at M = 17-32 from 1.5 S column tiles of 64 (N >= 12672
-        // on 132 SMs); 3-way workspace splits stay at M = 33-64.
-        for (m, n) in [(17, 51200), (32, 51200), (32, 16384), (24, 12672)] {
+        // Swap-AB 32 x 64 at M = 17-32 from one wave of 64-row weight tiles (N >= 8448 on 132
+        // SMs; sessions 13 and 26); 3-way workspace splits stay at M = 33-64.
+        for (m, n) in [(17, 51200), (32, 51200), (32, 16384), (24, 12672), (32, 10240), (17, 8448)] {
             assert_eq!((kind(m, n, 5120), tile(m, n, 5120), c(m, n, 5120).split_k), (ScheduleKind::SwapAb, (32, 64), 1), "{m}x{n}");
         }
-        assert_eq!((kind(32, 12608, 5120), tile(32, 12608, 5120)), (ScheduleKind::SmallM, (64, 128)));
-        assert_eq!(kind(32, 10240, 5120), ScheduleKind::SmallM);
+        assert_eq!((kind(32, 8384, 5120), tile(32, 8384, 5120)), (ScheduleKind::SmallM, (64, 128)));
+        assert_eq!(kind(33, 10240, 5120), ScheduleKind::SmallM);
         assert_eq!(kind(16, 51200, 5120), ScheduleKind::SwapAb);
         assert_eq!(tile(16, 51200, 5120), (16, 64));
         // Three CTAs per SM for the 16-token tile from 3 waves of tiles only (N >= 25344 at S = 132).
