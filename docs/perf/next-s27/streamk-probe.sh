@@ -11,7 +11,8 @@
 # Suspects: finishers waiting (the timeline's end minus last K block), per-piece ramps (scale
 # cache refill, ring refill), the partial stores / reads, 64-bit divisions in next_stream.
 # Harness route, ~3 device minutes: bash docs/perf/next-s27/streamk-probe.sh
-git apply docs/perf/2026-12-02-s26/stream-k.patch || { echo "patch does not apply"; exit 1; }
+P=docs/perf/2026-12-02-s26/stream-k.patch
+git apply "$P" 2>/dev/null || patch -p1 < "$P" || { echo "patch does not apply"; exit 1; }
 source scripts/dev/harness_prelude.sh
 wait $BPID
 timeout 90 $H --lib /tmp/lib_stages.so stages --only persistent128x128s5,persistent128x128s5sk \
