@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Markdown tables for docs/PERF.md from one H200 run: our bench JSON (ours, cuBLASLt via our
 provider, candle bf16) and anchors.py's log (torch cuBLASLt, Triton), plus DeepGEMM's figures
-from design.md §6 / the Speed issue. Usage: perf_table.py bench.json anchors.log
+from design.md §6 / the Speed issue. Usage: perf_table.py bench.json anchors.log [--readme]
+(--readme: README's excerpt — the README_ROWS below, cuBLASLt = the faster of ours and torch's,
+hot and cold separately, ours in bold where the row meets the target).
 
 The target column judges ours into a preallocated output (the peers' protocol) against the
 fastest peer, the in-bench cuBLASLt (which allocates) included."""
@@ -17,7 +19,13 @@ DEEPGEMM = {  # (m, n, k): (hot, cold) µs, measured on this H200 on 2026-11-29 
     (1, 5120, 25600): (78.11, 78.10),
 }
 
+README_ROWS = [(m, 4096, 4096) for m in (1, 16, 32, 64, 128, 224, 256, 512, 2048, 4096)] + [
+    (1, 10240, 5120), (1, 5120, 8192), (1, 51200, 5120), (1, 5120, 25600), (16, 10240, 5120),
+    (32, 10240, 5120), (16, 51200, 5120), (32, 51200, 5120), (128, 51200, 5120), (16, 5120, 25600),
+    (128, 5120, 8192), (2048, 10240, 5120), (2048, 5120, 8192), (2048, 5120, 25600)]
+
 bench = json.load(open(sys.argv[1]))
+readme = "--readme" in sys.argv[3:]
 anchors = {}
 for line in open(sys.argv[2]):
     m = re.match(r"\s*(\d+)\s+(\d+)\s+(\d+)\s+\|\s+([\d.]+)\s+([\d.]+)\s+\|\s+([\d.]+)\s+([\d.]+)\s+\|\s+([\d.]+)\s+([\d.]+)", line)
@@ -40,8 +48,10 @@ def met(m, rh, rc):
 def f(x):
     return "–" if x is None else f"{x:.2f}"
 
-print("| shape | M | ours hot / cold (into) | ours hot / cold (op) | full linear hot | cuBLASLt (ours) hot / cold | torch cuBLASLt hot / cold | Triton hot / cold | DeepGEMM hot / cold | candle bf16 hot | best peer hot / cold | ours (into) ÷ best (hot / cold) | target met |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+def pair(v):
+    return f"{f(v[0])} / {f(v[1])}" if v else "–"
+
+full, short = [], {}
 for (label, m, n, k), t in rows.items():
     h, c = t.get("hot"), t.get("cold")
     a = anchors.get((m, n, k), {})
@@ -52,10 +62,21 @@ for (label, m, n, k), t in rows.items():
     # "into": ours into a preallocated output, as anchors.py times torch's peers and DeepGEMM
     # runs; "op": the allocating candle op (a graph memory node per call). Older JSON: op only.
     ih, ic = h.get("ours_into_us") or h["ours_us"], c.get("ours_into_us") or c["ours_us"]
-    print(f"| {label} {n}×{k} | {m} | {f(ih)} / {f(ic)} | {f(h['ours_us'])} / {f(c['ours_us'])} | {f(h.get('full_linear_us'))} | "
-          f"{f(h['cublaslt_us'])} / {f(c['cublaslt_us'])} | "
-          f"{' / '.join(f(x) for x in a['cublas']) if 'cublas' in a else '–'} | "
-          f"{' / '.join(f(x) for x in a['triton']) if 'triton' in a else '–'} | "
-          f"{' / '.join(f(x) for x in dg) if dg else '–'} | {f(h['bf16_us'])} | {f(bh)} / {f(bc)} | "
-          f"{ih/bh:.2f} / {ic/bc:.2f} | {met(m, ih/bh, ic/bc)} |")
-print(f"\nRows meeting the target: {TALLY[0]} of {sum(TALLY)}.")
+    ok = met(m, ih/bh, ic/bc)
+    full.append(f"| {label} {n}×{k} | {m} | {f(ih)} / {f(ic)} | {f(h['ours_us'])} / {f(c['ours_us'])} | {f(h.get('full_linear_us'))} | "
+                f"{f(h['cublaslt_us'])} / {f(c['cublaslt_us'])} | {pair(a.get('cublas'))} | {pair(a.get('triton'))} | "
+                f"{pair(dg)} | {f(h['bf16_us'])} | {f(bh)} / {f(bc)} | {ih/bh:.2f} / {ic/bc:.2f} | {ok} |")
+    lt = [min([x] + ([a["cublas"][i]] if "cublas" in a else [])) for i, x in enumerate((h["cublaslt_us"], c["cublaslt_us"]))]
+    ours = f"{f(ih)} / {f(ic)}"
+    name = f"{m}×{n}×{k}" + ("" if label == "square" else f" ({label})")
+    short[(m, n, k)] = (f"| {name} | {f'**{ours}**' if ok == 'yes' else ours} | {pair(lt)} | {pair(a.get('triton'))} | "
+                        f"{pair(dg)} | {f(h['bf16_us'])} | {ih/bh:.2f} / {ic/bc:.2f} |")
+if readme:
+    print("| M×N×K | ours | cuBLASLt | Triton | DeepGEMM | candle bf16 | ours ÷ best |")
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(short[r] for r in README_ROWS))
+else:
+    print("| shape | M | ours hot / cold (into) | ours hot / cold (op) | full linear hot | cuBLASLt (ours) hot / cold | torch cuBLASLt hot / cold | Triton hot / cold | DeepGEMM hot / cold | candle bf16 hot | best peer hot / cold | ours (into) ÷ best (hot / cold) | target met |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n".join(full))
+    print(f"\nRows meeting the target: {TALLY[0]} of {sum(TALLY)}.")
