@@ -51,6 +51,18 @@ gemm_checks() {
   echo "racecheck dev_variants rc=$? $(grep -h 'RACECHECK SUMMARY\|ERROR SUMMARY' "$R/racecheck.txt" | sort | uniq -c | tr '\n' ' ') at $(elapsed)"
 }
 
+# The same-run table of the Speed issue: anchors.py (torch's cuBLASLt, Triton; bundle/dev/anchors.py)
+# then bench (ours into / op, our cuBLASLt provider, candle bf16) on this machine, merged by
+# scripts/perf_table.py into $R/final-table.md (README's excerpt: the same with --readme).
+same_run_table() {
+  timeout 300 python3 bundle/dev/anchors.py --json "$R/anchors.json" --no-ceilings > "$R/anchors.log" 2>&1
+  echo "anchors rc=$? at $(elapsed)"
+  BENCH_STAMPS=1 timeout 220 "$BIN/bench" --json "$R/bench.json" --full-linear-max-m 1 > "$R/bench.log" 2>&1
+  echo "bench rc=$? at $(elapsed)"
+  python3 scripts/perf_table.py "$R/bench.json" "$R/anchors.log" > "$R/final-table.md" 2>&1
+  tail -1 "$R/final-table.md"
+}
+
 # Archives $R as $OUT/NAME.tgz (what the device tool brings back) and removes it.
 pack_out() { (cd "$OUT" && tar czf "$1.tgz" r && rm -rf r && echo "packed at $(elapsed)"); }
 

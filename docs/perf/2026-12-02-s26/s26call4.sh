@@ -5,10 +5,5 @@
 # cuBLASLt and Triton), then bench (ours into / op, our cuBLASLt provider, candle bf16), merged by
 # scripts/perf_table.py. Decode was measured in call 1 (its GEMMs are unchanged since).
 source scripts/dev/call_prelude.sh
-timeout 300 python3 bundle/dev/anchors.py --json $R/anchors.json --no-ceilings > $R/anchors.log 2>&1
-echo "anchors rc=$? at $(elapsed)"
-BENCH_STAMPS=1 timeout 220 $BIN/bench --json $R/bench.json --full-linear-max-m 1 > $R/bench.log 2>&1
-echo "bench rc=$? at $(elapsed)"
-python3 scripts/perf_table.py $R/bench.json $R/anchors.log > $R/final-table.md 2>&1
-tail -1 $R/final-table.md
+same_run_table  # (as run: the same commands written out; call_prelude.sh has them since)
 pack_out s26call4
