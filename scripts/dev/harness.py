@@ -568,6 +568,9 @@ def probe(lib, args):
                 torch.cuda.synchronize()
                 assert st == 0, L.fp8gemm_status_string(st)
                 n_cta = ((M + c.block_m - 1) // c.block_m) * ((N + c.block_n - 1) // c.block_n) * max(1, c.split_k)
+                if c.kind == KIND["persistent"]:  # one wave of at most the SM budget (stream-K: units = tiles x K blocks)
+                    units = n_cta * ((K + 127) // 128) if c.split_k == -1 else n_cta
+                    n_cta = min(units, c.num_sms or torch.cuda.get_device_properties(0).multi_processor_count)
                 got = L.fp8gemm_trace_dump(dump.encode())
                 assert got >= 0, "no trace in this build (EXTRA_FLAGS=-DFP8GEMM_TRACE)" if got == -1 else f"trace dump: {got}"
                 # GEMM records by entry time; the launches ran one after another, so the last
