@@ -19,6 +19,7 @@ import math
 import os
 import random
 import re
+import statistics
 import sys
 import time
 
@@ -575,7 +576,8 @@ def probe(lib, args):
                 assert got >= 0, "no trace in this build (EXTRA_FLAGS=-DFP8GEMM_TRACE)" if got == -1 else f"trace dump: {got}"
                 # GEMM records by entry time; the launches ran one after another, so the last
                 # n_cta are this launch's CTAs.
-                recs = [r for r in trace_timeline.load(dump) if r[2] == 1][-n_cta:]
+                all_recs = trace_timeline.load(dump)
+                recs = [r for r in all_recs if r[2] == 1][-n_cta:]
                 nan = float("nan")
                 t = torch.tensor([[t0] + [t0 + dd if dd else nan for dd in (d[0], d[1], d[2], d[3])]
                                   for t0, _, _, d, _, _ in recs], dtype=torch.float64)
@@ -588,6 +590,37 @@ def probe(lib, args):
                 for slot, name in ((0, "entry"), (2, "first_kb"), (4, "end")):
                     qv = torch.quantile(t[:, slot], qs)
                     print(f"  {name:8s} p10/p50/p90/p99/max " + " ".join(f"{v:.2f}" for v in qv), flush=True)
+                probe_tiles(all_recs, min(r[0] for r in recs))
+
+
+def probe_tiles(recs, launch_t0):
+    """The per-tile records (tag 10, persistent schedules) of the launch that began at launch_t0:
+    per role (whole tile / published piece / finished from pieces) medians, in us, of the start
+    (from the launch's first entry), first K block landed and ns per K block after it, the
+    fix-up (publish, or wait + add) and the end after it; then CTAs 0-3 and the 4 latest."""
+    tiles = [r for r in recs if r[2] == 10 and r[0] >= launch_t0]
+    if not tiles:
+        return
+    roles = {0: "whole", 1: "publish", 2: "finish"}
+    rows = []
+    for t0, _, _, d, _, cta in tiles:
+        nkb, role = (cta >> 16) & 0xFF, cta >> 24
+        start = (t0 - launch_t0) / 1e3
+        first, last, fix, end = (v / 1e3 for v in d)
+        per_kb = (last - first) / max(1, nkb - 1) * 1e3
+        fix_us = (fix - last) if fix else 0.0
+        rows.append((cta & 0xFFFF, role, nkb, start, first, per_kb, fix_us, end - (fix or last), start + end))
+    med = lambda v: statistics.median(v) if v else float("nan")
+    for role, name in roles.items():
+        rr = [r for r in rows if r[1] == role]
+        if rr:
+            cols = " ".join(f"{med([r[i] for r in rr]):.2f}" for i in (2, 3, 4, 5, 6, 7, 8))
+            print(f"  TILES {name:7s} n {len(rr):3d} | kb start first ns/kb fix epi done (medians): {cols}", flush=True)
+    rows.sort(key=lambda r: (r[0], r[3]))
+    late = sorted(rows, key=lambda r: -r[8])[:4]
+    for r in [r for r in rows if r[0] < 4] + late:
+        print(f"    cta {r[0]:3d} {roles[r[1]]:7s} kb {r[2]:3d} start {r[3]:6.2f} first +{r[4]:.2f} "
+              f"{r[5]:.0f} ns/kb fix {r[6]:.2f} epi {r[7]:.2f} done {r[8]:6.2f}", flush=True)
 
 
 def stages(lib, args):

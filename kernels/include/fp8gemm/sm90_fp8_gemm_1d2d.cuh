@@ -388,6 +388,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
   bool first_pass = true;  // the first tile's first pass through the ring
 
   while (sched.next(tile)) {
+    FP8GEMM_TRACE_TILE_BEGIN(T::kPersistent);
     const int nkb = tile.kb1 - tile.kb0;
     const int sw_off = kStraddle ? tile.col0 % 128 : 0;  // tile start inside its scale block
     float* sw_tile = sw_cache;
@@ -620,9 +621,15 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
     // tile's K range other than the last publishes its partial sums and has no output; the last
     // range's unit adds them and stores the tile.
     if constexpr (T::kPersistent) {
-      if (tile.tail >= 0 &&
-          !tail_fixup<T::kMathWG>(acc, partial, tile.tail, tile.split, p.shape.tail_splits, wg, tid_wg, 2 + wg))
-        continue;
+      if (tile.tail >= 0) {
+        const bool store =
+            tail_fixup<T::kMathWG>(acc, partial, tile.tail, tile.split, p.shape.tail_splits, wg, tid_wg, 2 + wg);
+        FP8GEMM_TRACE_TILE_FIX();
+        if (!store) {
+          FP8GEMM_TRACE_TILE_END(nkb, 1);
+          continue;
+        }
+      }
     }
     // Epilogue: every in-bounds element of the tile is written (zeros for an empty K split).
     if constexpr (kPushSum) {
@@ -723,6 +730,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
                                                                   y, partial, tile.split);
       }
     }
+    if constexpr (T::kPersistent) FP8GEMM_TRACE_TILE_END(nkb, tile.tail >= 0 ? 2 : 0);
   }
   if constexpr (kStoreTma) {
     if (tid_wg == 0) ptx::tma_store_wait_all();  // y complete before the grid ends

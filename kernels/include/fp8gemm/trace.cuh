@@ -22,6 +22,11 @@
 #define FP8GEMM_TRACE_ARGMAX 7
 #define FP8GEMM_TRACE_QUANT 8
 #define FP8GEMM_TRACE_REDUCE 9
+// One record per tile of a persistent schedule (after its CTA's own record, tag GEMM): t0 =
+// the tile's start, marks = first K block landed, last K block done, fix-up done (split tail /
+// stream-K pieces; 0 for a whole tile), end = stored or published. cta = block index | K blocks
+// << 16 | role << 24 (0 whole tile, 1 published a piece, 2 finished a tile from pieces).
+#define FP8GEMM_TRACE_TILE 10
 
 #if defined(FP8GEMM_TRACE) || defined(FP8GEMM_TRACE_STAGES)
 #include "ptx/timer.cuh"  // the timeline trace's and the per-stage probe's clock
@@ -64,6 +69,27 @@ __device__ __forceinline__ void end(uint32_t slot, uint16_t tag, const unsigned 
   g_ring[slot % kCap] = r;
 }
 
+// Thread 0 appends a tile record (FP8GEMM_TRACE_TILE): t = the CTA's marks (2 and 3 are the
+// tile's), t_tile its start, t_fix after its fix-up (0: none).
+__device__ __forceinline__ void tile(uint32_t slot, unsigned long long t_tile, const unsigned long long (&t)[4],
+                                     unsigned long long t_fix, uint32_t info) {
+  if (threadIdx.x != 0) return;
+  const unsigned long long t_end = ptx::globaltimer_ns();
+  auto rel = [&](unsigned long long x) { return x > t_tile ? static_cast<uint32_t>(x - t_tile) : 0u; };
+  Rec r;
+  r.t0 = t_tile;
+  r.d[0] = rel(t[2]);
+  r.d[1] = rel(t[3]);
+  r.d[2] = rel(t_fix);
+  r.d[3] = rel(t_end);
+  r.tag = FP8GEMM_TRACE_TILE;
+  uint32_t sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  r.sm = static_cast<uint16_t>(sm);
+  r.cta = (blockIdx.x & 0xffffu) | info << 16;
+  g_ring[slot % kCap] = r;
+}
+
 }  // namespace fp8gemm::trace
 
 // At the top of a kernel body (every thread): the entry time, the slot and the kind. Marks live
@@ -78,6 +104,19 @@ __device__ __forceinline__ void end(uint32_t slot, uint16_t tag, const unsigned 
 #define FP8GEMM_TRACE_MARK_PTR(i) (&fp8gemm_trace_t[(i)])
 // Where thread 0 leaves the kernel (other threads: no effect).
 #define FP8GEMM_TRACE_END() fp8gemm::trace::end(fp8gemm_trace_slot, fp8gemm_trace_tag, fp8gemm_trace_t)
+// Per-tile records of a persistent schedule: BEGIN(on) at the tile's start (on: the schedule
+// writes them; the slot is reserved here, read at the end), FIX after its fix-up, END(nkb, role)
+// where it is stored or published.
+#define FP8GEMM_TRACE_TILE_BEGIN(on) \
+  unsigned long long fp8gemm_tile_t0 = fp8gemm::ptx::globaltimer_ns(), fp8gemm_tile_fix = 0ull; \
+  const uint32_t fp8gemm_tile_slot = (on) ? fp8gemm::trace::begin() : 0u;                       \
+  (void)fp8gemm_tile_t0;                                                                        \
+  (void)fp8gemm_tile_fix;                                                                       \
+  (void)fp8gemm_tile_slot
+#define FP8GEMM_TRACE_TILE_FIX() (fp8gemm_tile_fix = fp8gemm::ptx::globaltimer_ns())
+#define FP8GEMM_TRACE_TILE_END(nkb, role)                                                           \
+  fp8gemm::trace::tile(fp8gemm_tile_slot, fp8gemm_tile_t0, fp8gemm_trace_t, fp8gemm_tile_fix,                       \
+                       static_cast<uint32_t>((nkb) < 255 ? (nkb) : 255) | static_cast<uint32_t>(role) << 8)
 // Defines extern "C" int NAME(void* dst, uint32_t cap, uint32_t* count): copies this
 // translation unit's ring (cap records at most) and its append count.
 #define FP8GEMM_TRACE_READER(NAME)                                                                   \
@@ -98,6 +137,15 @@ __device__ __forceinline__ void end(uint32_t slot, uint16_t tag, const unsigned 
   do {                      \
   } while (0)
 #define FP8GEMM_TRACE_READER(NAME)
+#define FP8GEMM_TRACE_TILE_BEGIN(on) \
+  do {                             \
+  } while (0)
+#define FP8GEMM_TRACE_TILE_FIX() \
+  do {                           \
+  } while (0)
+#define FP8GEMM_TRACE_TILE_END(nkb, role) \
+  do {                                    \
+  } while (0)
 #endif
 
 // Development per-stage probe of the GEMM main loop (nvcc -DFP8GEMM_TRACE_STAGES; read by
