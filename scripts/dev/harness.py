@@ -223,7 +223,9 @@ def check(lib, args):
                 continue  # slow and pointless, but still correct
             cfgs.append(cfg_of(kind, bm, bn, st, 1))
             if sp and not big and K >= 512:
-                cfgs.append(cfg_of(kind, bm, bn, st, 3))   # cluster (DSMEM) reduce
+                # 2: a 2-CTA cluster (DSMEM) sum where the schedule has one (the push, the
+                # halves of the 2-warpgroup tiles, rank 0's pull); 3, 4: the workspace.
+                cfgs += [cfg_of(kind, bm, bn, st, s) for s in (2, 3, 4)]
             if sp and not big and K >= 2048 and M <= 300:
                 cfgs.append(cfg_of(kind, bm, bn, st, 12))  # > 8 splits: workspace + reduce kernel
             if kind == "persistent":
@@ -299,10 +301,11 @@ def sanitize(lib, args):
     compute-sanitizer). --quick: one launch per schedule (for racecheck)."""
     if args.quick:
         plan = [((130, 256, 1536), [("swap_ab", 8, 64, 8, 2), ("swap_ab", 16, 64, 8, 9), ("small_m", 64, 128, 6, 2),
-                                    ("warp_spec", 128, 128, 6, 3), ("persistent", 256, 128, 3, 1)])]
+                                    ("warp_spec", 128, 128, 6, 3), ("warp_spec", 128, 128, 6, 2),
+                                    ("persistent", 256, 128, 3, 1)])]
     else:
         shapes = [(5, 144, 384), (130, 256, 1536), (300, 272, 384)]
-        plan = [(sh, [(k, bm, bn, st, sp) for (k, bm, bn, st, spok) in CONFIGS for sp in ([1, 2, 9] if spok else [1])])
+        plan = [(sh, [(k, bm, bn, st, sp) for (k, bm, bn, st, spok) in CONFIGS for sp in ([1, 2, 4, 9] if spok else [1])])
                 for sh in shapes]
     n = bad = 0
     for (M, N, K), cfgs in plan:
