@@ -18,3 +18,15 @@ cp libfp8gemm.so /tmp/lib_plain.so
 echo "build $(( $(date +%s) - T0 )) s"
 (EXTRA_FLAGS=-DFP8GEMM_TRACE_STAGES bash scripts/dev/build.sh > "$O/build-stages.txt" 2>&1 && cp libfp8gemm.so /tmp/lib_stages.so) &
 BPID=$!
+
+# correctness_suite [CHECK_TIMEOUT_S]: harness check (every config), then racecheck and memcheck
+# on `sanitize --quick`, each line printed with the seconds since T0 (logs in $O).
+correctness_suite() {
+  timeout "${1:-150}" $H --lib /tmp/lib_plain.so check > $O/check.txt 2>&1
+  echo "check rc=$? at $(( $(date +%s) - T0 )) s"; grep -E "^CHECK|FAIL" $O/check.txt | head -10
+  local tool
+  for tool in racecheck memcheck; do
+    timeout 60 compute-sanitizer --tool $tool --error-exitcode 9 $H --lib /tmp/lib_plain.so sanitize --quick > $O/$tool.txt 2>&1
+    echo "$tool rc=$? $(grep -h 'SUMMARY\|sanitize driver' $O/$tool.txt | tr '\n' ' ') at $(( $(date +%s) - T0 )) s"
+  done
+}
