@@ -52,7 +52,8 @@ using RunFn = int (*)(const GemmArgs&);
 // 2-CTA clusters helped (M=128: 8.98 vs 9.57 us), clusters of 3-8 were up to 2x slower
 // (cluster placement), so only S = 2 takes the cluster path. Session 28 again: 4-CTA clusters
 // summing by reduce-scatter (each rank a quarter of the tile) ran 128x4096^2 in 128 x 128 tiles
-// in 14.6 us vs 9.6 for split 2 — twice a one-wave time: 32 clusters of 4 do not all fit at once.
+// in 14.6 us vs 9.6 for split 2 — twice a one-wave time: with one CTA per SM only 30 clusters
+// of 4 fit at once on the H200 (scripts/dev/cluster_fit.cu; 66 of 2, 15 of 8).
 constexpr int kMaxClusterSplit = 2;
 
 // Whether a (schedule, split) pair reduces through the workspace.
