@@ -4,7 +4,7 @@
 hot = one buffer again and again, cold = a sequence over copies that together exceed the L2.
 Prints µs, TB/s and the ratio to the issue's floor (bytes / 4.25 TB/s) per size and grid.
 
-    python3 scripts/dev/hbm_floor.py [--sizes-mb 52.4 41.9 ...] [--ctas 1 2 4]
+    python3 scripts/dev/hbm_floor.py [--ctas 1 2 4]
 
 Builds /tmp/hbm_read.so with nvcc (sm_90a) on first use."""
 import argparse
