@@ -1,4 +1,5 @@
 #!/bin/bash
+# (Edited after it ran: the check + racecheck + memcheck lines it ran are now correctness_suite in harness_prelude.sh, the same commands.)
 # Session 28 call 2: split-K of the 2-warpgroup (128-row) tiles reduced inside a cluster of 2 or
 # 4 CTAs by a reduce-scatter (each rank sums and stores a 1/S column slice of the tile), instead
 # of rank 0 summing every peer (S = 2) or the workspace + reduce kernel (S = 4). Predicted:
