@@ -9,8 +9,8 @@
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I ../../kernels/include \
 //        ingest_bench.cu -o ingest_bench && ./ingest_bench
 //
-// (from bundle/kdev on the H200: -I kernels/include); `./ingest_bench 2` prints table 2 instead
-// (below). Prints one row per (mode, box rows,
+// (from bundle/kdev on the H200: -I kernels/include); `./ingest_bench 2` or `3` prints table 2
+// or 3 instead (below). Prints one row per (mode, box rows,
 // stages, CTAs, hot|cold): microseconds, GB/s in total and per CTA. Modes: tma (one thread
 // issues 2-D boxes with the 128-byte swizzle, like the GEMM's operands), cpasync (128 threads,
 // 16 bytes each, completion through cp.async.mbarrier.arrive), both (half of each stage each),
@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "fp8gemm/ptx/tma.cuh"
@@ -44,7 +45,16 @@ __device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(ptx::smem_addr(bar)) : "memory");
 }
 
-enum Mode : int { kTma = 0, kCpAsync = 1, kBoth = 2, kTmaMc2 = 3 };
+enum Mode : int { kTma = 0, kCpAsync = 1, kBoth = 2, kTmaMc2 = 3, kTma3d = 4 };
+
+// One 3-D box: two 128-byte K blocks of `rows / 2` rows each (table 3; the map views the source
+// as rows of 256 bytes, dim 2 = the two 128-byte halves), landing as two consecutive slabs.
+__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar, int32_t c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
+      ::"r"(ptx::smem_addr(dst)), "l"(map), "r"(0), "r"(c1), "r"(0), "r"(ptx::smem_addr(bar))
+      : "memory");
+}
 
 // Waits: kTryWait = mbarrier.try_wait loop (may suspend the thread until the phase completes,
 // as the GEMM's waits do); kTestWait = mbarrier.test_wait loop (never suspends: pure polling).
@@ -82,7 +92,7 @@ __global__ void __launch_bounds__(256, 1)
   uint64_t* empty = full + stages;
   const int tid = threadIdx.x;
   // TMA part of a stage (rows), cp.async part (rows), per mode.
-  const int tma_rows = kMode == kTma || kMode == kTmaMc2 ? rows : kMode == kBoth ? rows / 2 : 0;
+  const int tma_rows = kMode == kTma || kMode == kTmaMc2 || kMode == kTma3d ? rows : kMode == kBoth ? rows / 2 : 0;
   const int cp_rows = rows - tma_rows;
   constexpr bool kMc = kMode == kTmaMc2;
   const uint32_t rank = kMc ? ptx::cluster_ctarank() : 0;
@@ -110,6 +120,8 @@ __global__ void __launch_bounds__(256, 1)
           const int half = rows / 2;
           ptx::tma_load_2d_multicast(dst + rank * half * kRowBytes, &map, &full[stage], 0,
                                      static_cast<int32_t>(r + rank * half), 0x3);
+        } else if constexpr (kMode == kTma3d) {
+          tma_load_3d(dst, &map, &full[stage], static_cast<int32_t>(r / 2));
         } else {
           const int box = tma_rows / kBoxes;
 #pragma unroll
@@ -158,7 +170,7 @@ template <int kMode, int kWait = kTryWait, int kBoxes = 1>
 static float run(const uint8_t* src, int64_t src_rows, int rows, int stages, int ctas, int iters,
                  unsigned long long* sink, uint8_t* flush, size_t flush_bytes, bool cold) {
   const int box_rows = kMode == kTma ? rows / kBoxes : kMode == kBoth || kMode == kTmaMc2 ? rows / 2 : 1;
-  const CUtensorMap map = make_map(src, src_rows, box_rows);
+  const CUtensorMap map = kMode == kTma3d ? make_u8_map_kpair(src, src_rows / 2, rows / 2) : make_map(src, src_rows, box_rows);
   const int smem = stages * rows * kRowBytes + 2 * stages * 8 + 1024;
   CHECK(cudaFuncSetAttribute(ingest_kernel<kMode, kWait, kBoxes>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   cudaLaunchConfig_t lc = {};
@@ -202,6 +214,41 @@ static void table2(const uint8_t* hot, const uint8_t* cold, size_t hot_bytes, si
         }
 }
 
+// Table 3 (session 29): is the ~200 ns per stage a per-SM limit (the TMA unit) or the latency
+// of one ring's hand-off chain? Independent rings on one SM: 1, 2 or 3 CTAs per SM (each its
+// own ring; shared memory <= 1/n of the SM's), hot and cold. GB/s per SM = per CTA x CTAs / SMs.
+// And at one CTA per SM a stage as one 3-D box of two 128-byte K blocks (rows / 2 rows each, as
+// a GEMM stage of two K blocks would be) against one 2-D box of the same bytes.
+// `only` (box3d, rows, stages, per_sm; -1 = all): one row per process, so that a launch that
+// never finishes costs only its own row under `timeout`.
+static void table3(const uint8_t* hot, const uint8_t* cold, size_t hot_bytes, size_t cold_bytes, unsigned long long* sink,
+                   uint8_t* flush, size_t flush_bytes, int sms, const int only[4]) {
+  auto want = [&](int i, int v) { return only[i] < 0 || only[i] == v; };
+  for (int box3d = 0; box3d < 2; ++box3d)
+    for (int rows : {64, 128, 192, 256, 512})
+      for (int stages : {2, 4, 8})
+        for (int per_sm : {1, 2, 3})
+          for (int c = 0; c < 2; ++c) {
+            if (!want(0, box3d) || !want(1, rows) || !want(2, stages) || !want(3, per_sm)) continue;
+            const int ring_bytes = stages * rows * kRowBytes;
+            if (ring_bytes > 200 * 1024 || ring_bytes * per_sm > 220 * 1024) continue;
+            if (box3d ? (per_sm != 1 || rows < 128) : rows > 256) continue;  // a 2-D box: <= 256 rows
+            const bool is_cold = c == 1;
+            const int ctas = sms * per_sm;
+            const size_t per_cta = size_t(2) << 20;
+            const int iters = static_cast<int>(per_cta / (rows * kRowBytes));
+            const int64_t src_rows = static_cast<int64_t>((is_cold ? cold_bytes : hot_bytes) / kRowBytes);
+            const uint8_t* src = is_cold ? cold : hot;
+            const float us =
+                box3d ? run<kTma3d>(src, src_rows, rows, stages, ctas, iters, sink, flush, flush_bytes, is_cold)
+                      : run<kTma>(src, src_rows, rows, stages, ctas, iters, sink, flush, flush_bytes, is_cold);
+            const double per_cta_gbs = double(per_cta) / us * 1e-3;
+            std::printf("INGEST3 %s %d %d %d %s %.2f %.2f %.1f\n", box3d ? "3d" : "2d", rows * kRowBytes / 1024, stages,
+                        per_sm, is_cold ? "cold" : "hot", us, per_cta_gbs, per_cta_gbs * per_sm);
+            std::fflush(stdout);
+          }
+}
+
 int main(int argc, char** argv) {
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -214,6 +261,13 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&sink, 4096 * sizeof(unsigned long long)));
   CHECK(cudaMemset(hot, 1, hot_bytes));
   CHECK(cudaMemset(cold, 1, cold_bytes));
+  if (argc > 1 && argv[1][0] == '3') {
+    std::printf("INGEST3 box stage_KB stages ctas_per_sm temp us GBps_per_cta GBps_per_sm\n");
+    int only[4] = {-1, -1, -1, -1};  // `3 BOX3D ROWS STAGES PER_SM`: that row only
+    for (int i = 0; i < 4 && i + 2 < argc; ++i) only[i] = std::atoi(argv[i + 2]);
+    table3(hot, cold, hot_bytes, cold_bytes, sink, flush, flush_bytes, sms, only);
+    return 0;
+  }
   if (argc > 1 && argv[1][0] == '2') {
     std::printf("INGEST2 wait boxes rows stages ctas temp us ns_per_stage GBps_per_cta\n");
     table2<kTryWait, 1>(hot, cold, hot_bytes, cold_bytes, sink, flush, flush_bytes, sms);
