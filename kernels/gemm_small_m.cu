@@ -29,6 +29,14 @@ const ConfigEntry* small_m_configs(int* count) {
       {FP8GEMM_KIND_SMALL_M, 64, 128, 6, true, &run_small_m_128<2>, true},
       // The single-issuer version (stages + 100: a development key for A/Bs, never dispatched).
       {FP8GEMM_KIND_SMALL_M, 64, 128, 106, true, &run_small_m_128<1>, true},
+      // Shallow rings for two or three CTAs per SM, each its own ring (two rings ingest ~1.8x
+      // one: scripts/dev/ingest_bench.cu table 3). Development keys, never dispatched (session 29,
+      // docs/PERF.md): 64 x 64 x 4 (~73 KB, 79 registers: three per SM) ran q|k|v at 33-64
+      // tokens 4-10 % faster back to back, but the decode step at 48 / 64 sequences 1 % slower;
+      // 64 x 64 x 6 (two per SM) had the best hot time at 128x4096^2 split 2 (7.81 vs 8.25 us),
+      // slower cold.
+      {FP8GEMM_KIND_SMALL_M, 64, 64, 4, true, &run_sm90_fp8_gemm<SmallM<64, 4, false>>, true},
+      {FP8GEMM_KIND_SMALL_M, 64, 64, 6, true, &run_sm90_fp8_gemm<SmallM<64, 6, false>>, true},
   };
   *count = sizeof(kConfigs) / sizeof(kConfigs[0]);
   return kConfigs;

@@ -393,6 +393,7 @@ fn forced_splits_match_reference() -> Result<()> {
         (ScheduleKind::SmallM, 64, 128, 6, &[37, 100]),
         (ScheduleKind::SmallM, 64, 32, 8, &[64]),
         (ScheduleKind::SmallM, 64, 64, 8, &[48]), // the automatic choice at M = 33-64, N = 4096
+        (ScheduleKind::SmallM, 64, 64, 4, &[40]), // a shallow ring, three CTAs per SM (dev key)
         (ScheduleKind::WarpSpecialized, 128, 128, 6, &[129, 200]),
     ];
     let (n, k) = (272, 2048);
