@@ -31,7 +31,7 @@ const ConfigEntry* small_m_configs(int* count) {
       {FP8GEMM_KIND_SMALL_M, 64, 128, 106, true, &run_small_m_128<1>, true},
       // Shallow rings for two or three CTAs per SM, each its own ring (two rings ingest ~1.8x
       // one: scripts/dev/ingest_bench.cu table 3). Development keys, never dispatched (session 29,
-      // docs/PERF.md): 64 x 64 x 4 (~73 KB, 79 registers: three per SM) ran q|k|v at 33-64
+      // docs/PERF.md): 64 x 64 x 4 (~74 KB, 79 registers: three per SM) ran q|k|v at 33-64
       // tokens 4-10 % faster back to back, but the decode step at 48 / 64 sequences 1 % slower;
       // 64 x 64 x 6 (two per SM) had the best hot time at 128x4096^2 split 2 (7.81 vs 8.25 us),
       // slower cold.
