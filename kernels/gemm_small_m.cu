@@ -37,6 +37,11 @@ const ConfigEntry* small_m_configs(int* count) {
       // slower cold.
       {FP8GEMM_KIND_SMALL_M, 64, 64, 4, true, &run_sm90_fp8_gemm<SmallM<64, 4, false>>, true},
       {FP8GEMM_KIND_SMALL_M, 64, 64, 6, true, &run_sm90_fp8_gemm<SmallM<64, 6, false>>, true},
+      // The promotion overlapped across K blocks (one warpgroup, full-width wgmma, two block
+      // accumulators; stages + 200: development keys, session 30).
+      {FP8GEMM_KIND_SMALL_M, 64, 32, 208, true, &run_sm90_fp8_gemm<SmallM<32, 8, false, 1, 1, true>>, true},
+      {FP8GEMM_KIND_SMALL_M, 64, 64, 208, true, &run_sm90_fp8_gemm<SmallM<64, 8, false, 1, 1, true>>, true},
+      {FP8GEMM_KIND_SMALL_M, 64, 128, 206, true, &run_sm90_fp8_gemm<SmallM<128, 6, false, 1, 2, true>>, true},
   };
   *count = sizeof(kConfigs) / sizeof(kConfigs[0]);
   return kConfigs;

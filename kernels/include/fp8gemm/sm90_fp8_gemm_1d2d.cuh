@@ -153,8 +153,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
   // block per tile, tokens on M. Not with the k32-promotion numerics experiment.
   constexpr bool kXPromote = T::kXPromote && !FP8GEMM_PROMOTE_K32;
   static_assert(!T::kXPromote || (T::kWaves == 1 && !T::kSwapAB && !T::kSplitN && !T::kWgSplitK &&
-                                  !T::kGated && !T::kQuantIn && T::TN == 128),
-                "kXPromote: one m64 wave per warpgroup, a 128-wide tokens-on-M tile");
+                                  !T::kGated && !T::kQuantIn && 128 % T::TN == 0),
+                "kXPromote: one m64 wave per warpgroup, a tokens-on-M tile inside one weight-scale block");
   // Cluster barriers the epilogue runs (every thread of the CTA must take part in each).
   constexpr bool kPushSum = kMode == kOutClusterSum && cluster_sum_push<T>();
   constexpr int kEpilogueClusterSyncs =

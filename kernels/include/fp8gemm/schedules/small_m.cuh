@@ -11,7 +11,10 @@ namespace fp8gemm {
 // math warpgroups share the 64-row tile and take alternate K blocks (one's promotion overlaps
 // the other's wgmma); their accumulators are summed in warpgroup order before the epilogue.
 // kIssuers_: producer threads (in different warps) issuing the TMA loads of alternate stages.
-template <int TN_, int kStages_, bool kHalves_ = true, int kKWarpgroups_ = 1, int kIssuers_ = 1>
+// kXPromote_ (one warpgroup, no halves): K block i+1's wgmma runs in a second block accumulator
+// while K block i is promoted (mainloop_xpromote.cuh).
+template <int TN_, int kStages_, bool kHalves_ = true, int kKWarpgroups_ = 1, int kIssuers_ = 1,
+          bool kXPromote_ = false>
 struct SmallM {
   static constexpr int kIssuers = kIssuers_;
   static constexpr int kMathWG = kKWarpgroups_, kWaves = 1, TM = 64, TN = TN_, kStages = kStages_;
@@ -23,7 +26,7 @@ struct SmallM {
   static constexpr int kCluster = 1;
   static constexpr bool kTmaStore = false;  // direct stores (split-K / transposed outputs)
   static constexpr bool kPrefetchScales = false;  // one tile per CTA: nothing to prefetch
-  static constexpr bool kXPromote = false;  // (warp-specialized / persistent only)
+  static constexpr bool kXPromote = kXPromote_;
   static constexpr bool kQuantIn = false;  // activations arrive quantized (TMA)
   static constexpr int kThreads = (kMathWG + 1) * 128;
   static constexpr int kMathRegs = 0, kProducerRegs = 0;  // <= 384 threads: 168 registers each
