@@ -436,8 +436,8 @@ fn forced_splits_match_reference() -> Result<()> {
 }
 
 /// `dev_variants_match_reference`: dispatched tiles and their development keys (stages + 100:
-/// the small-M 64x128 tile with one TMA issuer instead of two; the warp-specialized and
-/// persistent 128x128 tiles without the promotion overlapped across K blocks) on ragged M and N,
+/// the small-M 64x64 and 64x128 tiles and the warp-specialized and persistent 128x128 tiles
+/// without the promotion overlapped across K blocks — 64x128 with N halves instead) on ragged M and N,
 /// with 1 to 16 K blocks per split (odd and even: the overlapped loop is unrolled by two), against
 /// the CPU and bitwise equal to each other (only the order of independent work differs).
 #[test]
@@ -452,6 +452,7 @@ fn dev_variants_match_reference() -> Result<()> {
     // (schedule, block_m, block_n, dispatched stages, m values, splits)
     type Plan = (ScheduleKind, i32, i32, i32, &'static [usize], &'static [i32]);
     let plans: &[Plan] = &[
+        (ScheduleKind::SmallM, 64, 64, 8, &[40, 64], &[1, 2, 3]),
         (ScheduleKind::SmallM, 64, 128, 6, &[100, 160], &[1, 2, 3, 5]),
         (ScheduleKind::WarpSpecialized, 128, 128, 6, &[100, 200], &[1, 2, 3, 5]),
         (ScheduleKind::Persistent, 128, 128, 5, &[300, 513], &[1]),

@@ -38,9 +38,8 @@ CONFIGS = [
     ("swap_ab", 8, 64, 8, True), ("swap_ab", 16, 64, 8, True), ("swap_ab", 32, 64, 8, True),
     ("swap_ab", 64, 64, 8, True),
     ("small_m", 64, 32, 8, True), ("small_m", 64, 64, 8, True), ("small_m", 64, 128, 6, True),
-    ("small_m", 64, 128, 106, True),
+    ("small_m", 64, 64, 108, True), ("small_m", 64, 128, 106, True),
     ("small_m", 64, 64, 4, True), ("small_m", 64, 64, 6, True),
-    ("small_m", 64, 32, 208, True), ("small_m", 64, 64, 208, True), ("small_m", 64, 128, 206, True),
     ("warp_spec", 128, 64, 8, True), ("warp_spec", 128, 128, 6, True),
     ("warp_spec", 128, 128, 106, True),
     # Persistent: split_k = the K ranges of each tile of a partial last round (split tail).
@@ -304,8 +303,7 @@ def sanitize(lib, args):
     if args.quick:
         plan = [((130, 256, 1536), [("swap_ab", 8, 64, 8, 2), ("swap_ab", 16, 64, 8, 9), ("small_m", 64, 128, 6, 2),
                                     ("small_m", 64, 64, 4, 1), ("warp_spec", 128, 128, 6, 3), ("warp_spec", 128, 128, 6, 2),
-                                    ("persistent", 256, 128, 3, 1), ("small_m", 64, 128, 206, 2),
-                                    ("small_m", 64, 64, 208, 1)])]
+                                    ("persistent", 256, 128, 3, 1), ("small_m", 64, 64, 8, 1)])]
     else:
         shapes = [(5, 144, 384), (130, 256, 1536), (300, 272, 384)]
         plan = [(sh, [(k, bm, bn, st, sp) for (k, bm, bn, st, spok) in CONFIGS for sp in ([1, 2, 9] if spok else [1])])

@@ -59,10 +59,9 @@ struct GemmParams {
 };
 
 // Traits every schedule provides:
-//   kMathWG, kWaves, TM (= kMathWG * kWaves * 64, or kWaves * 64 with kWgSplitK), TN, kStages,
+//   kMathWG, kWaves, TM (= kMathWG * kWaves * 64), TN, kStages,
 //   kSwapAB, kThreads, kMathRegs/kProducerRegs (0 = no setmaxnreg), Scheduler, kSplitN (keep
 //   two units of MMA work in flight: the N halves of a wave, or for narrow tiles two waves),
-//   kWgSplitK (the math warpgroups share the tile's rows and take alternate K blocks),
 //   kIssuers (producer threads, one per warp, issuing the TMA loads of alternate stages),
 //   kQuantIn (swap-AB: the activation operand is quantized in the kernel, quant_operand.cuh),
 //   kGated / kGateRows (swap-AB tile of kGateRows gate rows + the same features' up rows, for
@@ -86,7 +85,7 @@ enum OutMode : int {
 // tiles keep their footprint (CTAs per SM), the 2-warpgroup tiles have no room.
 template <class T>
 __host__ __device__ constexpr bool cluster_sum_push() {
-  return !T::kSwapAB && !T::kPersistent && !T::kGated && (T::kMathWG == 1 || T::kWgSplitK) &&
+  return !T::kSwapAB && !T::kPersistent && !T::kGated && T::kMathWG == 1 &&
          T::TN >= 16;
 }
 template <class T>
@@ -128,11 +127,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
   // A tile whose width neither divides nor is a multiple of 128 (TN = 192) starts at a
   // varying offset inside a weight-scale block: pick the scale per n8 group at run time.
   constexpr bool kStraddle = !T::kSwapAB && (128 % T::TN != 0) && (T::TN % 128 != 0);
-  // kWgSplitK: the math warpgroups share the tile's rows and take alternate K blocks.
-  constexpr int kRowWG = T::kWgSplitK ? 1 : T::kMathWG;  // warpgroups that own distinct rows
-  static_assert(T::TM == kRowWG * T::kWaves * 64, "TM = row warpgroups x waves x 64");
-  static_assert(!T::kWgSplitK || (!T::kSwapAB && !T::kGated && !T::kTmaStore && T::kCluster == 1),
-                "K-interleaved warpgroups: plain tokens-on-M tiles");
+  static_assert(T::TM == T::kMathWG * T::kWaves * 64, "TM = warpgroups x waves x 64");
   static_assert(!T::kSwapAB || 128 % (T::kGated ? T::kGateRows : T::TM) == 0,
                 "swap-AB: a weight tile (each half of a gated one) must sit inside one 128-row "
                 "block of weight scales");
@@ -152,7 +147,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
   // Promotion overlapped across K blocks (mainloop_xpromote.cuh): one wave, one weight-scale
   // block per tile, tokens on M. Not with the k32-promotion numerics experiment.
   constexpr bool kXPromote = T::kXPromote && !FP8GEMM_PROMOTE_K32;
-  static_assert(!T::kXPromote || (T::kWaves == 1 && !T::kSwapAB && !T::kSplitN && !T::kWgSplitK &&
+  static_assert(!T::kXPromote || (T::kWaves == 1 && !T::kSwapAB && !T::kSplitN &&
                                   !T::kGated && !T::kQuantIn && 128 % T::TN == 0),
                 "kXPromote: one m64 wave per warpgroup, a tokens-on-M tile inside one weight-scale block");
   // Cluster barriers the epilogue runs (every thread of the CTA must take part in each).
@@ -170,15 +165,14 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
 
   const int wg = threadIdx.x / 128;
   const int tid_wg = threadIdx.x % 128;
-  const int wg_row = T::kWgSplitK ? 0 : wg;  // which 64-row slices of the tile are mine
 
   if (threadIdx.x == 0) {
     ptx::prefetch_tensormap(&tmap_a);
     ptx::prefetch_tensormap(&tmap_b);
     if constexpr (!T::kQuantIn) ptx::prefetch_tensormap(&tmap_sa);  // (kQuantIn: left empty)
     if constexpr (kStoreTma) ptx::prefetch_tensormap(&tmap_y);
-    // empty: every consumer warp of the cluster (of the one warpgroup that owns the stage)
-    ring.init((T::kWgSplitK ? 1 : T::kMathWG) * 4 * T::kCluster, T::kQuantIn ? kQuantThreads : 0);
+    // empty: every consumer warp of the cluster
+    ring.init(T::kMathWG * 4 * T::kCluster, T::kQuantIn ? kQuantThreads : 0);
   }
   __syncthreads();
   if constexpr (T::kCluster > 1) ptx::cluster_sync();  // peer barriers initialised
@@ -418,8 +412,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
       for (int i = 0; i < kAcc; ++i) acc[w][i] = 0.f;
 
     if constexpr (kXPromote) {
-      consume_tile_xpromote<T::TN, T::kCluster>(ring, st, sw_tile, nkb, acc[0], wg_row * 64 * kBlockK,
-                                                wg_row * 64 + r_in, cta_rank,
+      consume_tile_xpromote<T::TN, T::kCluster>(ring, st, sw_tile, nkb, acc[0], wg * 64 * kBlockK,
+                                                wg * 64 + r_in, cta_rank,
                                                 first_pass && tid_wg == 0 && wg == 0,
                                                 FP8GEMM_TRACE_MARK_PTR(2));
     } else {
@@ -443,13 +437,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
       float blk[kPipe ? 2 * kUnitAcc : kAcc];  // block accumulator(s) of one K block
 
       for (int i = 0; i < nkb; ++i) {
-        if (T::kWgSplitK && i % T::kMathWG != wg) {  // another warpgroup's K block
-          st.advance();
-          continue;
-        }
-        // FP8GEMM_TRACE_STAGES: thread 0 of the warpgroup that owns this K block (warpgroup 0 of a
-        // row-split tile), first tile only.
-        [[maybe_unused]] const bool probe = first_pass && tid_wg == 0 && (T::kWgSplitK || wg == 0);
+        // FP8GEMM_TRACE_STAGES: thread 0 of warpgroup 0, first tile only.
+        [[maybe_unused]] const bool probe = first_pass && tid_wg == 0 && wg == 0;
         FP8GEMM_STAGE_MARK(cons, i, 0, probe);
         if constexpr (T::kQuantIn) ptx::mbarrier_wait(ring.qfull(st.stage), st.phase);
         else ptx::mbarrier_wait(ring.full(st.stage), st.phase);
@@ -470,7 +459,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
         if constexpr (!T::kSwapAB) {
 #pragma unroll
           for (int w = 0; w < T::kWaves; ++w) {
-            const int r = (wg_row * T::kWaves + w) * 64 + r_in;
+            const int r = (wg * T::kWaves + w) * 64 + r_in;
             row_s[w][0] = sa_s[r];
             row_s[w][1] = sa_s[r + 8];
           }
@@ -488,7 +477,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
             }
         }
 
-        const uint32_t a_base = ptx::smem_addr(ring.a(st.stage)) + wg_row * T::kWaves * 64 * kBlockK;
+        const uint32_t a_base = ptx::smem_addr(ring.a(st.stage)) + wg * T::kWaves * 64 * kBlockK;
         const uint32_t b_base = ptx::smem_addr(ring.b(st.stage));
         auto issue = [&](auto unit) {
           constexpr int u = decltype(unit)::value;
@@ -593,30 +582,6 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
       math_waited = true;
     }
     if (threadIdx.x == 0) FP8GEMM_TRACE_MARK(1);
-    // K-interleaved warpgroups: add the others' accumulators to warpgroup 0's, in warpgroup
-    // order (deterministic), through the idle ring; then warpgroup 0 alone runs the epilogue.
-    const bool owner = !T::kWgSplitK || wg == 0;
-    if constexpr (T::kWgSplitK) {
-      static_assert((T::kMathWG - 1) * T::kWaves * kAcc * 128 * 4 <= Ring::kRingBytes, "ring fits");
-      float* red = reinterpret_cast<float*>(ring.a(0));
-      ptx::named_barrier_sync(1, kMathThreads);  // every warpgroup past its last wgmma
-      if (wg > 0) {
-#pragma unroll
-        for (int w = 0; w < T::kWaves; ++w)
-#pragma unroll
-          for (int x = 0; x < kAcc; ++x)
-            red[(((wg - 1) * T::kWaves + w) * kAcc + x) * 128 + tid_wg] = acc[w][x];
-      }
-      ptx::named_barrier_sync(1, kMathThreads);
-      if (wg == 0) {
-        for (int g = 1; g < T::kMathWG; ++g)
-#pragma unroll
-          for (int w = 0; w < T::kWaves; ++w)
-#pragma unroll
-            for (int x = 0; x < kAcc; ++x) acc[w][x] += red[(((g - 1) * T::kWaves + w) * kAcc + x) * 128 + tid_wg];
-      }
-      ptx::named_barrier_sync(1, kMathThreads);  // the ring may be reused below
-    }
     // Persistent split tail (persistent tiles: bf16 out, rows owned per warpgroup): a unit of a
     // tile's K range other than the last publishes its partial sums and has no output; the last
     // range's unit adds them and stores the tile.
@@ -639,7 +604,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
       // acc1 + acc0 (the same bits), each stores its half.
       static_assert(T::kCluster == 1 && kAcc % 8 == 0, "2-CTA split-K: whole n8 groups per half");
       constexpr int kHalf = kAcc / 2;
-      constexpr int kPub = T::kWgSplitK ? 128 : kMathThreads;  // threads holding the tile
+      constexpr int kPub = kMathThreads;  // threads holding the tile (one warpgroup)
       static_assert(T::kWaves * kHalf * kPub * 4 == cluster_inbox_bytes<T>(), "inbox size");
       const int t = threadIdx.x;
       const uint32_t rank = ptx::cluster_ctarank();
@@ -647,32 +612,27 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
         constexpr int r = decltype(rank_c)::value;
         constexpr int mine = r * kHalf, theirs = (1 - r) * kHalf;  // register offsets
         ptx::cluster_wait();  // the peer CTA has started (arrived at its entry)
-        if (owner) {
-          const uint32_t remote = ptx::map_shared_to_rank(ring.inbox(), 1 - r);
+        const uint32_t remote = ptx::map_shared_to_rank(ring.inbox(), 1 - r);
 #pragma unroll
-          for (int w = 0; w < T::kWaves; ++w)
+        for (int w = 0; w < T::kWaves; ++w)
 #pragma unroll
-            for (int x = 0; x < kHalf; ++x)
-              ptx::st_shared_cluster_f32(remote + 4u * ((w * kHalf + x) * kPub + t), acc[w][theirs + x]);
-        }
+          for (int x = 0; x < kHalf; ++x)
+            ptx::st_shared_cluster_f32(remote + 4u * ((w * kHalf + x) * kPub + t), acc[w][theirs + x]);
         ptx::cluster_sync();  // both halves pushed and visible
-        if (owner) {
-          const float* in = ring.inbox();
+        const float* in = ring.inbox();
 #pragma unroll
-          for (int w = 0; w < T::kWaves; ++w) {
+        for (int w = 0; w < T::kWaves; ++w) {
 #pragma unroll
-            for (int x = 0; x < kHalf; ++x) acc[w][mine + x] += in[(w * kHalf + x) * kPub + t];
-            const int row0 = tile.row0 + (wg_row * T::kWaves + w) * 64;
-            store_fragment<T::TN / 2, T::kSwapAB, false>(acc[w] + mine, row0, tile.col0 + r * (T::TN / 2),
-                                                       p.m, p.n, y, partial, 0);
-          }
+          for (int x = 0; x < kHalf; ++x) acc[w][mine + x] += in[(w * kHalf + x) * kPub + t];
+          const int row0 = tile.row0 + (wg * T::kWaves + w) * 64;
+          store_fragment<T::TN / 2, T::kSwapAB, false>(acc[w] + mine, row0, tile.col0 + r * (T::TN / 2),
+                                                     p.m, p.n, y, partial, 0);
         }
       };
       if (rank == 0) finish(std::integral_constant<int, 0>{});
       else finish(std::integral_constant<int, 1>{});
     } else if constexpr (kMode == kOutClusterSum) {
       static_assert(!T::kPersistent && T::kCluster == 1, "cluster split-K: one tile per CTA");
-      static_assert(!T::kWgSplitK, "K-interleaved warpgroups sum by push (cluster_sum_push)");
       static_assert(T::kWaves * kAcc * kMathThreads * 4 <= Ring::kRingBytes, "partials fit the ring");
       // The ring is idle once every math warpgroup is past its last wgmma (with two, one may
       // still be reading its last stage's A tile, which the partials below overwrite: found by
@@ -705,7 +665,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
               const float theirs = ptx::ld_shared_cluster_f32(peer + 4u * ((w * kAcc + x0 + x) * kMathThreads + t));
               sum[x] = acc[w][x0 + x] + theirs;
             }
-            const int row0 = tile.row0 + (wg_row * T::kWaves + w) * 64;
+            const int row0 = tile.row0 + (wg * T::kWaves + w) * 64;
             store_fragment<T::TN / 2, false, false>(sum, row0, tile.col0 + r * (T::TN / 2), p.m, p.n, y, partial, 0);
           }
         };
@@ -722,7 +682,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
         }
 #pragma unroll
         for (int w = 0; w < T::kWaves; ++w) {
-          const int row0 = tile.row0 + (wg_row * T::kWaves + w) * 64;
+          const int row0 = tile.row0 + (wg * T::kWaves + w) * 64;
           store_fragment<T::TN, T::kSwapAB, false>(acc[w], row0, tile.col0, p.m, p.n, y, partial, 0);
         }
       }
@@ -746,10 +706,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
           ptx::tma_store_2d(&tmap_y, stage + s * kRows * 128, tile.col0 + 64 * s, tile.row0 + wg * kRows);
         ptx::tma_store_commit();
       }
-    } else if (owner) {
+    } else {
 #pragma unroll
       for (int w = 0; w < T::kWaves; ++w) {
-        const int row0 = tile.row0 + (wg_row * T::kWaves + w) * 64;
+        const int row0 = tile.row0 + (wg * T::kWaves + w) * 64;
         store_fragment<T::TN, T::kSwapAB, kMode == kOutWorkspace>(acc[w], row0, tile.col0, p.m, p.n,
                                                                   y, partial, tile.split);
       }

@@ -34,7 +34,6 @@ struct Persistent {
   static constexpr int kMathWG = kMathWG_, kWaves = kWaves_, TM = 64 * kMathWG_ * kWaves_, TN = TN_,
                        kStages = kStages_;
   static constexpr bool kSplitN = false;  // promote one N half while the other runs
-  static constexpr bool kWgSplitK = false;  // math warpgroups own distinct rows
   static constexpr bool kSwapAB = false, kPersistent = true;
   static constexpr bool kGated = false;
   static constexpr int kGateRows = 0;

@@ -7,19 +7,15 @@
 namespace fp8gemm {
 
 // kHalves_: promote one N half of the block accumulator while the other half's wgmma runs
-// (the A tile is then read from shared memory twice per K block). kKWarpgroups_ > 1: that many
-// math warpgroups share the 64-row tile and take alternate K blocks (one's promotion overlaps
-// the other's wgmma); their accumulators are summed in warpgroup order before the epilogue.
-// kIssuers_: producer threads (in different warps) issuing the TMA loads of alternate stages.
-// kXPromote_ (one warpgroup, no halves): K block i+1's wgmma runs in a second block accumulator
-// while K block i is promoted (mainloop_xpromote.cuh).
-template <int TN_, int kStages_, bool kHalves_ = true, int kKWarpgroups_ = 1, int kIssuers_ = 1,
-          bool kXPromote_ = false>
+// (the A tile is then read from shared memory twice per K block). kIssuers_: producer threads
+// (in different warps) issuing the TMA loads of alternate stages. kXPromote_ (no halves): K block
+// i+1's wgmma runs in a second block accumulator while K block i is promoted
+// (mainloop_xpromote.cuh).
+template <int TN_, int kStages_, bool kHalves_ = true, int kIssuers_ = 1, bool kXPromote_ = false>
 struct SmallM {
   static constexpr int kIssuers = kIssuers_;
-  static constexpr int kMathWG = kKWarpgroups_, kWaves = 1, TM = 64, TN = TN_, kStages = kStages_;
+  static constexpr int kMathWG = 1, kWaves = 1, TM = 64, TN = TN_, kStages = kStages_;
   static constexpr bool kSplitN = kHalves_;
-  static constexpr bool kWgSplitK = kKWarpgroups_ > 1;
   static constexpr bool kSwapAB = false, kPersistent = false;
   static constexpr bool kGated = false;
   static constexpr int kGateRows = 0;

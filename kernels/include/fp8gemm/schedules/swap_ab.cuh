@@ -28,7 +28,6 @@ struct SwapAB {
                        TN = TOKENS, kStages = kStages_;
   static constexpr int kGateRows = kGateRows_;
   static constexpr bool kSplitN = kHalves_;  // keep two units in flight (N halves, or the two waves)
-  static constexpr bool kWgSplitK = false;  // math warpgroups own distinct rows
   static constexpr int kIssuers = 1;  // producer threads issuing TMA (paced first fill: its own)
   static constexpr bool kSwapAB = true, kPersistent = false;
   static constexpr bool kGated = kGateRows_ > 0;

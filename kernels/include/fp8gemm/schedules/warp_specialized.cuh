@@ -16,7 +16,6 @@ struct WarpSpecialized {
   static constexpr int kCluster = kCluster_;
   static constexpr int kMathWG = 2, kWaves = 1, TM = 128, TN = TN_, kStages = kStages_;
   static constexpr bool kSplitN = false;  // promote one N half while the other runs
-  static constexpr bool kWgSplitK = false;  // math warpgroups own distinct rows
   static constexpr bool kSwapAB = false, kPersistent = false;
   static constexpr bool kGated = false;
   static constexpr int kGateRows = 0;
