@@ -39,15 +39,6 @@ constexpr int kK = 4096, kRows = 4096, kKb = kK / 128;
 
 enum Mode : int { kOne = 0, kGroup2d = 1, kGroup3d = 2 };
 
-__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar, int32_t c0,
-                                            int32_t c1, int32_t c2) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(
-          ptx::smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(ptx::smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
-      : "memory");
-}
-
 // kb_per_stage K blocks per stage (1, or 2 for the group modes); a stage holds A then B, each
 // [kb_per_stage][R][128].
 template <int kMode>
@@ -80,8 +71,8 @@ __global__ void __launch_bounds__(128, 1)
       uint8_t* dst = ring + stage * stage_bytes;
       ptx::mbarrier_arrive_expect_tx(&full[stage], stage_bytes);
       if constexpr (kMode == kGroup3d) {
-        tma_load_3d(dst, &map3d, &full[stage], 0, row_a, kb);
-        tma_load_3d(dst + op_bytes, &map3d, &full[stage], 0, row_b, kb);
+        ptx::tma_load_3d(dst, &map3d, &full[stage], 0, row_a, kb);
+        ptx::tma_load_3d(dst + op_bytes, &map3d, &full[stage], 0, row_b, kb);
       } else {
         for (int j = 0; j < kPer; ++j) {
           // blocked: rows of 128 B, [row / 128][K block][row % 128]

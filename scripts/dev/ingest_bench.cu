@@ -47,15 +47,6 @@ __device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
 
 enum Mode : int { kTma = 0, kCpAsync = 1, kBoth = 2, kTmaMc2 = 3, kTma3d = 4 };
 
-// One 3-D box: two 128-byte K blocks of `rows / 2` rows each (table 3; the map views the source
-// as rows of 256 bytes, dim 2 = the two 128-byte halves), landing as two consecutive slabs.
-__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar, int32_t c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
-      ::"r"(ptx::smem_addr(dst)), "l"(map), "r"(0), "r"(c1), "r"(0), "r"(ptx::smem_addr(bar))
-      : "memory");
-}
-
 // Waits: kTryWait = mbarrier.try_wait loop (may suspend the thread until the phase completes,
 // as the GEMM's waits do); kTestWait = mbarrier.test_wait loop (never suspends: pure polling).
 enum Wait : int { kTryWait = 0, kTestWait = 1 };
@@ -121,7 +112,8 @@ __global__ void __launch_bounds__(256, 1)
           ptx::tma_load_2d_multicast(dst + rank * half * kRowBytes, &map, &full[stage], 0,
                                      static_cast<int32_t>(r + rank * half), 0x3);
         } else if constexpr (kMode == kTma3d) {
-          tma_load_3d(dst, &map, &full[stage], static_cast<int32_t>(r / 2));
+          // One 3-D box: two 128-byte K blocks of rows / 2 rows each (make_u8_map_kpair).
+          ptx::tma_load_3d(dst, &map, &full[stage], 0, static_cast<int32_t>(r / 2), 0);
         } else {
           const int box = tma_rows / kBoxes;
 #pragma unroll
