@@ -97,6 +97,10 @@ int64_t split_for(int64_t tiles, int64_t kb, int64_t max_ctas, int64_t min_kb) {
   return 1;
 }
 
+// Stages key of the small-M 64 x 128 tile at K split `split`: 8 (the overlapped loop, split
+// 1-2) or 6 (the N-halves loop, workspace splits). Mirrors small_m_128_stages in src/dispatch.rs.
+int32_t small_m_128_stages(int64_t split) { return split >= 3 ? 6 : 8; }
+
 // Rounds of a persistent grid over `tiles` tiles with a split tail, num / den = R + 1/S (R >= 1
 // full rounds, a last round of L <= SMs/2 tiles in the S K ranges the kernel runs for a request
 // of 4: persistent_tail), and S; false where no split tail applies. Mirrors tail_cost in
@@ -150,13 +154,15 @@ fp8gemm_config auto_config(int64_t m, int64_t n, int64_t k, int sms) {
         return make(FP8GEMM_KIND_PERSISTENT, 128, 128, 5, tail);
       return make(FP8GEMM_KIND_WARP_SPEC, 128, 128, 6, split);
     }
-    return make(FP8GEMM_KIND_SMALL_M, 64, 128, 6, split_for(m64 * t128, kb, sms, 4));
+    const int64_t split = split_for(m64 * t128, kb, sms, 4);
+    return make(FP8GEMM_KIND_SMALL_M, 64, 128, small_m_128_stages(split), split);
   }
   if (m <= 256 && m64 * t128 <= sms) {
     // Four rows of 64 x 128 tiles: 128 x 128 tiles in a 2-way split tail instead.
     if (m > 192 && 2 * ((m + 127) / 128) * t128 <= sms && kb >= 2)
       return make(FP8GEMM_KIND_PERSISTENT, 128, 128, 5, 2);
-    return make(FP8GEMM_KIND_SMALL_M, 64, 128, 6, split_for(m64 * t128, kb, sms, 16));
+    const int64_t split = split_for(m64 * t128, kb, sms, 16);
+    return make(FP8GEMM_KIND_SMALL_M, 64, 128, small_m_128_stages(split), split);
   }
   // Persistent (also at M = 129-256 when 64 x 128 tiles take more than one wave): 256 x 128
   // tiles run ~8 % faster per unit of work than 128 x 128 (fewer L2 bytes per MMA), but come in

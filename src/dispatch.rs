@@ -332,6 +332,21 @@ pub fn split_override(m: usize, n: usize, k: usize) -> Result<Option<i32>> {
     }
 }
 
+/// Ring depth (the configuration's stages key) of the small-M 64 × 128 tile at K split `split`:
+/// 8 stages at split 1–2 (the ring sets the pace of its long K loops once the promotion overlaps
+/// the next K block's wgmma; session 31, "into" hot / cold µs vs 6 stages: 64×51200×5120 77.95 /
+/// 80.4–80.9 vs 80.05–80.25 / 82.6–83.1, 64×10240×5120 19.5–19.7 vs 20.0, 128×4096² split 2 cold
+/// 8.87–8.94 vs 9.17–9.21), 6 at ≥ 3 (workspace partials: 8 stages lost 0.5–0.9 µs on down at
+/// 32–48 tokens; the 6-stage key takes the N-halves loop for K ranges of ≤ 32 blocks,
+/// `kernels/gemm_small_m.cu`). Mirrors `small_m_128_stages` in `kernels/gemm.cu`.
+fn small_m_128_stages(split: i32) -> i32 {
+    if split >= 3 {
+        6
+    } else {
+        8
+    }
+}
+
 /// Chooses our kernel configuration for an `m × n × k` GEMM on a GPU with `num_sms` SMs.
 ///
 /// Pure and cheap; unit-tested at the boundaries. Mirrors `auto_config` in
@@ -346,9 +361,9 @@ pub fn split_override(m: usize, n: usize, k: usize) -> Result<Option<i32>> {
 /// | 65–128 with t128 ≥ 40 | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split; ≥ 3 splits: persistent 128 × 128 × 5 with that split tail instead; t128 > S with a small last round: persistent 128 × 128 × 5 with a split tail (the ≤ 0.9 rule below) |
 /// | 17–64 with S/4 < ⌈N/64⌉ ≤ S/2, K ≥ 1024 | small-M | 64 × 64 | 8 | 2 (a 2-CTA cluster sums) |
 /// | 17–32 with ⌈N/64⌉ ≥ S | swap-AB | 32 × 64 | 8 | none |
-/// | other 17–128 | small-M | 64 × 128 | 6 | one wave, ≥ 4 K blocks per split |
+/// | other 17–128 | small-M | 64 × 128 | 8 at split 1–2, 6 at ≥ 3 (`small_m_128_stages`) | one wave, ≥ 4 K blocks per split |
 /// | 193–256 while ⌈M/64⌉·t128 ≤ S and 2·⌈M/128⌉·t128 ≤ S | persistent | 128 × 128 | 5 | split tail 2 (every tile in two K ranges) |
-/// | 129–256 while ⌈M/64⌉·t128 ≤ S | small-M | 64 × 128 | 6 | one wave, ≥ 16 K blocks per split |
+/// | 129–256 while ⌈M/64⌉·t128 ≤ S | small-M | 64 × 128 | 8 at split 1–2, 6 at ≥ 3 | one wave, ≥ 16 K blocks per split |
 /// | > 256, and other 129–256 | persistent, TMA-store epilogue | 256 × 128 (2 waves of 128) if `200·R₂₅₆ < 108·R₁₂₈`, else 128 × 128 | 3 / 5 | none; a split tail where it costs ≤ 0.9 × that (at M ≤ 256 only the 256 × 128 tile's) |
 ///
 /// `R` = rounds of tiles over the SMs (⌈tiles / S⌉): a 256 × 128 tile does twice the work of a
@@ -449,7 +464,8 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
             // sweep (64×5120×25600 38.1 vs 40.5 µs) but 8.7 µs slower back to back into one output
             // (46.9 vs 38.9), likely because the next cluster launch starts early under PDL there
             // (session 13).
-            cfg(ScheduleKind::SmallM, 64, 128, 6, split_for(m64 * t128, kb, sms, 4))
+            let split = split_for(m64 * t128, kb, sms, 4);
+            cfg(ScheduleKind::SmallM, 64, 128, small_m_128_stages(split), split)
         }
     } else if m <= 256 && m64 * t128 <= sms {
         let m128 = m.div_ceil(128);
@@ -462,7 +478,8 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
             return cfg(ScheduleKind::Persistent, 128, 128, 5, 2);
         }
         // One wave of 64 x 128 tiles beats 128 x 128 (160×4096²: 13.1 vs 16.3 µs).
-        cfg(ScheduleKind::SmallM, 64, 128, 6, split_for(m64 * t128, kb, sms, 16))
+        let split = split_for(m64 * t128, kb, sms, 16);
+        cfg(ScheduleKind::SmallM, 64, 128, small_m_128_stages(split), split)
     } else {
         // M > 256, and M = 129-256 when 64 x 128 tiles need more than one wave: persistent.
         // At 129-256 it replaced the warp-specialized 128 x 128 tiles (session 15 sweep, hot /
@@ -611,7 +628,7 @@ mod tests {
         let p = |m, n, k| (kind(m, n, k), tile(m, n, k), c(m, n, k).stages, c(m, n, k).split_k);
         assert_eq!(p(193, 4096, 4096), (ScheduleKind::Persistent, (128, 128), 5, 2));
         assert_eq!(p(256, 4096, 4096), (ScheduleKind::Persistent, (128, 128), 5, 2));
-        assert_eq!(p(256, 4096, 128), (ScheduleKind::SmallM, (64, 128), 6, 1)); // one K block
+        assert_eq!(p(256, 4096, 128), (ScheduleKind::SmallM, (64, 128), 8, 1)); // one K block
         assert_eq!((kind(257, 4096, 4096), tile(257, 4096, 4096)), (ScheduleKind::Persistent, (128, 128)));
         assert_eq!(tile(512, 4096, 4096), (128, 128));
         // Persistent tiles by rounds over the SMs (session 7 sweep): one round of 256 x 128
@@ -717,6 +734,12 @@ mod tests {
         assert_eq!(c(64, 5120, 8192).split_k, 3);
         assert_eq!(c(64, 10240, 5120).split_k, 1);
         assert_eq!(c(128, 4096, 4096).split_k, 2);
+        // The 64 x 128 tile: 8 stages (overlapped loop) at split 1-2, 6 (N halves) at >= 3.
+        assert_eq!((tile(128, 4096, 4096), c(128, 4096, 4096).stages), ((64, 128), 8));
+        assert_eq!((tile(192, 4096, 4096), c(192, 4096, 4096).split_k, c(192, 4096, 4096).stages), ((64, 128), 1, 8));
+        assert_eq!((tile(64, 10240, 5120), c(64, 10240, 5120).stages), ((64, 128), 8));
+        assert_eq!((tile(64, 5120, 8192), c(64, 5120, 8192).stages), ((64, 128), 6));
+        assert_eq!((c(48, 5120, 25600).split_k, c(48, 5120, 25600).stages), (3, 6));
         assert_eq!(c(128, 5120, 8192).split_k, 3);
         assert_eq!(c(160, 4096, 4096).split_k, 1);
         assert_eq!(c(4096, 4096, 4096).split_k, 1);

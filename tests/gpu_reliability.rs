@@ -372,8 +372,7 @@ impl Drop for OverrideGuard {
 
 /// Every split-capable configuration forced to splits 1, 2 (2-CTA cluster sum), 3, 5 and 8
 /// (workspace + reduce), and the persistent tiles' split tails (also on an SM budget): ragged M
-/// and N against the CPU reference, and bit-identical on a second call. Split 1 of small-M
-/// 64 x 128 runs its two K-interleaved math warpgroups.
+/// and N against the CPU reference, and bit-identical on a second call.
 /// The override is process-wide: this file's tests run with `--test-threads=1` (gpu_run.sh).
 #[test]
 fn forced_splits_match_reference() -> Result<()> {
@@ -390,7 +389,8 @@ fn forced_splits_match_reference() -> Result<()> {
         (ScheduleKind::SwapAb, 8, 64, 8, &[1, 5]),
         (ScheduleKind::SwapAb, 16, 64, 8, &[13]),
         (ScheduleKind::SwapAb, 16, 64, 7, &[11]), // three CTAs per SM: wide N at 9-16 tokens
-        (ScheduleKind::SmallM, 64, 128, 6, &[37, 100]),
+        (ScheduleKind::SmallM, 64, 128, 8, &[37, 100]), // the overlapped loop (split 1-2 in the dispatch)
+        (ScheduleKind::SmallM, 64, 128, 6, &[100]),     // the N-halves loop (split >= 3 in the dispatch)
         (ScheduleKind::SmallM, 64, 32, 8, &[64]),
         (ScheduleKind::SmallM, 64, 64, 8, &[48]), // the automatic choice at M = 33-64, N = 4096
         (ScheduleKind::SmallM, 64, 64, 4, &[40]), // a shallow ring, three CTAs per SM (dev key)
@@ -436,10 +436,12 @@ fn forced_splits_match_reference() -> Result<()> {
 }
 
 /// `dev_variants_match_reference`: dispatched tiles and their development keys (stages + 100:
-/// the small-M 64x64 and 64x128 tiles and the warp-specialized and persistent 128x128 tiles
-/// without the promotion overlapped across K blocks — 64x128 with N halves instead) on ragged M and N,
-/// with 1 to 16 K blocks per split (odd and even: the overlapped loop is unrolled by two), against
-/// the CPU and bitwise equal to each other (only the order of independent work differs).
+/// the small-M 64x64 tile and the warp-specialized and persistent 128x128 tiles without the
+/// promotion overlapped across K blocks; the small-M 64x128 tile's 6-stage key against its
+/// N-halves loop, which key 6 itself runs for workspace splits of <= 32 K blocks) on ragged M and
+/// N, with 1 to 16 K blocks per split (odd and even: the overlapped loop is unrolled by two) and
+/// one long K (split 3: 34 K blocks, the overlapped loop at split 3), against the CPU and bitwise
+/// equal to each other (only the order of independent work differs).
 #[test]
 fn dev_variants_match_reference() -> Result<()> {
     let dev = gpu_or_skip!("dev_variants_match_reference");
@@ -449,32 +451,32 @@ fn dev_variants_match_reference() -> Result<()> {
         return Ok(());
     }
     let _guard = OverrideGuard;
-    // (schedule, block_m, block_n, dispatched stages, m values, splits)
-    type Plan = (ScheduleKind, i32, i32, i32, &'static [usize], &'static [i32]);
+    // (schedule, block_m, block_n, dispatched stages, development stages, m values, splits)
+    type Plan = (ScheduleKind, i32, i32, i32, i32, &'static [usize], &'static [i32]);
     let plans: &[Plan] = &[
-        (ScheduleKind::SmallM, 64, 64, 8, &[40, 64], &[1, 2, 3]),
-        (ScheduleKind::SmallM, 64, 128, 6, &[100, 160], &[1, 2, 3, 5]),
-        (ScheduleKind::WarpSpecialized, 128, 128, 6, &[100, 200], &[1, 2, 3, 5]),
-        (ScheduleKind::Persistent, 128, 128, 5, &[300, 513], &[1]),
+        (ScheduleKind::SmallM, 64, 64, 8, 108, &[40, 64], &[1, 2, 3]),
+        (ScheduleKind::SmallM, 64, 128, 6, 106, &[100, 160], &[1, 2, 3, 5]),
+        (ScheduleKind::WarpSpecialized, 128, 128, 6, 106, &[100, 200], &[1, 2, 3, 5]),
+        (ScheduleKind::Persistent, 128, 128, 5, 105, &[300, 513], &[1]),
     ];
     let n = 272;
-    for k in [128, 384, 1920, 2048] {
-        for &(kind, block_m, block_n, stages, ms, splits) in plans {
-            for &m in ms {
-                let o = random_operands(m, n, k, (m * 7 + k + block_m as usize) as u64, &dev)?;
-                for &split_k in splits.iter().filter(|&&s| s as usize <= k / 128) {
-                    let mut got = Vec::new();
-                    for st in [stages, stages + 100] {
-                        let cfg = GemmConfig { kind: kind as i32, block_m, block_n, stages: st, split_k, num_sms: 0 };
-                        set_config_override(Some(cfg));
-                        let what = format!("{kind:?} {block_m}x{block_n} stages {st} split {split_k} m={m} n={n} k={k}");
-                        poison(&dev, 8 * m * n)?;
-                        let y = gemm(Provider::Hopper, &o)?;
-                        check_rows(&what, &y, &o, &(0..m).collect::<Vec<_>>(), (m, n, k))?;
-                        got.push((what, bits(&y)?));
-                    }
-                    assert!(got[0].1 == got[1].1, "{} differs from {}", got[1].0, got[0].0);
+    let long_k: Plan = (ScheduleKind::SmallM, 64, 128, 6, 106, &[100], &[3, 4]);
+    let cases = [128, 384, 1920, 2048].into_iter().flat_map(|k| plans.iter().map(move |p| (k, p)));
+    for (k, &(kind, block_m, block_n, stages, dev_stages, ms, splits)) in cases.chain([(12800, &long_k)]) {
+        for &m in ms {
+            let o = random_operands(m, n, k, (m * 7 + k + block_m as usize) as u64, &dev)?;
+            for &split_k in splits.iter().filter(|&&s| s as usize <= k / 128) {
+                let mut got = Vec::new();
+                for st in [stages, dev_stages] {
+                    let cfg = GemmConfig { kind: kind as i32, block_m, block_n, stages: st, split_k, num_sms: 0 };
+                    set_config_override(Some(cfg));
+                    let what = format!("{kind:?} {block_m}x{block_n} stages {st} split {split_k} m={m} n={n} k={k}");
+                    poison(&dev, 8 * m * n)?;
+                    let y = gemm(Provider::Hopper, &o)?;
+                    check_rows(&what, &y, &o, &(0..m).collect::<Vec<_>>(), (m, n, k))?;
+                    got.push((what, bits(&y)?));
                 }
+                assert!(got[0].1 == got[1].1, "{} differs from {}", got[1].0, got[0].0);
             }
         }
     }

@@ -37,8 +37,8 @@ KNAME = {v: k for k, v in KIND.items()}
 CONFIGS = [
     ("swap_ab", 8, 64, 8, True), ("swap_ab", 16, 64, 8, True), ("swap_ab", 32, 64, 8, True),
     ("swap_ab", 64, 64, 8, True),
-    ("small_m", 64, 32, 8, True), ("small_m", 64, 64, 8, True), ("small_m", 64, 128, 6, True),
-    ("small_m", 64, 64, 108, True), ("small_m", 64, 128, 106, True),
+    ("small_m", 64, 32, 8, True), ("small_m", 64, 64, 8, True), ("small_m", 64, 128, 8, True),
+    ("small_m", 64, 128, 6, True), ("small_m", 64, 64, 108, True), ("small_m", 64, 128, 106, True),
     ("small_m", 64, 64, 4, True), ("small_m", 64, 64, 6, True),
     ("warp_spec", 128, 64, 8, True), ("warp_spec", 128, 128, 6, True),
     ("warp_spec", 128, 128, 106, True),
@@ -301,8 +301,8 @@ def sanitize(lib, args):
     """Small shapes through every schedule and both split-K reductions (run under
     compute-sanitizer). --quick: one launch per schedule (for racecheck)."""
     if args.quick:
-        plan = [((130, 256, 1536), [("swap_ab", 8, 64, 8, 2), ("swap_ab", 16, 64, 8, 9), ("small_m", 64, 128, 6, 2),
-                                    ("small_m", 64, 64, 4, 1), ("warp_spec", 128, 128, 6, 3), ("warp_spec", 128, 128, 6, 2),
+        plan = [((130, 256, 1536), [("swap_ab", 8, 64, 8, 2), ("swap_ab", 16, 64, 8, 9), ("small_m", 64, 128, 8, 2),
+                                    ("small_m", 64, 128, 6, 3), ("small_m", 64, 64, 4, 1), ("warp_spec", 128, 128, 6, 3), ("warp_spec", 128, 128, 6, 2),
                                     ("persistent", 256, 128, 3, 1), ("small_m", 64, 64, 8, 1)])]
     else:
         shapes = [(5, 144, 384), (130, 256, 1536), (300, 272, 384)]
@@ -345,7 +345,7 @@ def candidates(M, N, K, sms=132):
                 if bm >= M:
                     break
     if M <= 256:
-        for bn, st in ((32, 8), (64, 8), (128, 6)):
+        for bn, st in ((32, 8), (64, 8), (128, 8)):
             tiles = (N + bn - 1) // bn * ((M + 63) // 64)
             for s in splits(tiles)[:2]:
                 out.append(cfg_of("small_m", 64, bn, st, s))
@@ -365,7 +365,8 @@ def focus_candidates(M, N, K, sms=132):
     KB = K // 128
     fill = lambda tiles: max(1, min(8, KB // 4, round(sms / tiles)))
     if 16 < M <= 512:
-        out.append(cfg_of("small_m", 64, 128, 6, fill((M + 63) // 64 * ((N + 127) // 128))))
+        s = fill((M + 63) // 64 * ((N + 127) // 128))
+        out.append(cfg_of("small_m", 64, 128, 6 if s >= 3 else 8, s))
         out.append(cfg_of("warp_spec", 128, 128, 6, fill((M + 127) // 128 * ((N + 127) // 128))))
     if M > 256:
         for bm, st in ((256, 3), (128, 5)):
