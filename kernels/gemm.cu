@@ -98,7 +98,8 @@ int64_t split_for(int64_t tiles, int64_t kb, int64_t max_ctas, int64_t min_kb) {
 }
 
 // Stages key of the small-M 64 x 128 tile at K split `split`: 8 (the overlapped loop, split
-// 1-2) or 6 (the N-halves loop, workspace splits). Mirrors small_m_128_stages in src/dispatch.rs.
+// 1-2) or 6 (workspace splits; its loop by K range, gemm_small_m.cu). Mirrors small_m_128_stages
+// in src/dispatch.rs.
 int32_t small_m_128_stages(int64_t split) { return split >= 3 ? 6 : 8; }
 
 // Rounds of a persistent grid over `tiles` tiles with a split tail, num / den = R + 1/S (R >= 1
