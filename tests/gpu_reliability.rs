@@ -390,7 +390,7 @@ fn forced_splits_match_reference() -> Result<()> {
         (ScheduleKind::SwapAb, 16, 64, 8, &[13]),
         (ScheduleKind::SwapAb, 16, 64, 7, &[11]), // three CTAs per SM: wide N at 9-16 tokens
         (ScheduleKind::SmallM, 64, 128, 8, &[37, 100]), // the overlapped loop (split 1-2 in the dispatch)
-        (ScheduleKind::SmallM, 64, 128, 6, &[100]),     // the N-halves loop (split >= 3 in the dispatch)
+        (ScheduleKind::SmallM, 64, 128, 6, &[100]),     // split >= 3 in the dispatch: the N-halves loop at these short K ranges
         (ScheduleKind::SmallM, 64, 32, 8, &[64]),
         (ScheduleKind::SmallM, 64, 64, 8, &[48]), // the automatic choice at M = 33-64, N = 4096
         (ScheduleKind::SmallM, 64, 64, 4, &[40]), // a shallow ring, three CTAs per SM (dev key)
