@@ -186,12 +186,20 @@ def chain(ls, n, ctas_csv=None):
     span = (ls[-1].last_end - ls[0].last_end) / 1e3
     print(f"last end - first launch's end over {len(ls) - 1} launches: {span:.1f} us ({span / max(1, len(ls) - 1):.2f} per launch; crit sum {tot:.1f})")
     print()
-    print("last launches (us from the first shown launch's first entry): name ctas first_entry first_past_wait last_end")
+    print("last launches (us from the first shown launch's first entry): name ctas first_entry first_past_wait last_end"
+          " | SMs used, most CTAs on one SM, CTAs entered before the previous launch's last end")
     base = ls[-8].first_entry if len(ls) >= 8 else ls[0].first_entry
-    for l in ls[-8:]:
+    shown8 = ls[-8:]
+    for i, l in enumerate(shown8):
         m1 = l.marks(1)
         past = f"{(m1[0] - base) / 1e3:8.2f}" if m1 else f"{'-':>8}"
-        print(f"  {l.name():7} {len(l.ctas):5} {(l.first_entry - base) / 1e3:8.2f} {past} {(l.last_end - base) / 1e3:8.2f}")
+        per_sm = {}
+        for _, _, sm, _ in l.ctas:
+            per_sm[sm] = per_sm.get(sm, 0) + 1
+        prev = shown8[i - 1] if i else (ls[-9] if len(ls) >= 9 else None)
+        early = sum(1 for t0, _, _, _ in l.ctas if prev is not None and t0 < prev.last_end)
+        print(f"  {l.name():7} {len(l.ctas):5} {(l.first_entry - base) / 1e3:8.2f} {past} {(l.last_end - base) / 1e3:8.2f}"
+              f" | {len(per_sm):4} {max(per_sm.values()):3} {early:5}")
     if ctas_csv:
         shown = ls[-n:]
         with open(ctas_csv, "w") as f:

@@ -1,0 +1,8 @@
+#!/bin/bash
+# Prepared in session 31 (not run). Bundle route (bench at HEAD in bundle/dev, anchors.py): the
+# same-run table after 65bc4e0 (the small-M 64x128 tile on 8 stages at split 1-2). ~8 device
+# minutes: anchors.py, then bench, merged by scripts/perf_table.py.
+source scripts/dev/call_prelude.sh
+same_run_table
+grep -E "\*\*no\*\*|Rows meeting" $R/final-table.md | cut -c1-200
+pack_out s32table
