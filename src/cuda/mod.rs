@@ -835,9 +835,9 @@ pub(crate) fn dequantize_weight(
 
 /// The dequant provider: both operands dequantized to f32 (portable helper kernels), candle's
 /// cuBLAS f32 GEMM (TF32 off unless the user enabled candle's reduced-precision f32 mode),
-/// bf16 output. Accuracy: only the bf16 output rounding; cost: 4 bytes per weight element of
-/// transient memory, f32 GEMM speed. (Caching a bf16 weight, [`dequantize_weight`], is the
-/// op/layer's choice.)
+/// bf16 output (rounded to nearest even by a helper kernel with 64-bit indexing). Accuracy:
+/// only the bf16 output rounding; cost: 4 bytes per weight element of transient memory, f32
+/// GEMM speed. (Caching a bf16 weight, [`dequantize_weight`], is the op/layer's choice.)
 fn dequant_gemm(dev: &CudaDevice, ops: &Operands, m: usize, n: usize, k: usize) -> Result<CudaStorage> {
     let wf = dequant_weight_f32(dev, &ops.w, &ops.sw, n, k)?;
     let mut xf = unsafe { dev.alloc::<f32>(m * k)? };
@@ -853,7 +853,17 @@ fn dequant_gemm(dev: &CudaDevice, ops: &Operands, m: usize, n: usize, k: usize) 
     let x_l = Layout::contiguous((1, m, k));
     let w_l = Layout::contiguous((1, n, k)).transpose(1, 2)?;
     let yf = xs.matmul(&ws, (1, m, n, k), &x_l, &w_l)?;
-    yf.to_dtype(&Layout::contiguous((m, n)), DType::BF16)
+    // The bf16 rounding by our helper, not candle's cast: candle's cast kernels count elements
+    // in 32 bits and never finish past 2^32 of them (M·N > 2^32: gpu_reliability's
+    // large_mn_no_index_overflow ran into its time limit in the dequant provider).
+    let yv = yf.as_cuda_slice::<f32>()?;
+    let mut out = unsafe { dev.alloc::<bf16>(m * n)? };
+    let f = dev.get_or_load_custom_func("candle_fp8_f32_to_bf16", HELPER_MODULE, HELPER_PTX)?;
+    let len = (m * n) as i64;
+    let mut b = f.builder();
+    b.arg(yv).arg(&mut out).arg(&len);
+    unsafe { b.launch(helper_launch_cfg(m * n)) }.w()?;
+    Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
 }
 
 /// What a CUDA device offers this crate (printed by `examples/check_env.rs`).
