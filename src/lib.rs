@@ -1,3 +1,4 @@
+#![deny(missing_docs)] // every public item documented (both feature sets build clean)
 //! # candle-fp8
 //!
 //! DeepSeek-style *blocked FP8* linear layers for [candle](https://github.com/huggingface/candle):

@@ -53,27 +53,41 @@ fn default_act() -> String {
 /// ignored).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Qwen3Config {
+    /// Rows of the token embedding and of the lm_head.
     pub vocab_size: usize,
+    /// Width of the residual stream.
     pub hidden_size: usize,
+    /// Width of the SwiGLU MLP (each of gate and up).
     pub intermediate_size: usize,
+    /// Decoder layers.
     pub num_hidden_layers: usize,
+    /// Query heads.
     pub num_attention_heads: usize,
+    /// Key / value heads (grouped-query attention: a divisor of the query heads).
     pub num_key_value_heads: usize,
     /// Per-head dimension; `hidden_size / num_attention_heads` when absent.
     #[serde(default)]
     pub head_dim: Option<usize>,
+    /// Epsilon of every RMSNorm (1e-6 when absent).
     #[serde(default = "default_eps")]
     pub rms_norm_eps: f64,
+    /// RoPE base frequency (1e6 when absent).
     #[serde(default = "default_theta")]
     pub rope_theta: f64,
+    /// Longest sequence the RoPE tables cover (40960 when absent); longer positions are an error.
     #[serde(default = "default_max_pos")]
     pub max_position_embeddings: usize,
+    /// The lm_head reuses the token embedding (no `lm_head.weight` in the checkpoint).
     #[serde(default)]
     pub tie_word_embeddings: bool,
+    /// Biases on the q / k / v projections (loaded from the checkpoint's `*.bias`); Qwen3 has
+    /// none. Random weights (`--random-weights`) refuse it.
     #[serde(default)]
     pub attention_bias: bool,
+    /// MLP activation; only `"silu"` is supported (the default).
     #[serde(default = "default_act")]
     pub hidden_act: String,
+    /// Beginning-of-sequence token, if the model has one.
     #[serde(default)]
     pub bos_token_id: Option<u32>,
     /// An id or a list of ids.
