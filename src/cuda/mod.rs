@@ -923,3 +923,30 @@ pub fn device_report(dev: &CudaDevice) -> Result<DeviceReport> {
         nvcc_flags: option_env!("CANDLE_FP8_NVCC_FLAGS_USED").unwrap_or(""),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every helper kernel the providers load by name (`get_or_load_custom_func("NAME",
+    /// HELPER_MODULE, …)` in this folder) is an entry of the helper PTX: a misspelt or removed
+    /// kernel would otherwise surface only on a GPU, at the first call of that path.
+    #[test]
+    fn loaded_helper_kernels_are_in_the_helper_ptx() {
+        let sources = [include_str!("mod.rs"), include_str!("cublaslt.rs")];
+        let marker = "get_or_load_custom_func(\"";
+        let mut names = Vec::new();
+        for src in sources {
+            for (i, _) in src.match_indices(marker) {
+                let rest = &src[i + marker.len()..];
+                let name = &rest[..rest.find('"').expect("a closing quote")];
+                if rest[name.len()..].trim_start_matches(['"', ',', ' ']).starts_with("HELPER_MODULE") {
+                    names.push(name.to_string());
+                }
+            }
+        }
+        assert!(names.len() >= 5, "found only {names:?}");
+        for name in &names {
+            let entry = format!(".entry {name}(");
+            assert!(super::HELPER_PTX.contains(&entry), "helper kernel {name} is loaded but not in the helper PTX");
+        }
+    }
+}
