@@ -1,7 +1,7 @@
 #!/bin/bash
 # Prepared in session 32 (not run). Bundle route, carry bundle/dev (~41 MB: bench and decode at
 # 65bc4e0's kernels; bench_s2 / decode_s2 = 4c146f7 + swap16-split2.patch; gpu / gpu_reliability at
-# 70d9f64, the dequant provider's 64-bit bf16 rounding). ~9 device minutes. Writes its log to
+# 937ef96, the dequant provider's 64-bit bf16 rounding). ~9 device minutes. Writes its log to
 # $OUT as it goes and packs before anything optional (session 32's call 1 lost its files).
 # 1. swap-AB 16-token tile at split 2 on 7 stages (320 CTAs, three per SM, one wave) for q|k|v at
 #    9-16 tokens (where the doubled grid fits one wave at three per SM: N/64 tiles in [S, 1.5 S]),
