@@ -145,6 +145,10 @@ fp8gemm_config auto_config(int64_t m, int64_t n, int64_t k, int sms) {
       return make(FP8GEMM_KIND_SMALL_M, 64, 64, 8, 2);  // one wave of 64 x 64 tiles, 2-CTA sums
     if (m <= 32 && t64 >= sms)  // a wave or more of 64-row weight tiles: swap-AB 32-token tiles
       return make(FP8GEMM_KIND_SWAP_AB, 32, 64, 8, 1);
+    // 25-32 tokens, half to one wave of 64-row tiles, long K (down): swap-AB 32-token tiles in
+    // a 3-way K split, 240 CTAs (src/dispatch.rs).
+    if (m > 24 && m <= 32 && 2 * t64 > sms && kb >= 128)
+      return make(FP8GEMM_KIND_SWAP_AB, 32, 64, 8, split_for(t64, kb, 2 * int64_t(sms), 16));
     if (m > 64 && t128 >= 40) {
       // Three or more K ranges: the persistent tile's split tail sums them in the kernel.
       const int64_t split = split_for(t128, kb, sms, 16);

@@ -361,6 +361,7 @@ fn small_m_128_stages(split: i32) -> i32 {
 /// | 65–128 with t128 ≥ 40 | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split; ≥ 3 splits: persistent 128 × 128 × 5 with that split tail instead; t128 > S with a small last round: persistent 128 × 128 × 5 with a split tail (the ≤ 0.9 rule below) |
 /// | 17–64 with S/4 < ⌈N/64⌉ ≤ S/2, K ≥ 1024 | small-M | 64 × 64 | 8 | 2 (a 2-CTA cluster sums) |
 /// | 17–32 with ⌈N/64⌉ ≥ S | swap-AB | 32 × 64 | 8 | none |
+/// | 25–32 with S/2 < ⌈N/64⌉ < S, K ≥ 16384 | swap-AB | 32 × 64 | 8 | `split_for(N/64, kb, 2·S, 16)` (down: 3) |
 /// | other 17–128 | small-M | 64 × 128 | 8 at split 1–2, 6 at ≥ 3 (`small_m_128_stages`) | one wave, ≥ 4 K blocks per split |
 /// | 193–256 while ⌈M/64⌉·t128 ≤ S and 2·⌈M/128⌉·t128 ≤ S | persistent | 128 × 128 | 5 | split tail 2 (every tile in two K ranges) |
 /// | 129–256 while ⌈M/64⌉·t128 ≤ S | small-M | 64 × 128 | 8 at split 1–2, 6 at ≥ 3 | one wave, ≥ 16 K blocks per split |
@@ -437,6 +438,15 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
             // (session 26, 32×10240×5120: 18.42 / 18.47 vs 20.43 / 20.23; session 13 had measured
             // a tie there, 18.80 vs 18.18).
             return cfg(ScheduleKind::SwapAb, 32, 64, 8, 1);
+        }
+        if m > 24 && m <= 32 && 2 * t64 > sms && kb >= 128 {
+            // 25-32 tokens over half to one wave of 64-row tiles with a long K (down, 5120 ×
+            // 25600): swap-AB 32-token tiles in a K split that keeps <= 2 CTAs per SM (3: 240
+            // CTAs) instead of 64 × 128 tiles split 3 (session 33, "into" hot / cold µs:
+            // 32×5120×25600 36.36 / 37.4-37.6 vs 38.20 / 38.6-40.6; docs/perf/2026-12-03-s33/).
+            // Not at 17-24 tokens (17×: 36.8 / 38.3 vs 36.5 / 37.3) nor with K = 8192 (o:
+            // 24-32× hot 13.3-13.5 vs 11.7-11.9, and decode b32 +0.17 ms with it).
+            return cfg(ScheduleKind::SwapAb, 32, 64, 8, split_for(t64, kb, 2 * sms, 16));
         }
         if m > 64 && t128 >= 40 {
             // Wide N at M = 65-128: 128 x 128 tiles (128×10240×5120: 23 µs vs 38 for 64 x 128
@@ -729,7 +739,13 @@ mod tests {
         assert_eq!(c(16, 10240, 5120).stages, 8);
         assert_eq!(c(8, 51200, 5120).stages, 8);
         assert_eq!(tile(33, 51200, 5120), (64, 128));
-        assert_eq!(c(32, 5120, 25600).split_k, 3);
+        // Down at 25-32 tokens: swap-AB 32 x 64 in 3 K ranges; not at 24 tokens, nor with K = 8192.
+        assert_eq!((kind(32, 5120, 25600), tile(32, 5120, 25600), c(32, 5120, 25600).split_k), (ScheduleKind::SwapAb, (32, 64), 3));
+        assert_eq!((kind(25, 5120, 25600), c(25, 5120, 25600).split_k), (ScheduleKind::SwapAb, 3));
+        assert_eq!((tile(24, 5120, 25600), c(24, 5120, 25600).split_k), ((64, 128), 3));
+        assert_eq!((tile(32, 5120, 8192), tile(32, 5120, 16256)), ((64, 128), (64, 128)));
+        assert_eq!((kind(32, 5120, 16384), c(32, 5120, 16384).split_k), (ScheduleKind::SwapAb, 3));
+        assert_eq!(kind(32, 4224, 25600), ScheduleKind::SmallM); // 66 tiles = S/2: the 64 x 64 cluster pair
         assert_eq!(c(64, 5120, 25600).split_k, 3);
         assert_eq!(c(64, 5120, 8192).split_k, 3);
         assert_eq!(c(64, 10240, 5120).split_k, 1);

@@ -389,6 +389,7 @@ fn forced_splits_match_reference() -> Result<()> {
         (ScheduleKind::SwapAb, 8, 64, 8, &[1, 5]),
         (ScheduleKind::SwapAb, 16, 64, 8, &[13]),
         (ScheduleKind::SwapAb, 16, 64, 7, &[11]), // three CTAs per SM: wide N at 9-16 tokens
+        (ScheduleKind::SwapAb, 32, 64, 8, &[17, 32]), // 17-32 tokens: one wave or more of 64-row tiles, split over K where fewer
         (ScheduleKind::SmallM, 64, 128, 8, &[37, 100]), // the overlapped loop (split 1-2 in the dispatch)
         (ScheduleKind::SmallM, 64, 128, 6, &[100]),     // split >= 3 in the dispatch: the N-halves loop at these short K ranges
         (ScheduleKind::SmallM, 64, 32, 8, &[64]),
