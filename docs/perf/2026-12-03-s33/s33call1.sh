@@ -1,5 +1,5 @@
 #!/bin/bash
-# Prepared in session 32 (not run). Bundle route, carry bundle/dev (~41 MB: bench and decode at
+# Session 33, call 1 (prepared in session 32 as next-s33/split2-and-suites.sh, run as is). Bundle route, carry bundle/dev (~41 MB: bench and decode at
 # 65bc4e0's kernels; bench_s2 / decode_s2 = 4c146f7 + swap16-split2.patch; gpu / gpu_reliability at
 # 937ef96, the dequant provider's 64-bit bf16 rounding). ~9 device minutes. Writes its log to
 # $OUT as it goes and packs before anything optional (session 32's call 1 lost its files).
