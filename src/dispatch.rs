@@ -442,10 +442,11 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
         if m > 24 && m <= 32 && 2 * t64 > sms && kb >= 128 {
             // 25-32 tokens over half to one wave of 64-row tiles with a long K (down, 5120 ×
             // 25600): swap-AB 32-token tiles in a K split that keeps <= 2 CTAs per SM (3: 240
-            // CTAs) instead of 64 × 128 tiles split 3 (session 33, "into" hot / cold µs:
-            // 32×5120×25600 36.36 / 37.4-37.6 vs 38.20 / 38.6-40.6; docs/perf/2026-12-03-s33/).
-            // Not at 17-24 tokens (17×: 36.8 / 38.3 vs 36.5 / 37.3) nor with K = 8192 (o:
-            // 24-32× hot 13.3-13.5 vs 11.7-11.9, and decode b32 +0.17 ms with it).
+            // CTAs) instead of 64 × 128 tiles split 3 (session 33 call 4, "into" hot / cold µs:
+            // 32×5120×25600 35.55 / 36.77 vs 37.53 / 37.96, 25× 36.19 / 37.02 vs 37.10 / 37.56;
+            // decode b32 TPOT 10.76 vs 10.83-10.86 ms; docs/perf/2026-12-03-s33/). Not at 17-24
+            // tokens (17×: 36.8 / 38.3 vs 36.5 / 37.3) nor with K = 8192 (o: 24-32× hot 13.3-13.5
+            // vs 11.7-11.9; with o too decode b32 ran +0.17 ms, call 3).
             return cfg(ScheduleKind::SwapAb, 32, 64, 8, split_for(t64, kb, 2 * sms, 16));
         }
         if m > 64 && t128 >= 40 {
