@@ -17,14 +17,12 @@
 source scripts/dev/call_prelude.sh > $OUT/log.txt 2>&1
 exec >> $OUT/log.txt 2>&1
 SH="1,10240,5120 8,10240,5120 12,10240,5120 16,10240,5120 16,5120,25600 16,5120,8192 32,10240,5120 16,51200,5120"
-for r in 1 2; do
-  for v in on exit; do
-    CANDLE_FP8_DEV_SWAP_TRIGGER=$v timeout 140 $BIN/bench --shapes $SH --columns ours,into --samples 15 \
-      --no-check --json $R/$v-r$r.json > $R/bench-$v-r$r.txt 2>&1
-    echo "$v round $r rc=$? at $(elapsed)"
-  done
-done
-python3 scripts/dev/ab_table.py $R on exit --columns ours/into
+# bench_ab passes its flags to bench's command line: the knob, an environment variable, goes
+# through a wrapper that bench_ab runs as exit@bench_exit.
+printf '#!/bin/sh\nCANDLE_FP8_DEV_SWAP_TRIGGER=exit exec %s "$@"\n' "$BIN/bench" > $BIN/bench_exit
+chmod +x $BIN/bench_exit
+bench_ab 2 on= exit@bench_exit= -- --shapes $SH --columns ours,into --samples 15 --no-check \
+  --json "$R/{VARIANT}.json"
 OUT=$R/dec REPEAT=2 DECODE_TOKENS=32 bash scripts/dev/decode_sweep.sh "CANDLE_FP8_DEV_SWAP_TRIGGER=exit X=on" "1 16" > $R/decode.txt 2>&1
 echo "decode rc=$? at $(elapsed)"
 sed 's@/[^ ]*/bundle/bin/@@' $R/dec/sweep-table.txt
