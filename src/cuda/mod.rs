@@ -938,7 +938,8 @@ mod tests {
             for (i, _) in src.match_indices(marker) {
                 let rest = &src[i + marker.len()..];
                 let name = &rest[..rest.find('"').expect("a closing quote")];
-                if rest[name.len()..].trim_start_matches(['"', ',', ' ']).starts_with("HELPER_MODULE") {
+                let after = rest[name.len()..].trim_start_matches(|c: char| c == '"' || c == ',' || c.is_whitespace());
+                if after.starts_with("HELPER_MODULE") {
                     names.push(name.to_string());
                 }
             }
