@@ -222,12 +222,20 @@ int effective_split(const fp8gemm_config& c, int64_t k) {
   return static_cast<int>(s < 1 ? 1 : s);
 }
 
-// Persistent schedules split K only in their split tail and sum it in the kernel.
-bool fixup_in_kernel(const ConfigEntry* e) { return e != nullptr && e->kind == FP8GEMM_KIND_PERSISTENT; }
+// Persistent schedules split K only in their split tail, stream-K ones by their units; both
+// sum the shares in the kernel (flags + partial tiles in a workspace of their own).
+bool fixup_in_kernel(const ConfigEntry* e) {
+  return e != nullptr && (e->kind == FP8GEMM_KIND_PERSISTENT || e->kind == FP8GEMM_KIND_SWAP_AB_STREAMK);
+}
 
 // Workspace of a launch on a grid of at most `grid_limit` CTAs: split-K partials [split][m][n]
 // for the reduce kernel, or a persistent split tail's partial tiles and flags.
 size_t workspace_need(const ConfigEntry* e, int split, int64_t m, int64_t n, int64_t k, int grid_limit) {
+  if (e != nullptr && e->kind == FP8GEMM_KIND_SWAP_AB_STREAMK) {  // the largest grid it may launch
+    int64_t grid = static_cast<int64_t>(grid_limit) * split;
+    if (grid > kStreamKMaxCtas) grid = kStreamKMaxCtas;
+    return streamk_workspace_bytes(grid, e->block_m, e->block_n);
+  }
   if (fixup_in_kernel(e)) {
     const int64_t tiles = ((m + e->block_m - 1) / e->block_m) * ((n + e->block_n - 1) / e->block_n);
     return tail_workspace_bytes(persistent_tail(tiles, grid_limit, split, static_cast<int>(k / 128)),

@@ -16,6 +16,15 @@ const ConfigEntry* swap_ab_configs(int* count) {
       {FP8GEMM_KIND_SWAP_AB, 16, 64, 7, true, &run_sm90_fp8_gemm<SwapAB<16, 7, 0, false>>, true},
       {FP8GEMM_KIND_SWAP_AB, 32, 64, 8, true, &run_sm90_fp8_gemm<SwapAB<32, 8>>, true},
       {FP8GEMM_KIND_SWAP_AB, 64, 64, 8, true, &run_sm90_fp8_gemm<SwapAB<64, 8>>, true},
+      // Stream-K (split_k = CTAs per SM): the same tiles sharing (tile, K block) units evenly.
+      {FP8GEMM_KIND_SWAP_AB_STREAMK, 8, 64, 8, true,
+       &run_sm90_fp8_gemm<SwapAB<8, 8, 0, true, false, true>>, false},
+      {FP8GEMM_KIND_SWAP_AB_STREAMK, 16, 64, 8, true,
+       &run_sm90_fp8_gemm<SwapAB<16, 8, 0, false, false, true>>, false},
+      {FP8GEMM_KIND_SWAP_AB_STREAMK, 16, 64, 7, true,
+       &run_sm90_fp8_gemm<SwapAB<16, 7, 0, false, false, true>>, false},
+      {FP8GEMM_KIND_SWAP_AB_STREAMK, 32, 64, 8, true,
+       &run_sm90_fp8_gemm<SwapAB<32, 8, 0, true, false, true>>, false},
   };
   *count = sizeof(kConfigs) / sizeof(kConfigs[0]);
   return kConfigs;

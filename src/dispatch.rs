@@ -188,6 +188,9 @@ pub enum ScheduleKind {
     WarpSpecialized = 3,
     /// Persistent warp-specialized, two M waves per tile.
     Persistent = 4,
+    /// Swap-AB tiles in stream-K: a resident grid shares the (tile, K block) units evenly and
+    /// sums partial tiles inside the kernel; `split_k` = CTAs per SM.
+    SwapAbStreamK = 5,
 }
 
 /// One kernel configuration (mirrors `fp8gemm_config` in `kernels/api.h`).
@@ -205,6 +208,7 @@ pub struct GemmConfig {
     /// K split factor (1 = none). For [`ScheduleKind::Persistent`]: the K ranges each tile of
     /// a partial last round over the SMs is cut into (a split tail, summed inside the kernel;
     /// clamped to what one round of CTAs holds, no effect when the tiles fill their rounds).
+    /// For [`ScheduleKind::SwapAbStreamK`]: CTAs per SM (clamped to what fits).
     pub split_k: i32,
     /// SMs a persistent grid may use (0 = all).
     pub num_sms: i32,
@@ -218,6 +222,7 @@ impl GemmConfig {
             2 => Some(ScheduleKind::SwapAb),
             3 => Some(ScheduleKind::WarpSpecialized),
             4 => Some(ScheduleKind::Persistent),
+            5 => Some(ScheduleKind::SwapAbStreamK),
             _ => None,
         }
     }

@@ -371,8 +371,8 @@ impl Drop for OverrideGuard {
 }
 
 /// Every split-capable configuration forced to splits 1, 2 (2-CTA cluster sum), 3, 5 and 8
-/// (workspace + reduce), and the persistent tiles' split tails (also on an SM budget): ragged M
-/// and N against the CPU reference, and bit-identical on a second call.
+/// (workspace + reduce), the persistent tiles' split tails and the stream-K tiles (both also on
+/// an SM budget): ragged M and N against the CPU reference, and bit-identical on a second call.
 /// The override is process-wide: this file's tests run with `--test-threads=1` (gpu_run.sh).
 #[test]
 fn forced_splits_match_reference() -> Result<()> {
@@ -398,12 +398,21 @@ fn forced_splits_match_reference() -> Result<()> {
         (ScheduleKind::WarpSpecialized, 128, 128, 6, &[129, 200]),
     ];
     let (n, k) = (272, 2048);
-    // Persistent split tails (the tiles of a partial last round in K ranges, summed inside the
-    // kernel): every tile split (a few tiles on all SMs), and on an SM budget of 4 / 5 CTAs full
-    // rounds of whole tiles before the split round (2 / 1 tiles left over).
-    let persistent: &[(ScheduleKind, i32, i32, i32, &[usize])] =
-        &[(ScheduleKind::Persistent, 256, 128, 3, &[300]), (ScheduleKind::Persistent, 128, 128, 5, &[300, 513])];
-    let runs = plans.iter().map(|p| (p, 0)).chain(persistent.iter().flat_map(|p| [(p, 0), (p, 4), (p, 5)]));
+    // Sums inside the kernel. Persistent split tails (the tiles of a partial last round in K
+    // ranges): every tile split (a few tiles on all SMs), and on an SM budget of 4 / 5 CTAs full
+    // rounds of whole tiles before the split round (2 / 1 tiles left over). Stream-K (split_k =
+    // CTAs per SM; 5 column tiles x 16 K blocks = 80 units): on all SMs one unit per CTA (every
+    // tile summed from 16 shares), on 4 / 5 SMs 4-40 CTAs (shares across tile boundaries, and
+    // at 5 CTAs whole tiles only); M = 40 on the 32-token tile: two token tiles.
+    let in_kernel: &[(ScheduleKind, i32, i32, i32, &[usize])] = &[
+        (ScheduleKind::Persistent, 256, 128, 3, &[300]),
+        (ScheduleKind::Persistent, 128, 128, 5, &[300, 513]),
+        (ScheduleKind::SwapAbStreamK, 8, 64, 8, &[1, 5]),
+        (ScheduleKind::SwapAbStreamK, 16, 64, 8, &[13]),
+        (ScheduleKind::SwapAbStreamK, 16, 64, 7, &[11]),
+        (ScheduleKind::SwapAbStreamK, 32, 64, 8, &[17, 40]),
+    ];
+    let runs = plans.iter().map(|p| (p, 0)).chain(in_kernel.iter().flat_map(|p| [(p, 0), (p, 4), (p, 5)]));
     for (&(kind, block_m, block_n, stages, ms), num_sms) in runs {
         for &m in ms {
             let o = random_operands(m, n, k, (m * 31 + block_n as usize) as u64, &dev)?;

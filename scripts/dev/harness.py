@@ -30,7 +30,7 @@ dev = "cuda"
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 
-KIND = {"auto": 0, "small_m": 1, "swap_ab": 2, "warp_spec": 3, "persistent": 4}
+KIND = {"auto": 0, "small_m": 1, "swap_ab": 2, "warp_spec": 3, "persistent": 4, "swap_ab_sk": 5}
 KNAME = {v: k for k, v in KIND.items()}
 
 # Compiled configs: (kind, block_m, block_n, stages, split_capable)
@@ -113,7 +113,7 @@ class Lib:
             assert self.L.fp8gemm_auto_config(M, N, K, torch.cuda.get_device_properties(0).multi_processor_count,
                                               ctypes.byref(resolved)) == 0
             kind = resolved.kind
-        if kind == KIND["persistent"]:
+        if kind in (KIND["persistent"], KIND["swap_ab_sk"]):  # flags page: zeroed, kept apart
             if need > self.ws_tail.numel():
                 self.ws_tail = torch.zeros(need + (1 << 20), dtype=torch.uint8, device=dev)
             return self.ws_tail

@@ -330,4 +330,32 @@ mod tests {
             assert_eq!(got, want, "{m}x{n}x{k} {cfg:?}");
         }
     }
+
+    /// The stream-K swap-AB tiles (`kernels/include/fp8gemm/streamk_fixup.cuh`): the flags page
+    /// plus one f32 partial tile (tokens x 64 weight rows) per CTA of the largest grid the launch
+    /// may use (SMs x split_k CTAs per SM, at most one flag per CTA of the page: 1024), whatever
+    /// the shape. Host code only.
+    #[test]
+    fn stream_k_workspace() {
+        if !HAVE_KERNELS {
+            println!("SKIP stream_k_workspace: this build has no compiled kernels");
+            return;
+        }
+        const PAGE: usize = 4096;
+        // (block_m, stages, split_k, num_sms), expected bytes
+        let cases: &[((i32, i32, i32, i32), usize)] = &[
+            ((16, 7, 3, 100), PAGE + 300 * 16 * 64 * 4),
+            ((32, 8, 2, 50), PAGE + 100 * 32 * 64 * 4),
+            ((8, 8, 1, 7), PAGE + 7 * 8 * 64 * 4),
+            ((16, 8, 8, 128), PAGE + 1024 * 16 * 64 * 4), // 1024 flags: the grid is clamped there
+        ];
+        for &((block_m, stages, split_k, num_sms), want) in cases {
+            let cfg = GemmConfig { kind: 5, block_m, block_n: 64, stages, split_k, num_sms };
+            for (m, n, k) in [(16, 51200, 5120), (1, 64, 2048)] {
+                // SAFETY: `cfg` is a valid GemmConfig (repr(C) = fp8gemm_config).
+                let got = unsafe { fp8gemm_workspace_bytes(&cfg, m as i64, n as i64, k as i64) };
+                assert_eq!(got, want, "{m}x{n}x{k} {cfg:?}");
+            }
+        }
+    }
 }

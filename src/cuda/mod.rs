@@ -106,7 +106,7 @@ pub(crate) fn device_info(dev: &CudaDevice) -> Result<DeviceInfo> {
 struct StreamState {
     /// Split-K workspace of our kernels, grown on demand, never shrunk.
     workspace: Mutex<Option<CudaSlice<u8>>>,
-    /// The persistent schedule's split-tail workspace: its first page holds flags that must be
+    /// The persistent split tail's and stream-K's workspace: its first page holds flags that must be
     /// zero before a launch and that the kernel leaves zero (`kernels/include/fp8gemm/
     /// tail_fixup.cuh`), so it is kept apart from the split-K partials; allocated zeroed.
     tail_workspace: Mutex<Option<CudaSlice<u8>>>,
@@ -119,12 +119,19 @@ struct StreamState {
 impl StreamState {
     /// The workspace a launch of `cfg` uses.
     fn workspace_for(&self, cfg: &GemmConfig) -> &Mutex<Option<CudaSlice<u8>>> {
-        if cfg.schedule() == Some(ScheduleKind::Persistent) {
+        if fixup_in_kernel(cfg) {
             &self.tail_workspace
         } else {
             &self.workspace
         }
     }
+}
+
+/// Whether `cfg` sums its K shares inside the kernel (persistent split tail, stream-K): its
+/// workspace starts with a flags page that must stay zero between launches (`tail_fixup.cuh`,
+/// `streamk_fixup.cuh`), so it is kept apart from the split-K partials.
+fn fixup_in_kernel(cfg: &GemmConfig) -> bool {
+    matches!(cfg.schedule(), Some(ScheduleKind::Persistent | ScheduleKind::SwapAbStreamK))
 }
 
 /// Runs `f` with a device buffer of at least `n` zeroed `u32` counters (null when `n` is 0), for
@@ -635,9 +642,9 @@ pub(crate) fn hopper_gemm_unreduced(
     let dev = qa.0.device.clone();
     let ops = operands("hopper_gemm_unreduced", qa, sa, w, sw, m, n, k)?;
     let cfg = hopper_config(&dev, m, n, k)?;
-    // The persistent schedule sums its split tail inside the kernel: always bf16 out (its
-    // workspace is the tail's, not partials of [m, n]).
-    let need = if cfg.schedule() == Some(ScheduleKind::Persistent) {
+    // The persistent and stream-K schedules sum their shares inside the kernel: always bf16 out
+    // (their workspace holds flags and partial tiles, not partials of [m, n]).
+    let need = if fixup_in_kernel(&cfg) {
         0
     } else {
         unsafe { ffi::fp8gemm_workspace_bytes(&cfg, m as i64, n as i64, k as i64) }

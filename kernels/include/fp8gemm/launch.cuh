@@ -11,6 +11,7 @@
 
 #include "api.h"
 #include "sm90_fp8_gemm_1d2d.cuh"
+#include "streamk_fixup.cuh"
 #include "tail_fixup.cuh"
 
 namespace fp8gemm {
@@ -166,8 +167,9 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   p.shape.tiles_rows = (rows + T::TM - 1) / T::TM;
   p.shape.tiles_cols = (cols + T::TN - 1) / T::TN;
   // Persistent schedules split K only in their split tail (a.split = the ranges requested per
-  // tail tile, set below): every tile's scales fit the cache whole.
-  const int split = T::kPersistent ? 1 : a.split;
+  // tail tile, set below), stream-K ones by their units (a.split = CTAs per SM): every tile's
+  // scales fit the cache whole.
+  const int split = T::kPersistent || T::kStreamK ? 1 : a.split;
   p.shape.num_splits = split;
   p.shape.kb_total = kb_total;
   p.shape.kb_per_split = (kb_total + split - 1) / split;
@@ -179,8 +181,8 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   if (smem > a.smem_optin) return FP8GEMM_ERR_SHAPE;  // K per split too long for the scale cache
 
   // One kernel per (schedule, output mode); smem limit raised once per device.
-  constexpr bool kClusterSplitOk = !T::kPersistent && T::kCluster == 1;
-  const bool use_ws = !T::kPersistent && split_uses_workspace(a.split, kClusterSplitOk);
+  constexpr bool kClusterSplitOk = !T::kPersistent && !T::kStreamK && T::kCluster == 1;
+  const bool use_ws = !T::kPersistent && !T::kStreamK && split_uses_workspace(a.split, kClusterSplitOk);
   int mode = split == 1 ? kOutBf16 : (use_ws ? kOutWorkspace : kOutClusterSum);
   if (use_ws && a.partial == nullptr) return FP8GEMM_ERR_WORKSPACE;
   decltype(&sm90_fp8_gemm_1d2d_kernel<T, T::kGated ? kOutSwiGluQuant : kOutBf16>) kern;
@@ -192,6 +194,9 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
     kern = sm90_fp8_gemm_1d2d_kernel<T, kOutSwiGluQuant>;
   } else if constexpr (T::kPersistent) {
     if (a.split != 1 && T::kCluster != 1) return FP8GEMM_ERR_CONFIG;  // no split tail with multicast
+    kern = sm90_fp8_gemm_1d2d_kernel<T, kOutBf16>;
+  } else if constexpr (T::kStreamK) {
+    if (a.partial == nullptr) return FP8GEMM_ERR_WORKSPACE;
     kern = sm90_fp8_gemm_1d2d_kernel<T, kOutBf16>;
   } else {
     kern = mode == kOutBf16 ? sm90_fp8_gemm_1d2d_kernel<T, kOutBf16>
@@ -253,6 +258,28 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
       total = tail.first + static_cast<int64_t>(tail.tiles) * tail.splits;
     }
     lc.gridDim = dim3(static_cast<unsigned>((total < max_units ? total : max_units) * T::kCluster), 1, 1);
+  } else if (T::kStreamK) {
+    // a.split CTAs per SM, at most as many as fit at once (every CTA a storer waits for must
+    // be resident, or done, before it) and as the flags page and the units allow.
+    // (The scale cache makes the footprint depend on K: cached per device as smem << 8 | fit.)
+    static std::atomic<uint64_t> fit[64];
+    const uint64_t seen = fit[a.device & 63].load(std::memory_order_relaxed);
+    int per_sm = static_cast<int>(seen & 0xff);
+    if ((seen >> 8) != smem || per_sm == 0) {
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, T::kThreads, smem) != cudaSuccess ||
+          per_sm < 1) {
+        (void)cudaGetLastError();
+        return FP8GEMM_ERR_LAUNCH;
+      }
+      fit[a.device & 63].store(static_cast<uint64_t>(smem) << 8 | static_cast<uint64_t>(per_sm & 0xff),
+                               std::memory_order_relaxed);
+    }
+    int64_t grid = static_cast<int64_t>(a.grid_limit) * (a.split < per_sm ? a.split : per_sm);
+    const int64_t work = units * kb_total;
+    if (grid > work) grid = work;
+    if (grid > kStreamKMaxCtas) grid = kStreamKMaxCtas;
+    if (grid < 1) grid = 1;
+    lc.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
   } else {
     const int64_t ctas = units * T::kCluster;
     if (ctas > 0x7fffffff) return FP8GEMM_ERR_SHAPE;

@@ -97,4 +97,41 @@ struct PersistentScheduler {
   }
 };
 
+// Stream-K (swap-AB decode tiles): the grid's CTAs share the U = tiles x kb_total units of
+// (tile, K block) evenly, tile-major with K inside: CTA b takes [b U / G, (b + 1) U / G). A
+// launch of one tile per CTA leaves the SMs unevenly loaded (160 tiles on 132 SMs, or a K split
+// plus a reduce launch); here every CTA streams the same number of weight bytes. A CTA walks its
+// units from the top, so the tile it shares with the next CTA (its low K blocks) comes first and
+// its partial is published long before that CTA, which stores the tile, needs it
+// (streamk_fixup.cuh). Tile.tail = the tile's id when the CTA holds only part of its K blocks
+// (-1: the whole tile), Tile.split = 1 when it holds the last K block (it stores the tile).
+template <int TM, int TN>
+struct StreamKScheduler {
+  TileShape s;
+  int64_t lo, hi;  // units not yet taken: [lo, hi)
+  __device__ __forceinline__ explicit StreamKScheduler(const TileShape& shape) : s(shape) {
+    const int64_t units = streamk_units(shape);
+    lo = units * blockIdx.x / gridDim.x;
+    hi = units * (blockIdx.x + 1) / gridDim.x;
+  }
+  __device__ __forceinline__ static int64_t streamk_units(const TileShape& shape) {
+    return static_cast<int64_t>(shape.tiles_rows) * shape.tiles_cols * shape.kb_total;
+  }
+  __device__ __forceinline__ bool next(Tile& t) {
+    if (hi <= lo) return false;
+    const int id = static_cast<int>((hi - 1) / s.kb_total);
+    const int64_t first = static_cast<int64_t>(id) * s.kb_total;
+    const int64_t seg = lo > first ? lo : first;
+    t.kb0 = static_cast<int>(seg - first);
+    t.kb1 = static_cast<int>(hi - first);
+    hi = seg;
+    t.row0 = (id / s.tiles_cols) * TM;
+    t.col0 = (id % s.tiles_cols) * TN;
+    const bool whole = t.kb0 == 0 && t.kb1 == s.kb_total;
+    t.tail = whole ? -1 : id;
+    t.split = t.kb1 == s.kb_total ? 1 : 0;
+    return true;
+  }
+};
+
 }  // namespace fp8gemm

@@ -25,6 +25,7 @@
 #include "ptx/tma.cuh"
 #include "ptx/wgmma.cuh"
 #include "scheduler.cuh"
+#include "streamk_fixup.cuh"
 #include "swiglu_epilogue.cuh"
 #include "tail_fixup.cuh"
 #include "trace.cuh"
@@ -66,7 +67,8 @@ struct GemmParams {
 //   kQuantIn (swap-AB: the activation operand is quantized in the kernel, quant_operand.cuh),
 //   kGated / kGateRows (swap-AB tile of kGateRows gate rows + the same features' up rows, for
 //   kOutSwiGluQuant; schedules/swap_ab.cuh), kTmaStore (kOutBf16 through shared memory and
-//   TMA stores), kPrefetchScales, kPersistent, kCluster
+//   TMA stores), kPrefetchScales, kPersistent, kStreamK (swap-AB:
+//   StreamKScheduler), kCluster
 // Output modes of one kernel instantiation.
 enum OutMode : int {
   kOutBf16 = 0,        // store y directly
@@ -108,9 +110,14 @@ __host__ __device__ constexpr int sw_rows_per_tile() {
   return (T::TN + 127) / 128 + 1;  // straddling width: at most this many blocks
 }
 
-// kQuantIn tiles must keep the plain 8-token tile's three CTAs per SM (<= 80 registers).
+// kQuantIn tiles and the 8/16-token stream-K tiles (its scheduler and fix-up raise the count
+// to ~94) must keep the plain 8-token tile's three CTAs per SM (<= 80 registers).
+template <class T>
+__host__ __device__ constexpr int min_ctas_per_sm() {
+  return T::kQuantIn || (T::kStreamK && T::TN <= 16) ? 3 : 1;
+}
 template <class T, int kMode>
-__global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
+__global__ void __launch_bounds__(T::kThreads, min_ctas_per_sm<T>())
     sm90_fp8_gemm_1d2d_kernel(const __grid_constant__ CUtensorMap tmap_a,
                               const __grid_constant__ CUtensorMap tmap_b,
                               const __grid_constant__ CUtensorMap tmap_sa,
@@ -595,6 +602,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kQuantIn ? 3 : 1)
           continue;
         }
       }
+    }
+    // Stream-K: a CTA holding part of a tile's K blocks publishes them, the one holding the
+    // last adds the others' and stores the tile.
+    if constexpr (T::kStreamK) {
+      static_assert(T::kMathWG == 1 && kMode == kOutBf16, "stream-K: one math warpgroup, bf16 out");
+      if (tile.tail >= 0 && !streamk_fixup(acc, partial, tile, p.shape, tid_wg, 2)) continue;
     }
     // Epilogue: every in-bounds element of the tile is written (zeros for an empty K split).
     if constexpr (kPushSum) {

@@ -34,7 +34,7 @@ struct Persistent {
   static constexpr int kMathWG = kMathWG_, kWaves = kWaves_, TM = 64 * kMathWG_ * kWaves_, TN = TN_,
                        kStages = kStages_;
   static constexpr bool kSplitN = false;  // promote one N half while the other runs
-  static constexpr bool kSwapAB = false, kPersistent = true;
+  static constexpr bool kSwapAB = false, kPersistent = true, kStreamK = false;
   static constexpr bool kGated = false;
   static constexpr int kGateRows = 0;
   static constexpr bool kQuantIn = false;  // activations arrive quantized (TMA)

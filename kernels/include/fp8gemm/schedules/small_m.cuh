@@ -16,7 +16,7 @@ struct SmallM {
   static constexpr int kIssuers = kIssuers_;
   static constexpr int kMathWG = 1, kWaves = 1, TM = 64, TN = TN_, kStages = kStages_;
   static constexpr bool kSplitN = kHalves_;
-  static constexpr bool kSwapAB = false, kPersistent = false;
+  static constexpr bool kSwapAB = false, kPersistent = false, kStreamK = false;
   static constexpr bool kGated = false;
   static constexpr int kGateRows = 0;
   static constexpr int kCluster = 1;

@@ -12,6 +12,8 @@
 //   kGateRows = 32: one wave (warps 0-1 gate, warps 2-3 up, exchanged through shared memory):
 //                   the old gate/up tile's footprint (64 rows); a group spans 4 CTAs.
 #pragma once
+#include <type_traits>
+
 #include "../scheduler.cuh"
 
 namespace fp8gemm {
@@ -20,16 +22,20 @@ namespace fp8gemm {
 // each read the 64-row weight tile from shared memory.
 // kQuantIn_: the activation operand is bf16 x, quantized inside the kernel by two producer
 // warps (quant_operand.cuh) instead of TMA-loaded from a separate quantizer's (q, sa).
-template <int TOKENS, int kStages_, int kGateRows_ = 0, bool kHalves_ = true, bool kQuantIn_ = false>
+// kStreamK_: a resident grid shares the (tile, K block) units evenly (StreamKScheduler), partial
+// tiles summed in the kernel (streamk_fixup.cuh) instead of one tile (or K split) per CTA.
+template <int TOKENS, int kStages_, int kGateRows_ = 0, bool kHalves_ = true, bool kQuantIn_ = false,
+          bool kStreamK_ = false>
 struct SwapAB {
   static_assert(kGateRows_ == 0 || kGateRows_ == 32 || kGateRows_ == 64 || kGateRows_ == 128,
                 "gate rows per tile");
+  static_assert(!kStreamK_ || (kGateRows_ == 0 && !kQuantIn_), "stream-K: plain swap-AB tiles");
   static constexpr int kMathWG = 1, kWaves = kGateRows_ >= 64 ? kGateRows_ / 32 : 1, TM = 64 * kWaves,
                        TN = TOKENS, kStages = kStages_;
   static constexpr int kGateRows = kGateRows_;
   static constexpr bool kSplitN = kHalves_;  // keep two units in flight (N halves, or the two waves)
   static constexpr int kIssuers = 1;  // producer threads issuing TMA (paced first fill: its own)
-  static constexpr bool kSwapAB = true, kPersistent = false;
+  static constexpr bool kSwapAB = true, kPersistent = false, kStreamK = kStreamK_;
   static constexpr bool kGated = kGateRows_ > 0;
   static constexpr int kCluster = 1;
   static constexpr bool kTmaStore = false;  // direct stores (split-K / transposed outputs)
@@ -38,7 +44,8 @@ struct SwapAB {
   static constexpr bool kQuantIn = kQuantIn_;
   static constexpr int kThreads = (kMathWG + 1) * 128;
   static constexpr int kMathRegs = 0, kProducerRegs = 0;
-  using Scheduler = OneTileScheduler<TM, TN, /*act on rows*/ false>;
+  using Scheduler = std::conditional_t<kStreamK_, StreamKScheduler<TM, TN>,
+                                       OneTileScheduler<TM, TN, /*act on rows*/ false>>;
 };
 
 }  // namespace fp8gemm

@@ -16,7 +16,7 @@ struct WarpSpecialized {
   static constexpr int kCluster = kCluster_;
   static constexpr int kMathWG = 2, kWaves = 1, TM = 128, TN = TN_, kStages = kStages_;
   static constexpr bool kSplitN = false;  // promote one N half while the other runs
-  static constexpr bool kSwapAB = false, kPersistent = false;
+  static constexpr bool kSwapAB = false, kPersistent = false, kStreamK = false;
   static constexpr bool kGated = false;
   static constexpr int kGateRows = 0;
   static constexpr bool kTmaStore = false;  // direct stores (split-K / transposed outputs)

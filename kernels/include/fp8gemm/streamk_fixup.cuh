@@ -1,0 +1,92 @@
+// Fix-up of the stream-K schedule (StreamKScheduler, scheduler.cuh): a tile whose K blocks
+// several CTAs share is stored by the CTA holding its last K block. Each other one publishes its
+// f32 accumulators in its own slot of the workspace (CTA b: slot b; a CTA publishes at most once
+// per launch, for the highest tile of its range) and raises its flag. The storer waits for the
+// flags of the CTAs holding the tile's earlier K blocks — lower indices, which the hardware
+// starts before it, and which publish as their first work — adds their partials in CTA order
+// (deterministic for a grid size) and zeroes the flags it read (each flag has one reader), so
+// the page is zero between launches.
+//
+// Workspace: the 4 KiB flags page (one flag per CTA), then one partial tile per CTA. As with the
+// persistent split tail (tail_fixup.cuh), it must be zero when first used and no other kind of
+// launch may write it; a wait that outlasts kTailWaitNs traps instead of hanging.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "ptx/flag.cuh"
+#include "ptx/mbarrier.cuh"
+#include "ptx/timer.cuh"
+#include "scheduler.cuh"
+#include "tail_fixup.cuh"
+
+namespace fp8gemm {
+
+// One flag per CTA in the flags page.
+constexpr int kStreamKMaxCtas = kTailFlagBytes / 4;
+
+// Workspace of a stream-K grid of `grid` CTAs on tm x tn tiles.
+__host__ __device__ inline size_t streamk_workspace_bytes(int64_t grid, int tm, int tn) {
+  return kTailFlagBytes + static_cast<size_t>(grid) * tm * tn * 4;
+}
+
+// The CTA of a grid of `grid` whose units hold unit `u` of `units` (ranges [b U / G, (b+1) U / G)).
+__host__ __device__ inline int streamk_owner(int64_t u, int64_t units, int64_t grid) {
+  return static_cast<int>(((u + 1) * grid - 1) / units);
+}
+
+// The fix-up of a partial tile `t` for one math warpgroup (thread tid of 128) holding kWaves
+// m64 x (2 * kAcc) fragments in `acc`. Returns true when this CTA stores the tile (acc then holds
+// the sum of every share), false when it only published. `bar`: a named barrier of the 128.
+template <int kWaves, int kAcc>
+__device__ __forceinline__ bool streamk_fixup(float (&acc)[kWaves][kAcc], float* ws, const Tile& t,
+                                              const TileShape& s, int tid, uint32_t bar) {
+  static_assert(kAcc % 4 == 0, "whole float4 per thread");
+  constexpr int kFloats = kWaves * kAcc * 128;
+  int* flags = reinterpret_cast<int*>(ws);
+  float* partials = ws + kTailFlagBytes / 4;
+  // float4 x of wave w of thread tid sits at ((w * kAcc / 4 + x) * 128 + tid).
+  auto slot = [&](int b) {
+    return reinterpret_cast<float4*>(partials + static_cast<size_t>(b) * kFloats) + tid;
+  };
+  const int me = static_cast<int>(blockIdx.x);
+  if (!t.split) {
+    float4* dst = slot(me);
+#pragma unroll
+    for (int w = 0; w < kWaves; ++w)
+#pragma unroll
+      for (int x = 0; x < kAcc / 4; ++x)
+        __stcg(dst + (w * (kAcc / 4) + x) * 128,
+               make_float4(acc[w][4 * x], acc[w][4 * x + 1], acc[w][4 * x + 2], acc[w][4 * x + 3]));
+    ptx::named_barrier_sync(bar, 128);  // every thread's partials written
+    if (tid == 0) ptx::red_release_gpu_add(flags + me, 1);
+    return false;
+  }
+  const int64_t units = static_cast<int64_t>(s.tiles_rows) * s.tiles_cols * s.kb_total;
+  const int first = streamk_owner(static_cast<int64_t>(t.tail) * s.kb_total, units, gridDim.x);
+  if (tid == 0) {
+    const unsigned long long t0 = ptx::globaltimer_ns();
+    for (int b = first; b < me; ++b) {
+      while (ptx::ld_acquire_gpu(flags + b) == 0)
+        if (ptx::globaltimer_ns() - t0 > kTailWaitNs) __trap();
+      ptx::st_relaxed_gpu(flags + b, 0);  // zero again for the next launch (its one reader)
+    }
+  }
+  ptx::named_barrier_sync(bar, 128);  // the partials are visible to the whole warpgroup
+  for (int b = first; b < me; ++b) {
+    const float4* src = slot(b);
+#pragma unroll
+    for (int w = 0; w < kWaves; ++w)
+#pragma unroll
+      for (int x = 0; x < kAcc / 4; ++x) {
+        const float4 v = __ldcg(src + (w * (kAcc / 4) + x) * 128);  // L2: another SM wrote it
+        acc[w][4 * x] += v.x;
+        acc[w][4 * x + 1] += v.y;
+        acc[w][4 * x + 2] += v.z;
+        acc[w][4 * x + 3] += v.w;
+      }
+  }
+  return true;
+}
+
+}  // namespace fp8gemm
