@@ -126,6 +126,8 @@ fp8gemm_config auto_config(int64_t m, int64_t n, int64_t k, int sms) {
     // Swap-AB; memory-bound: >= 1 tile per SM is not split. The 8-token tile (74 KB) runs
     // three CTAs per SM: its split also fills those slots in one wave (>= 16 K blocks each).
     const int64_t tiles = (n + 63) / 64;
+    // 9-16 tokens over >= 3 waves of tiles (gate/up): stream-K, three CTAs per SM (src/dispatch.rs).
+    if (m > 8 && tiles >= 3 * int64_t(sms)) return make(FP8GEMM_KIND_SWAP_AB_STREAMK, 16, 64, 7, 3);
     int64_t split = tiles >= sms ? 1 : swap_split(tiles, kb, sms);
     // One partial wave of 8-token tiles (S <= tiles < 2S): split 2, a 2-CTA cluster sum. A
     // launch that follows a GEMM gets its CTAs packed 2-3 per SM on ~80 SMs; twice the CTAs
@@ -135,16 +137,15 @@ fp8gemm_config auto_config(int64_t m, int64_t n, int64_t k, int sms) {
       const int64_t fill = split_for(tiles, kb, 3 * int64_t(sms), 16);
       if (fill > split) split = fill;
     }
-    // 16 tokens over >= 3 waves of tiles: 7 stages, three CTAs per SM (src/dispatch.rs).
-    const int32_t stages = m > 8 && tiles >= 3 * int64_t(sms) ? 7 : 8;
-    return make(FP8GEMM_KIND_SWAP_AB, m <= 8 ? 8 : 16, 64, stages, split);
+    return make(FP8GEMM_KIND_SWAP_AB, m <= 8 ? 8 : 16, 64, 8, split);
   }
   if (m <= 128) {
     const int64_t t64 = (n + 63) / 64;
     if (m <= 64 && 2 * t64 <= sms && 4 * t64 > sms && kb >= 8)
       return make(FP8GEMM_KIND_SMALL_M, 64, 64, 8, 2);  // one wave of 64 x 64 tiles, 2-CTA sums
-    if (m <= 32 && t64 >= sms)  // a wave or more of 64-row weight tiles: swap-AB 32-token tiles
-      return make(FP8GEMM_KIND_SWAP_AB, 32, 64, 8, 1);
+    if (m <= 32 && t64 >= sms)  // a wave or more of 64-row weight tiles: swap-AB 32-token tiles,
+      return t64 >= 3 * int64_t(sms) ? make(FP8GEMM_KIND_SWAP_AB_STREAMK, 32, 64, 8, 2)  // stream-K from 3 waves
+                                     : make(FP8GEMM_KIND_SWAP_AB, 32, 64, 8, 1);
     // 25-32 tokens, half to one wave of 64-row tiles, long K (down): swap-AB 32-token tiles in
     // a 3-way K split, 240 CTAs (src/dispatch.rs).
     if (m > 24 && m <= 32 && 2 * t64 > sms && kb >= 128)

@@ -403,6 +403,18 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
         // (docs/perf/2026-12-01-s17/call7-qkv-split/). At 16 tokens it lost (19.1 vs 18.2 µs,
         // b16 +0.34 ms).
         let tiles = n.div_ceil(64);
+        if m > 8 && tiles >= 3 * sms {
+            // 9-16 tokens over >= 3 waves of 64-row tiles (the plain gate/up GEMM; the model's
+            // step at 9-16 tokens runs the gated SwiGLU tile instead): stream-K, three CTAs per
+            // SM (7 stages, ~73 KB) sharing the (tile, K block) units evenly instead of one tile
+            // per CTA (800 tiles = 6.06 per SM). Session 34 bench A/B, op / "into" µs hot:
+            // 16×51200×5120 65.41-65.81 / 63.37-63.67 vs 66.56-66.64 / 64.84-65.04, 12× 67.2-67.7
+            // / 65.4-65.5 vs 67.3 / 65.8-65.9 (docs/perf/2026-12-03-s34/call3/). Not over fewer
+            // tiles: q|k|v (160) ran "into" 16.3 vs 17.8-18.0 but the op, launched without a
+            // PDL overlap, 19.6-19.9 vs 15.7-15.8; o / down (80) slower in the harness; 1-8
+            // tokens slower (1×10240×5120 15.75 vs 14.10, call 2).
+            return cfg(ScheduleKind::SwapAbStreamK, 16, 64, 7, 3);
+        }
         let split = if m <= 8 && tiles >= sms && tiles < 2 * sms && kb >= 32 {
             2
         } else if tiles >= sms {
@@ -416,13 +428,7 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
         } else {
             swap_split(tiles, kb, sms)
         };
-        // 16 tokens over >= 3 waves of tiles (the plain gate/up GEMM; in the model's step at
-        // 9-16 tokens gate/up runs the SwiGLU epilogue tile instead): 7 stages let three CTAs
-        // share an SM instead of two (16×51200×5120 into 66.12 / 67.62-67.80 µs vs 67.34-67.70 /
-        // 69.86-70.25, docs/perf/2026-12-02-s20/call3-swap16-7stages/). Not at fewer tiles: the
-        // q|k|v tile with 7 stages cost the b16 step +0.07 ms (session 11).
-        let stages = if m > 8 && tiles >= 3 * sms { 7 } else { 8 };
-        cfg(ScheduleKind::SwapAb, if m <= 8 { 8 } else { 16 }, 64, stages, split)
+        cfg(ScheduleKind::SwapAb, if m <= 8 { 8 } else { 16 }, 64, 8, split)
     } else if m <= 128 {
         let t64 = n.div_ceil(64);
         if m <= 64 && 2 * t64 <= sms && 4 * t64 > sms && kb >= 8 {
@@ -442,6 +448,14 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
             // 32×51200×5120 70.9 / 72.4 vs 76.0 / 76.4 in session 12). From one wave of them
             // (session 26, 32×10240×5120: 18.42 / 18.47 vs 20.43 / 20.23; session 13 had measured
             // a tie there, 18.80 vs 18.18).
+            // From three waves of them (gate/up) in stream-K over two CTAs per SM (session 34
+            // bench A/B, op / "into" µs hot: 32×51200×5120 70.5-71.4 / 68.85-68.90 vs 73.1-73.2
+            // / 71.8, 24× 70.6-71.4 / 68.0-68.9 vs 71.6-71.9 / 70.3-70.4, decode b32 TPOT
+            // 10.77 vs 10.91 ms with q|k|v in stream-K too); not q|k|v (160 tiles: op 22.0-22.4
+            // vs 17.1-17.4, "into" 18.0-18.1 vs 17.3-17.8 at 24-32 tokens).
+            if t64 >= 3 * sms {
+                return cfg(ScheduleKind::SwapAbStreamK, 32, 64, 8, 2);
+            }
             return cfg(ScheduleKind::SwapAb, 32, 64, 8, 1);
         }
         if m > 24 && m <= 32 && 2 * t64 > sms && kb >= 128 {
@@ -731,19 +745,25 @@ mod tests {
         assert_eq!(c(32, 5120, 8192).split_k, 3);
         // Swap-AB 32 x 64 at M = 17-32 from one wave of 64-row weight tiles (N >= 8448 on 132
         // SMs; sessions 13 and 26); 3-way workspace splits stay at M = 33-64.
-        for (m, n) in [(17, 51200), (32, 51200), (32, 16384), (24, 12672), (32, 10240), (17, 8448)] {
+        // From three waves of tiles (N >= 25344) in stream-K over two CTAs per SM (session 34).
+        for (m, n) in [(32, 16384), (24, 12672), (32, 10240), (17, 8448), (32, 25280)] {
             assert_eq!((kind(m, n, 5120), tile(m, n, 5120), c(m, n, 5120).split_k), (ScheduleKind::SwapAb, (32, 64), 1), "{m}x{n}");
+        }
+        for (m, n) in [(17, 51200), (32, 51200), (24, 25344)] {
+            assert_eq!((kind(m, n, 5120), tile(m, n, 5120), c(m, n, 5120).split_k), (ScheduleKind::SwapAbStreamK, (32, 64), 2), "{m}x{n}");
         }
         assert_eq!((kind(32, 8384, 5120), tile(32, 8384, 5120)), (ScheduleKind::SmallM, (64, 128)));
         assert_eq!(kind(33, 10240, 5120), ScheduleKind::SmallM);
-        assert_eq!(kind(16, 51200, 5120), ScheduleKind::SwapAb);
-        assert_eq!(tile(16, 51200, 5120), (16, 64));
-        // Three CTAs per SM for the 16-token tile from 3 waves of tiles only (N >= 25344 at S = 132).
-        assert_eq!(c(16, 51200, 5120).stages, 7);
-        assert_eq!(c(9, 25344, 5120).stages, 7);
-        assert_eq!(c(16, 25280, 5120).stages, 8);
-        assert_eq!(c(16, 10240, 5120).stages, 8);
-        assert_eq!(c(8, 51200, 5120).stages, 8);
+        // 9-16 tokens from three waves of 64-row tiles (N >= 25344): stream-K, 7 stages, three
+        // CTAs per SM; fewer tiles, or 1-8 tokens: one tile (or K split) per CTA, 8 stages.
+        let sk = |m, n, k| (kind(m, n, k), tile(m, n, k), c(m, n, k).stages, c(m, n, k).split_k);
+        assert_eq!(sk(16, 51200, 5120), (ScheduleKind::SwapAbStreamK, (16, 64), 7, 3));
+        assert_eq!(sk(9, 25344, 5120), (ScheduleKind::SwapAbStreamK, (16, 64), 7, 3));
+        assert_eq!(sk(16, 25280, 5120), (ScheduleKind::SwapAb, (16, 64), 8, 1));
+        assert_eq!(sk(9, 10240, 5120), (ScheduleKind::SwapAb, (16, 64), 8, 1));
+        assert_eq!(sk(16, 5120, 8192), (ScheduleKind::SwapAb, (16, 64), 8, 3));
+        assert_eq!(sk(8, 51200, 5120), (ScheduleKind::SwapAb, (8, 64), 8, 1));
+        assert_eq!(sk(8, 10240, 5120), (ScheduleKind::SwapAb, (8, 64), 8, 2));
         assert_eq!(tile(33, 51200, 5120), (64, 128));
         // Down at 25-32 tokens: swap-AB 32 x 64 in 3 K ranges; not at 24 tokens, nor with K = 8192.
         assert_eq!((kind(32, 5120, 25600), tile(32, 5120, 25600), c(32, 5120, 25600).split_k), (ScheduleKind::SwapAb, (32, 64), 3));
