@@ -45,19 +45,12 @@ __device__ __forceinline__ bool streamk_fixup(float (&acc)[kWaves][kAcc], float*
   constexpr int kFloats = kWaves * kAcc * 128;
   int* flags = reinterpret_cast<int*>(ws);
   float* partials = ws + kTailFlagBytes / 4;
-  // float4 x of wave w of thread tid sits at ((w * kAcc / 4 + x) * 128 + tid).
   auto slot = [&](int b) {
     return reinterpret_cast<float4*>(partials + static_cast<size_t>(b) * kFloats) + tid;
   };
   const int me = static_cast<int>(blockIdx.x);
   if (!t.split) {
-    float4* dst = slot(me);
-#pragma unroll
-    for (int w = 0; w < kWaves; ++w)
-#pragma unroll
-      for (int x = 0; x < kAcc / 4; ++x)
-        __stcg(dst + (w * (kAcc / 4) + x) * 128,
-               make_float4(acc[w][4 * x], acc[w][4 * x + 1], acc[w][4 * x + 2], acc[w][4 * x + 3]));
+    store_partial(acc, slot(me));
     ptx::named_barrier_sync(bar, 128);  // every thread's partials written
     if (tid == 0) ptx::red_release_gpu_add(flags + me, 1);
     return false;
@@ -73,19 +66,7 @@ __device__ __forceinline__ bool streamk_fixup(float (&acc)[kWaves][kAcc], float*
     }
   }
   ptx::named_barrier_sync(bar, 128);  // the partials are visible to the whole warpgroup
-  for (int b = first; b < me; ++b) {
-    const float4* src = slot(b);
-#pragma unroll
-    for (int w = 0; w < kWaves; ++w)
-#pragma unroll
-      for (int x = 0; x < kAcc / 4; ++x) {
-        const float4 v = __ldcg(src + (w * (kAcc / 4) + x) * 128);  // L2: another SM wrote it
-        acc[w][4 * x] += v.x;
-        acc[w][4 * x + 1] += v.y;
-        acc[w][4 * x + 2] += v.z;
-        acc[w][4 * x + 3] += v.w;
-      }
-  }
+  for (int b = first; b < me; ++b) add_partial(acc, slot(b));  // CTA order: deterministic
   return true;
 }
 

@@ -60,6 +60,34 @@ __host__ __device__ inline size_t tail_workspace_bytes(const TailPlan& t, int tm
   return kTailFlagBytes + static_cast<size_t>(t.tiles) * (t.splits - 1) * tm * tn * 4;
 }
 
+// A warpgroup thread's share of a partial tile in the workspace: float4 x of wave w of thread t
+// sits at `slot + (w * kAcc / 4 + x) * 128` (slot = the tile's base + t), so a warpgroup's
+// stores are whole 2 KB lines. Written through L2 (another SM reads them), added in the same
+// layout.
+template <int kWaves, int kAcc>
+__device__ __forceinline__ void store_partial(const float (&acc)[kWaves][kAcc], float4* slot) {
+  static_assert(kAcc % 4 == 0, "whole float4 per thread");
+#pragma unroll
+  for (int w = 0; w < kWaves; ++w)
+#pragma unroll
+    for (int x = 0; x < kAcc / 4; ++x)
+      __stcg(slot + (w * (kAcc / 4) + x) * 128,
+             make_float4(acc[w][4 * x], acc[w][4 * x + 1], acc[w][4 * x + 2], acc[w][4 * x + 3]));
+}
+template <int kWaves, int kAcc>
+__device__ __forceinline__ void add_partial(float (&acc)[kWaves][kAcc], const float4* slot) {
+#pragma unroll
+  for (int w = 0; w < kWaves; ++w)
+#pragma unroll
+    for (int x = 0; x < kAcc / 4; ++x) {
+      const float4 v = __ldcg(slot + (w * (kAcc / 4) + x) * 128);  // L2: another SM wrote it
+      acc[w][4 * x] += v.x;
+      acc[w][4 * x + 1] += v.y;
+      acc[w][4 * x + 2] += v.z;
+      acc[w][4 * x + 3] += v.w;
+    }
+}
+
 // One math warpgroup's part of the fix-up of tail tile `tail`, K range `split` of `splits`;
 // `acc` holds the warpgroup's kWaves m64 x (2 * kAcc) fragments. Returns true when this unit
 // stores the tile (acc then holds the sum of every range), false when it only published.
@@ -72,19 +100,12 @@ __device__ __forceinline__ bool tail_fixup(float (&acc)[kWaves][kAcc], float* ws
   constexpr int kTile = kMathWG * kWgFloats;
   int* flag = reinterpret_cast<int*>(ws) + tail * 4 + wg;
   float* partials = ws + kTailFlagBytes / 4;
-  // float4 x of wave w of thread t sits at ((w * kAcc / 4 + x) * 128 + t): 2 KB per warpgroup store.
   auto slot = [&](int s) {
     return reinterpret_cast<float4*>(partials + (static_cast<size_t>(tail) * (splits - 1) + s) * kTile + wg * kWgFloats) +
            tid_wg;
   };
   if (split < splits - 1) {
-    float4* dst = slot(split);
-#pragma unroll
-    for (int w = 0; w < kWaves; ++w)
-#pragma unroll
-      for (int x = 0; x < kAcc / 4; ++x)
-        __stcg(dst + (w * (kAcc / 4) + x) * 128,
-               make_float4(acc[w][4 * x], acc[w][4 * x + 1], acc[w][4 * x + 2], acc[w][4 * x + 3]));
+    store_partial(acc, slot(split));
     ptx::named_barrier_sync(bar, 128);  // every thread's partials written
     if (tid_wg == 0) ptx::red_release_gpu_add(flag, 1);
     return false;
@@ -96,19 +117,7 @@ __device__ __forceinline__ bool tail_fixup(float (&acc)[kWaves][kAcc], float* ws
     ptx::st_relaxed_gpu(flag, 0);  // zero again for the next launch (no one else touches it now)
   }
   ptx::named_barrier_sync(bar, 128);  // the partials are visible to the whole warpgroup
-  for (int s = 0; s < splits - 1; ++s) {
-    const float4* src = slot(s);
-#pragma unroll
-    for (int w = 0; w < kWaves; ++w)
-#pragma unroll
-      for (int x = 0; x < kAcc / 4; ++x) {
-        const float4 v = __ldcg(src + (w * (kAcc / 4) + x) * 128);  // L2: another SM wrote it
-        acc[w][4 * x] += v.x;
-        acc[w][4 * x + 1] += v.y;
-        acc[w][4 * x + 2] += v.z;
-        acc[w][4 * x + 3] += v.w;
-      }
-  }
+  for (int s = 0; s < splits - 1; ++s) add_partial(acc, slot(s));
   return true;
 }
 
