@@ -277,7 +277,9 @@ mod imp {
         let mut best: Option<(f64, GemmConfig)> = None;
         for base in compiled_configs() {
             // Swap-AB tiles hold block_m tokens: only the smallest tile that covers M (or 64).
-            if base.kind == ScheduleKind::SwapAb as i32 && (m > 64 || (base.block_m as usize) < m && base.block_m != 64) {
+            // (Stream-K: the same tiles; split_k below is its CTAs per SM.)
+            let swap_ab = [ScheduleKind::SwapAb as i32, ScheduleKind::SwapAbStreamK as i32].contains(&base.kind);
+            if swap_ab && (m > 64 || (base.block_m as usize) < m && base.block_m != 64) {
                 continue;
             }
             let splits: &[i32] = if base.split_k == 0 { &[1, 2, 3, 4, 6, 8] } else { &[1] };
