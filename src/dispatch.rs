@@ -362,10 +362,12 @@ fn small_m_128_stages(split: i32) -> i32 {
 /// | M | schedule | tile (block_m × block_n) | stages | split-K |
 /// |---|---|---|---|---|
 /// | 1–8 | swap-AB | 8 tokens × 64 weight rows | 8 | 2 if S ≤ N/64 < 2·S and kb ≥ 32; none if N/64 ≥ 2·S; else the larger of `swap_split` and `split_for(N/64, kb, 3·S, 16)` (three CTAs per SM) |
-/// | 9–16 | swap-AB | 16 × 64 | 8 | none if N/64 ≥ S, else `swap_split` |
+/// | 9–16 with ⌈N/64⌉ ≥ 3·S | swap-AB stream-K | 16 × 64 | 7 | `split_k` = 3 CTAs per SM sharing the (tile, K block) units |
+/// | other 9–16 | swap-AB | 16 × 64 | 8 | none if N/64 ≥ S, else `swap_split` |
 /// | 65–128 with t128 ≥ 40 | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split; ≥ 3 splits: persistent 128 × 128 × 5 with that split tail instead; t128 > S with a small last round: persistent 128 × 128 × 5 with a split tail (the ≤ 0.9 rule below) |
 /// | 17–64 with S/4 < ⌈N/64⌉ ≤ S/2, K ≥ 1024 | small-M | 64 × 64 | 8 | 2 (a 2-CTA cluster sums) |
-/// | 17–32 with ⌈N/64⌉ ≥ S | swap-AB | 32 × 64 | 8 | none |
+/// | 17–32 with ⌈N/64⌉ ≥ 3·S | swap-AB stream-K | 32 × 64 | 8 | `split_k` = 2 CTAs per SM |
+/// | 17–32 with S ≤ ⌈N/64⌉ < 3·S | swap-AB | 32 × 64 | 8 | none |
 /// | 25–32 with S/2 < ⌈N/64⌉ < S, K ≥ 16384 | swap-AB | 32 × 64 | 8 | `split_for(N/64, kb, 2·S, 16)` (down: 3) |
 /// | other 17–128 | small-M | 64 × 128 | 8 at split 1–2, 6 at ≥ 3 (`small_m_128_stages`) | one wave, ≥ 4 K blocks per split |
 /// | 193–256 while ⌈M/64⌉·t128 ≤ S and 2·⌈M/128⌉·t128 ≤ S | persistent | 128 × 128 | 5 | split tail 2 (every tile in two K ranges) |
