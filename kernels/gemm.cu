@@ -230,14 +230,15 @@ bool fixup_in_kernel(const ConfigEntry* e) {
 }
 
 // Workspace of a launch on a grid of at most `grid_limit` CTAs: split-K partials [split][m][n]
-// for the reduce kernel, or a persistent split tail's partial tiles and flags.
+// for the reduce kernel, a persistent split tail's partial tiles and flags, or stream-K's flags
+// and one partial tile per CTA of the largest grid it may launch (split = CTAs per SM).
 size_t workspace_need(const ConfigEntry* e, int split, int64_t m, int64_t n, int64_t k, int grid_limit) {
-  if (e != nullptr && e->kind == FP8GEMM_KIND_SWAP_AB_STREAMK) {  // the largest grid it may launch
+  if (e != nullptr && e->kind == FP8GEMM_KIND_SWAP_AB_STREAMK) {
     int64_t grid = static_cast<int64_t>(grid_limit) * split;
     if (grid > kStreamKMaxCtas) grid = kStreamKMaxCtas;
     return streamk_workspace_bytes(grid, e->block_m, e->block_n);
   }
-  if (fixup_in_kernel(e)) {
+  if (e != nullptr && e->kind == FP8GEMM_KIND_PERSISTENT) {
     const int64_t tiles = ((m + e->block_m - 1) / e->block_m) * ((n + e->block_n - 1) / e->block_n);
     return tail_workspace_bytes(persistent_tail(tiles, grid_limit, split, static_cast<int>(k / 128)),
                                 e->block_m, e->block_n);

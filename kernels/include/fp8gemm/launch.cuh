@@ -275,7 +275,7 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
                                std::memory_order_relaxed);
     }
     int64_t grid = static_cast<int64_t>(a.grid_limit) * (a.split < per_sm ? a.split : per_sm);
-    const int64_t work = units * kb_total;
+    const int64_t work = streamk_units(p.shape);  // (tile, K block) units
     if (grid > work) grid = work;
     if (grid > kStreamKMaxCtas) grid = kStreamKMaxCtas;
     if (grid < 1) grid = 1;

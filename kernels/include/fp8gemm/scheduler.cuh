@@ -105,6 +105,9 @@ struct PersistentScheduler {
 // its partial is published long before that CTA, which stores the tile, needs it
 // (streamk_fixup.cuh). Tile.tail = the tile's id when the CTA holds only part of its K blocks
 // (-1: the whole tile), Tile.split = 1 when it holds the last K block (it stores the tile).
+__host__ __device__ inline int64_t streamk_units(const TileShape& shape) {
+  return static_cast<int64_t>(shape.tiles_rows) * shape.tiles_cols * shape.kb_total;
+}
 template <int TM, int TN>
 struct StreamKScheduler {
   TileShape s;
@@ -113,9 +116,6 @@ struct StreamKScheduler {
     const int64_t units = streamk_units(shape);
     lo = units * blockIdx.x / gridDim.x;
     hi = units * (blockIdx.x + 1) / gridDim.x;
-  }
-  __device__ __forceinline__ static int64_t streamk_units(const TileShape& shape) {
-    return static_cast<int64_t>(shape.tiles_rows) * shape.tiles_cols * shape.kb_total;
   }
   __device__ __forceinline__ bool next(Tile& t) {
     if (hi <= lo) return false;

@@ -55,8 +55,7 @@ __device__ __forceinline__ bool streamk_fixup(float (&acc)[kWaves][kAcc], float*
     if (tid == 0) ptx::red_release_gpu_add(flags + me, 1);
     return false;
   }
-  const int64_t units = static_cast<int64_t>(s.tiles_rows) * s.tiles_cols * s.kb_total;
-  const int first = streamk_owner(static_cast<int64_t>(t.tail) * s.kb_total, units, gridDim.x);
+  const int first = streamk_owner(static_cast<int64_t>(t.tail) * s.kb_total, streamk_units(s), gridDim.x);
   if (tid == 0) {
     const unsigned long long t0 = ptx::globaltimer_ns();
     for (int b = first; b < me; ++b) {
