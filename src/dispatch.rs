@@ -277,19 +277,22 @@ pub fn quantizes_in_kernel(cfg: &GemmConfig) -> bool {
     cfg.schedule() == Some(ScheduleKind::SwapAb) && cfg.block_m == 8 && cfg.block_n == 64
 }
 
-static CONFIG_OVERRIDE: std::sync::Mutex<Option<GemmConfig>> = std::sync::Mutex::new(None);
-
-/// Forces every GEMM of our kernels in this process onto `cfg` (`None`: back to
-/// [`choose_config`]). For tuning tools (`examples/bench.rs --sweep`) that time each compiled
-/// configuration through the same path users call; a configuration that is not compiled makes
-/// the GEMM fail with the kernels' "config" status, never silently fall back.
-pub fn set_config_override(cfg: Option<GemmConfig>) {
-    *CONFIG_OVERRIDE.lock().unwrap_or_else(|e| e.into_inner()) = cfg;
+thread_local! {
+    static CONFIG_OVERRIDE: std::cell::Cell<Option<GemmConfig>> = const { std::cell::Cell::new(None) };
 }
 
-/// The configuration forced by [`set_config_override`], if any.
+/// Forces every GEMM of our kernels launched from the calling thread onto `cfg` (`None`: back
+/// to [`choose_config`]). For tuning tools (`examples/bench.rs --sweep`) and tests that time or
+/// check one compiled configuration through the same path users call; per thread, so that tests
+/// running in parallel in one process do not see each other's override. A configuration that is
+/// not compiled makes the GEMM fail with the kernels' "config" status, never silently fall back.
+pub fn set_config_override(cfg: Option<GemmConfig>) {
+    CONFIG_OVERRIDE.with(|c| c.set(cfg));
+}
+
+/// The configuration forced by [`set_config_override`] on the calling thread, if any.
 pub fn config_override() -> Option<GemmConfig> {
-    *CONFIG_OVERRIDE.lock().unwrap_or_else(|e| e.into_inner())
+    CONFIG_OVERRIDE.with(|c| c.get())
 }
 
 /// Environment variable that overrides the K split of our kernels for given weight shapes, as a
