@@ -127,6 +127,26 @@ mod imp {
         /// wherever one is compiled (an A/B of a kernel change in one binary).
         #[arg(long)]
         dev_variant: bool,
+        /// Force this configuration of our kernels on every shape, "KIND,BLOCK_M,BLOCK_N,STAGES,SPLIT"
+        /// (`ScheduleKind` numbers, e.g. 5,16,64,7,3: stream-K 16×64, 7 stages, 3 CTAs per SM), as the
+        /// dispatcher's would run: checked, timed in every column, traceable with `--trace-out`.
+        /// One that is not compiled fails with the kernels' "config" error.
+        #[arg(long, value_parser = parse_config)]
+        config: Option<GemmConfig>,
+    }
+
+    /// `--config`'s value: five integers, comma-separated.
+    fn parse_config(s: &str) -> std::result::Result<GemmConfig, String> {
+        let v: Vec<i32> = s.split(',').map(|x| x.trim().parse::<i32>()).collect::<std::result::Result<_, _>>()
+            .map_err(|e| format!("--config {s:?}: {e}"))?;
+        let [kind, block_m, block_n, stages, split_k] = v[..] else {
+            return Err(format!("--config {s:?}: expected KIND,BLOCK_M,BLOCK_N,STAGES,SPLIT (5 integers), got {}", v.len()));
+        };
+        let cfg = GemmConfig { kind, block_m, block_n, stages, split_k, num_sms: 0 };
+        if cfg.schedule().is_none() {
+            return Err(format!("--config {s:?}: {kind} is not a schedule kind"));
+        }
+        Ok(cfg)
     }
 
     /// `--attention`: the decode attention's time per (batch, len, splits), cold caches.
@@ -550,8 +570,8 @@ mod imp {
                 let bytes = (m * k + n * k + 2 * m * n + 4 * num_blocks(k) * (act_scale_m_stride(m) + num_blocks(n))) as f64;
                 let floor_us = (bytes / COPY_BW).max(flops / FP8_FLOPS) * 1e6;
                 let mut acc = serde_json::Map::new();
-                if args.grid_sms > 0 || args.dev_variant {
-                    let mut cfg = choose_config(m, n, k, report.num_sms as usize);
+                if args.grid_sms > 0 || args.dev_variant || args.config.is_some() {
+                    let mut cfg = args.config.unwrap_or_else(|| choose_config(m, n, k, report.num_sms as usize));
                     cfg.num_sms = args.grid_sms;
                     let dev_key = GemmConfig { stages: cfg.stages + 100, ..cfg };
                     let same = |c: &GemmConfig| (c.kind, c.block_m, c.block_n, c.stages) == (dev_key.kind, dev_key.block_m, dev_key.block_n, dev_key.stages);
@@ -668,7 +688,7 @@ mod imp {
             }
         }
 
-        set_config_override(None); // --grid-sms / --dev-variant
+        set_config_override(None); // --grid-sms / --dev-variant / --config
         // "ours" and the peers allocate their output per call (a graph memory node each);
         // "into" is ours into a preallocated output, the peers' protocol in anchors.py.
         println!("\n{:<14} {:>5} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>6}", "shape", "M", "N", "K", "ours µs", "into µs", "cuBLASLt", "bf16", "TFLOP/s", "ours/lt", "/floor", "timing");
