@@ -403,7 +403,8 @@ fn forced_splits_match_reference() -> Result<()> {
     // rounds of whole tiles before the split round (2 / 1 tiles left over). Stream-K (split_k =
     // CTAs per SM; 5 column tiles x 16 K blocks = 80 units): on all SMs one unit per CTA (every
     // tile summed from 16 shares), on 4 / 5 SMs 4-40 CTAs (shares across tile boundaries, and
-    // at 5 CTAs whole tiles only); M = 40 on the 32-token tile: two token tiles.
+    // at 5 CTAs whole tiles only), on 1 SM at split 1 one CTA of all 80 units (five tiles in
+    // turn); M = 40 on the 32-token tile: two token tiles.
     let in_kernel: &[(ScheduleKind, i32, i32, i32, &[usize])] = &[
         (ScheduleKind::Persistent, 256, 128, 3, &[300]),
         (ScheduleKind::Persistent, 128, 128, 5, &[300, 513]),
@@ -412,7 +413,7 @@ fn forced_splits_match_reference() -> Result<()> {
         (ScheduleKind::SwapAbStreamK, 16, 64, 7, &[11]),
         (ScheduleKind::SwapAbStreamK, 32, 64, 8, &[17, 40]),
     ];
-    let runs = plans.iter().map(|p| (p, 0)).chain(in_kernel.iter().flat_map(|p| [(p, 0), (p, 4), (p, 5)]));
+    let runs = plans.iter().map(|p| (p, 0)).chain(in_kernel.iter().flat_map(|p| [(p, 0), (p, 1), (p, 4), (p, 5)]));
     for (&(kind, block_m, block_n, stages, ms), num_sms) in runs {
         for &m in ms {
             let o = random_operands(m, n, k, (m * 31 + block_n as usize) as u64, &dev)?;

@@ -159,6 +159,11 @@ __global__ void __launch_bounds__(T::kThreads, min_ctas_per_sm<T>())
                 "kXPromote: one m64 wave per warpgroup, a tokens-on-M tile inside one weight-scale block");
   // Cluster barriers the epilogue runs (every thread of the CTA must take part in each).
   constexpr bool kPushSum = kMode == kOutClusterSum && cluster_sum_push<T>();
+  // Stream-K: the named barrier between the math warpgroup and warp 2 of the producer warpgroup,
+  // which raises the flag of a published partial (streamk_fixup.cuh); ids 1 and 2 + wg are the
+  // math warpgroups' own.
+  constexpr uint32_t kStreamKPublishBar = 2 + T::kMathWG;
+  static_assert(!T::kStreamK || T::kIssuers <= 2, "stream-K: warp 2 of the producer warpgroup publishes");
   constexpr int kEpilogueClusterSyncs =
       kPushSum ? 1 : (kMode == kOutClusterSum || (kMode == kOutSwiGluQuant && T::kGateRows < 128)) ? 2 : 0;
 
@@ -339,6 +344,10 @@ __global__ void __launch_bounds__(T::kThreads, min_ctas_per_sm<T>())
       if (!waited) ptx::griddep_wait();
       ptx::griddep_launch_dependents();
     }
+    if constexpr (T::kStreamK) {
+      // Warp 2 (no loads to issue) raises the flag of the CTA's published partial, if any.
+      if (tid_wg / 32 == 2) streamk_publish(typename T::Scheduler(p.shape), partial, kStreamKPublishBar);
+    }
     if constexpr (T::kQuantIn) {
       if (tid_wg >= 128 - kQuantThreads)
         quantize_operand<T::TN>(ring, sched, p.m, tid_wg - (128 - kQuantThreads));
@@ -389,7 +398,7 @@ __global__ void __launch_bounds__(T::kThreads, min_ctas_per_sm<T>())
   bool first_pass = true;  // the first tile's first pass through the ring
 
   while (sched.next(tile)) {
-    FP8GEMM_TRACE_TILE_BEGIN(T::kPersistent);
+    FP8GEMM_TRACE_TILE_BEGIN(T::kPersistent || T::kStreamK);
     const int nkb = tile.kb1 - tile.kb0;
     const int sw_off = kStraddle ? tile.col0 % 128 : 0;  // tile start inside its scale block
     float* sw_tile = sw_cache;
@@ -607,7 +616,11 @@ __global__ void __launch_bounds__(T::kThreads, min_ctas_per_sm<T>())
     // last adds the others' and stores the tile.
     if constexpr (T::kStreamK) {
       static_assert(T::kMathWG == 1 && kMode == kOutBf16, "stream-K: one math warpgroup, bf16 out");
-      if (tile.tail >= 0 && !streamk_fixup(acc, partial, tile, p.shape, tid_wg, 2)) continue;
+      FP8GEMM_TRACE_TILE_FIX();  // (stream-K records: past the wait, before the fix-up)
+      if (tile.tail >= 0 && !streamk_fixup(acc, partial, tile, p.shape, tid_wg, 2, kStreamKPublishBar)) {
+        FP8GEMM_TRACE_TILE_END(nkb, 1);
+        continue;
+      }
     }
     // Epilogue: every in-bounds element of the tile is written (zeros for an empty K split).
     if constexpr (kPushSum) {
@@ -727,7 +740,7 @@ __global__ void __launch_bounds__(T::kThreads, min_ctas_per_sm<T>())
                                                                   y, partial, tile.split);
       }
     }
-    if constexpr (T::kPersistent) FP8GEMM_TRACE_TILE_END(nkb, tile.tail >= 0 ? 2 : 0);
+    if constexpr (T::kPersistent || T::kStreamK) FP8GEMM_TRACE_TILE_END(nkb, tile.tail >= 0 ? 2 : 0);
   }
   if constexpr (kStoreTma) {
     if (tid_wg == 0) ptx::tma_store_wait_all();  // y complete before the grid ends

@@ -35,12 +35,21 @@ __host__ __device__ inline int streamk_owner(int64_t u, int64_t units, int64_t g
   return static_cast<int>(((u + 1) * grid - 1) / units);
 }
 
+// Threads of a publish's named barrier: the math warpgroup and the publisher warp.
+constexpr uint32_t kStreamKPublishThreads = 128 + 32;
+
 // The fix-up of a partial tile `t` for one math warpgroup (thread tid of 128) holding kWaves
 // m64 x (2 * kAcc) fragments in `acc`. Returns true when this CTA stores the tile (acc then holds
 // the sum of every share), false when it only published. `bar`: a named barrier of the 128.
+// A publish only writes the partials and arrives on `pub_bar`; another warp of the CTA raises
+// the flag (streamk_publish). Under the grid's weight stream the flag's release (a GPU-scope
+// fence) took 4-10 µs, and the math warps used to wait for it before their next tile: in q|k|v
+// at 16 tokens a CTA whose first tile was done at 2.8 µs started its second at 12.8, with the
+// SM's other CTAs' last K blocks, and every two-tile CTA ended ~3.5 µs after the one-tile ones
+// (session 36, per-piece trace: docs/PERF.md).
 template <int kWaves, int kAcc>
 __device__ __forceinline__ bool streamk_fixup(float (&acc)[kWaves][kAcc], float* ws, const Tile& t,
-                                              const TileShape& s, int tid, uint32_t bar) {
+                                              const TileShape& s, int tid, uint32_t bar, uint32_t pub_bar) {
   static_assert(kAcc % 4 == 0, "whole float4 per thread");
   constexpr int kFloats = kWaves * kAcc * 128;
   int* flags = reinterpret_cast<int*>(ws);
@@ -51,8 +60,7 @@ __device__ __forceinline__ bool streamk_fixup(float (&acc)[kWaves][kAcc], float*
   const int me = static_cast<int>(blockIdx.x);
   if (!t.split) {
     store_partial(acc, slot(me));
-    ptx::named_barrier_sync(bar, 128);  // every thread's partials written
-    if (tid == 0) ptx::red_release_gpu_add(flags + me, 1);
+    ptx::named_barrier_arrive(pub_bar, kStreamKPublishThreads);  // my partials written
     return false;
   }
   const int first = streamk_owner(static_cast<int64_t>(t.tail) * s.kb_total, streamk_units(s), gridDim.x);
@@ -67,6 +75,18 @@ __device__ __forceinline__ bool streamk_fixup(float (&acc)[kWaves][kAcc], float*
   ptx::named_barrier_sync(bar, 128);  // the partials are visible to the whole warpgroup
   for (int b = first; b < me; ++b) add_partial(acc, slot(b));  // CTA order: deterministic
   return true;
+}
+
+// The publisher warp's half of a publish (every lane of one warp not in the math warpgroup;
+// `sched`: a fresh copy of the CTA's scheduler). A CTA publishes at most its first tile (the
+// highest of its range: partial, without the tile's last K block; every later one holds its
+// tile's last K block): then wait for the math warpgroup's partials, and raise the flag.
+template <class Scheduler>
+__device__ __forceinline__ void streamk_publish(Scheduler sched, float* ws, uint32_t pub_bar) {
+  Tile t;
+  if (!sched.next(t) || t.tail < 0 || t.split) return;
+  ptx::named_barrier_sync(pub_bar, kStreamKPublishThreads);
+  if (threadIdx.x % 32 == 0) ptx::red_release_gpu_add(reinterpret_cast<int*>(ws) + blockIdx.x, 1);
 }
 
 }  // namespace fp8gemm

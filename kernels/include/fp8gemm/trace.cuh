@@ -104,9 +104,9 @@ __device__ __forceinline__ void tile(uint32_t slot, unsigned long long t_tile, c
 #define FP8GEMM_TRACE_MARK_PTR(i) (&fp8gemm_trace_t[(i)])
 // Where thread 0 leaves the kernel (other threads: no effect).
 #define FP8GEMM_TRACE_END() fp8gemm::trace::end(fp8gemm_trace_slot, fp8gemm_trace_tag, fp8gemm_trace_t)
-// Per-tile records of a persistent schedule: BEGIN(on) at the tile's start (on: the schedule
-// writes them; the slot is reserved here, read at the end), FIX after its fix-up, END(nkb, role)
-// where it is stored or published.
+// Per-tile records of a persistent or stream-K schedule: BEGIN(on) at the tile's start (on: the
+// schedule writes them; the slot is reserved here, read at the end), FIX after its fix-up
+// (stream-K: past the wait, before it), END(nkb, role) where it is stored or published.
 #define FP8GEMM_TRACE_TILE_BEGIN(on) \
   unsigned long long fp8gemm_tile_t0 = fp8gemm::ptx::globaltimer_ns(), fp8gemm_tile_fix = 0ull; \
   const uint32_t fp8gemm_tile_slot = (on) ? fp8gemm::trace::begin() : 0u;                       \
