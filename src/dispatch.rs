@@ -408,16 +408,20 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
         // (docs/perf/2026-12-01-s17/call7-qkv-split/). At 16 tokens it lost (19.1 vs 18.2 µs,
         // b16 +0.34 ms).
         let tiles = n.div_ceil(64);
-        if m > 8 && tiles >= 3 * sms {
+        if m > 8 && (tiles >= 3 * sms || (tiles >= sms && kb >= 32)) {
             // 9-16 tokens over >= 3 waves of 64-row tiles (the plain gate/up GEMM; the model's
             // step at 9-16 tokens runs the gated SwiGLU tile instead): stream-K, three CTAs per
             // SM (7 stages, ~73 KB) sharing the (tile, K block) units evenly instead of one tile
             // per CTA (800 tiles = 6.06 per SM). Session 34 bench A/B, op / "into" µs hot:
             // 16×51200×5120 65.41-65.81 / 63.37-63.67 vs 66.56-66.64 / 64.84-65.04, 12× 67.2-67.7
-            // / 65.4-65.5 vs 67.3 / 65.8-65.9 (docs/perf/2026-12-03-s34/call3/). Not over fewer
-            // tiles: q|k|v (160) ran "into" 16.3 vs 17.8-18.0 but the op, launched without a
-            // PDL overlap, 19.6-19.9 vs 15.7-15.8; o / down (80) slower in the harness; 1-8
-            // tokens slower (1×10240×5120 15.75 vs 14.10, call 2).
+            // / 65.4-65.5 vs 67.3 / 65.8-65.9 (docs/perf/2026-12-03-s34/call3/).
+            // From one wave with a long K (q|k|v: 160 tiles, 40 K blocks) since the flag of a
+            // published partial is raised off the math path (session 36): q|k|v "into" 16.1-16.2
+            // vs 17.7 µs hot (the op, launched without a PDL overlap, 17.9-18.2 vs 15.7-15.9),
+            // decode b16 TPOT 9.647 / 9.650 vs 9.729 / 9.730 ms (docs/perf/2026-12-04-s36/,
+            // calls 4-5). Not at 17-32 tokens (32-token tiles on q|k|v: b32 10.49 vs 10.43 ms),
+            // nor over fewer tiles (o / down, 80: slower in the harness, session 34) or at 1-8
+            // tokens (1×10240×5120 15.75 vs 14.10, session 34).
             return cfg(ScheduleKind::SwapAbStreamK, 16, 64, 7, 3);
         }
         let split = if m <= 8 && tiles >= sms && tiles < 2 * sms && kb >= 32 {
@@ -728,7 +732,7 @@ mod tests {
         // One partial wave of 8-token tiles (160 over 132 SMs): a 2-CTA cluster sum.
         assert_eq!(c(1, 10240, 5120).split_k, 2);
         assert_eq!(c(8, 10240, 5120).split_k, 2);
-        assert_eq!(c(9, 10240, 5120).split_k, 1);
+        assert_eq!(kind(9, 10240, 5120), ScheduleKind::SwapAbStreamK); // 9-16 tokens: stream-K (below)
         assert_eq!(c(1, 10240, 2048).split_k, 1); // kb 16: too short to split
         assert_eq!(c(1, 16896, 5120).split_k, 1); // 264 tiles = 2·S
         assert_eq!(c(1, 5120, 8192).split_k, 4); // 320 CTAs: three per SM, one wave
@@ -759,13 +763,18 @@ mod tests {
         }
         assert_eq!((kind(32, 8384, 5120), tile(32, 8384, 5120)), (ScheduleKind::SmallM, (64, 128)));
         assert_eq!(kind(33, 10240, 5120), ScheduleKind::SmallM);
-        // 9-16 tokens from three waves of 64-row tiles (N >= 25344): stream-K, 7 stages, three
-        // CTAs per SM; fewer tiles, or 1-8 tokens: one tile (or K split) per CTA, 8 stages.
+        // 9-16 tokens from three waves of 64-row tiles (N >= 25344), or from one (N >= 8448)
+        // with >= 32 K blocks: stream-K, 7 stages, three CTAs per SM; fewer tiles, a shorter K
+        // below three waves, or 1-8 tokens: one tile (or K split) per CTA, 8 stages.
         let sk = |m, n, k| (kind(m, n, k), tile(m, n, k), c(m, n, k).stages, c(m, n, k).split_k);
         assert_eq!(sk(16, 51200, 5120), (ScheduleKind::SwapAbStreamK, (16, 64), 7, 3));
         assert_eq!(sk(9, 25344, 5120), (ScheduleKind::SwapAbStreamK, (16, 64), 7, 3));
-        assert_eq!(sk(16, 25280, 5120), (ScheduleKind::SwapAb, (16, 64), 8, 1));
-        assert_eq!(sk(9, 10240, 5120), (ScheduleKind::SwapAb, (16, 64), 8, 1));
+        assert_eq!(sk(9, 25344, 2048), (ScheduleKind::SwapAbStreamK, (16, 64), 7, 3));
+        assert_eq!(sk(16, 25280, 5120), (ScheduleKind::SwapAbStreamK, (16, 64), 7, 3));
+        assert_eq!(sk(9, 10240, 5120), (ScheduleKind::SwapAbStreamK, (16, 64), 7, 3));
+        assert_eq!(sk(16, 8448, 4096), (ScheduleKind::SwapAbStreamK, (16, 64), 7, 3));
+        assert_eq!(sk(16, 10240, 3968), (ScheduleKind::SwapAb, (16, 64), 8, 1)); // 31 K blocks
+        assert_eq!(sk(16, 8384, 5120), (ScheduleKind::SwapAb, (16, 64), 8, 1)); // 131 tiles
         assert_eq!(sk(16, 5120, 8192), (ScheduleKind::SwapAb, (16, 64), 8, 3));
         assert_eq!(sk(8, 51200, 5120), (ScheduleKind::SwapAb, (8, 64), 8, 1));
         assert_eq!(sk(8, 10240, 5120), (ScheduleKind::SwapAb, (8, 64), 8, 2));
