@@ -298,8 +298,9 @@ pub fn config_override() -> Option<GemmConfig> {
 /// Environment variable that overrides the K split of our kernels for given weight shapes, as a
 /// tuning knob: `N×K=S` entries (`x` also accepted for `×`), comma-separated, e.g.
 /// `CANDLE_FP8_SPLIT=5120x25600=8,5120x8192=8`; applied to every M at most 16 (the decode
-/// sizes), on top of [`choose_config`]'s tile choice. Read once per process; a malformed value
-/// is an error at the first GEMM.
+/// sizes), on top of [`choose_config`]'s tile choice (where that is a stream-K tile —
+/// [`ScheduleKind::SwapAbStreamK`], e.g. q|k|v and gate/up at 9–16 tokens — the value is its CTAs
+/// per SM). Read once per process; a malformed value is an error at the first GEMM.
 pub const SPLIT_ENV: &str = "CANDLE_FP8_SPLIT";
 
 /// Most tokens [`SPLIT_ENV`] applies to.
