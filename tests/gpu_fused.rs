@@ -201,8 +201,9 @@ fn split_k_partials_added_by_the_norm_are_bit_exact() -> Result<()> {
 /// whose rows span 1e-3..1e3; weights with log-spaced block scales. The reference GEMM runs one
 /// tile per CTA (no K split: the fused tile's summation order); where the dispatcher picks
 /// stream-K instead (9-16 tokens over >= 3 waves of tiles, as 25600 x 640's 800 tiles and
-/// Qwen3-32B's gate/up: CTAs share a tile's K blocks, other bits), the reference is forced onto
-/// the 16-token swap-AB tile. M = 17 takes the composed path.
+/// Qwen3-32B's gate/up, or over >= 1 wave with >= 32 K blocks, as 8704 x 5120's 272: CTAs share a
+/// tile's K blocks, other bits), the reference is forced onto the 16-token swap-AB tile. M = 17
+/// takes the composed path.
 #[test]
 fn gate_up_gemm_with_swiglu_epilogue_is_bit_exact() -> Result<()> {
     use candle_fp8::dispatch::{choose_config, set_config_override, GemmConfig, ScheduleKind};
