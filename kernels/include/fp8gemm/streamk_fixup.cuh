@@ -38,6 +38,11 @@ __host__ __device__ inline int streamk_owner(int64_t u, int64_t units, int64_t g
 // Threads of a publish's named barrier: the math warpgroup and the publisher warp.
 constexpr uint32_t kStreamKPublishThreads = 128 + 32;
 
+// Whether a CTA publishes tile `t` (holds part of its K blocks, not the last): the math
+// warpgroup (streamk_fixup) and the publisher warp (streamk_publish) must agree, or the named
+// barrier between them never completes.
+__device__ __forceinline__ bool streamk_publishes(const Tile& t) { return t.tail >= 0 && !t.split; }
+
 // The fix-up of a partial tile `t` for one math warpgroup (thread tid of 128) holding kWaves
 // m64 x (2 * kAcc) fragments in `acc`. Returns true when this CTA stores the tile (acc then holds
 // the sum of every share), false when it only published. `bar`: a named barrier of the 128.
@@ -58,7 +63,7 @@ __device__ __forceinline__ bool streamk_fixup(float (&acc)[kWaves][kAcc], float*
     return reinterpret_cast<float4*>(partials + static_cast<size_t>(b) * kFloats) + tid;
   };
   const int me = static_cast<int>(blockIdx.x);
-  if (!t.split) {
+  if (streamk_publishes(t)) {
     store_partial(acc, slot(me));
     ptx::named_barrier_arrive(pub_bar, kStreamKPublishThreads);  // my partials written
     return false;
@@ -84,7 +89,7 @@ __device__ __forceinline__ bool streamk_fixup(float (&acc)[kWaves][kAcc], float*
 template <class Scheduler>
 __device__ __forceinline__ void streamk_publish(Scheduler sched, float* ws, uint32_t pub_bar) {
   Tile t;
-  if (!sched.next(t) || t.tail < 0 || t.split) return;
+  if (!sched.next(t) || !streamk_publishes(t)) return;
   ptx::named_barrier_sync(pub_bar, kStreamKPublishThreads);
   if (threadIdx.x % 32 == 0) ptx::red_release_gpu_add(reinterpret_cast<int*>(ws) + blockIdx.x, 1);
 }
