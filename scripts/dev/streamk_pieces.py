@@ -11,14 +11,22 @@ its first K block landed, its last K block done, past the math warps' wait (befo
 and its end (published or stored); then the CTA's end.
 """
 import argparse
+import math
+import os
 import statistics
 import sys
 from collections import defaultdict
 
-sys.path.insert(0, __import__("os").path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(__file__))
 from trace_timeline import launches, load  # noqa: E402
 
 TILE = 10
+
+
+def median(values):
+    """Median of the values that are numbers (NaN: the mark was not reached), or NaN."""
+    v = [x for x in values if not math.isnan(x)]
+    return statistics.median(v) if v else float("nan")
 
 
 def main():
@@ -32,15 +40,17 @@ def main():
     ls = [l for l in launches(ctas) if l.tag == 1][-a.launches - 1 : -1]
     if not ls:
         sys.exit("no GEMM launches in the trace")
+    # A piece belongs to the CTA of the same index on the same SM whose lifetime holds its start
+    # (chained launches overlap: the next launch's CTA b may run elsewhere meanwhile).
     by_cta = defaultdict(list)
-    for t0, _unit, _tag, d, _sm, cta in tiles:
-        by_cta[cta & 0xFFFF].append((t0, d, cta >> 16))
+    for t0, _unit, _tag, d, sm, cta in tiles:
+        by_cta[(cta & 0xFFFF, sm)].append((t0, d, cta >> 16))
     groups = defaultdict(list)
     for l in ls:
         base = l.first_entry
-        for t0, d, _sm, cta in l.ctas:
+        for t0, d, sm, cta in l.ctas:
             end = t0 + d[3]
-            pieces = sorted(p for p in by_cta[cta] if t0 <= p[0] <= end)
+            pieces = sorted(p for p in by_cta[(cta, sm)] if t0 <= p[0] <= end)
             if not pieces:
                 continue
             key = (len(pieces), pieces[0][2] & 0xFF)
@@ -53,8 +63,7 @@ def main():
     print(f"{len(ls)} launches; per (pieces, first piece's K blocks): medians in µs from the launch's first entry")
     for key in sorted(groups):
         rows = groups[key]
-        n = len(rows[0])
-        med = [statistics.median(r[i] for r in rows if i < len(r) and r[i] == r[i]) if any(i < len(r) and r[i] == r[i] for r in rows) else float("nan") for i in range(n)]
+        med = [median(col) for col in zip(*rows)]  # rows of one key have the same length
         parts = []
         for p in range(key[0]):
             parts.append("p%d[" % (p + 1) + " ".join(f"{c} {med[5 * p + j]:6.2f}" for j, c in enumerate(cols)) + "]")
