@@ -87,19 +87,3 @@ bench_ab() {
   done
   python3 scripts/dev/ab_table.py "$R" "${names[@]}" --columns "${AB_COLUMNS:-ours/into}"
 }
-
-# A/B of two bench builds on one shape, two interleaved rounds: ab_builds TAG SHAPE [CONFIG] runs
-# $BIN/bench ("new") and $BIN/bench_old ("old") with --columns ours,into [--config CONFIG], logs
-# to $R/ab-TAG-VARIANT-rN.txt and prints one line per run (op / "into", hot and cold).
-ab_builds() {
-  local a="" r v b f
-  [[ -n $3 ]] && a="--config $3"
-  for r in 1 2; do
-    for v in new old; do
-      b=bench; [[ $v == old ]] && b=bench_old
-      f=$R/ab-$1-$v-r$r.txt
-      timeout 60 "$BIN/$b" --shapes "$2" --columns ours,into $a > "$f" 2>&1
-      echo "$1 $v r$r rc=$? $(grep -E '^ *m=[0-9]+ *(hot|cold)' "$f" | awk '{printf "%s op %s into %s | ", $2, $4, $6}') $(grep -iE 'relerr|wrong|error|mismatch' "$f" | head -2)"
-    done
-  done
-}

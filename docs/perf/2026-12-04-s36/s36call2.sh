@@ -1,5 +1,5 @@
 #!/bin/bash
-# (Ran with the A/B helper written inline; it is call_prelude.sh's ab_builds now, the same commands.)
+# (As run. Its inline ab() repeats the other call's; for new calls use call_prelude.sh's bench_ab.)
 # Session 36 call 2: stream-K tiles load every tile's weight scales at entry (the call-1 trace:
 # two-tile CTAs of q|k|v 16 started their second tile at ~13 µs whatever the first's size).
 # bench/gpu* = the change; bench_old = before (2e7da74);
@@ -15,13 +15,23 @@ exec >> $OUT/log.txt 2>&1
 timeout 200 $BIN/gpu_reliability forced_splits --test-threads=1 > $R/test-forced.txt 2>&1
 echo "forced_splits rc=$? $(grep '^test result' $R/test-forced.txt) at $(elapsed)"
 SUITE_TIMEOUT=200 run_suites gpu_fused
-ab_builds qkv16-sk3 16,10240,5120 5,16,64,7,3
-ab_builds qkv16-dflt 16,10240,5120
-ab_builds qkv32-sk2 32,10240,5120 5,32,64,8,2
-ab_builds qkv32-dflt 32,10240,5120
-ab_builds gu16 16,51200,5120
-ab_builds gu32 32,51200,5120
-ab_builds qkv12-sk3 12,10240,5120 5,16,64,7,3
+ab() {  # ab TAG SHAPE [CONFIG]
+  local a=""; [[ -n $3 ]] && a="--config $3"
+  for r in 1 2; do
+    for v in new old; do
+      local b=bench; [[ $v == old ]] && b=bench_old
+      timeout 60 $BIN/$b --shapes $2 --columns ours,into $a > $R/ab-$1-$v-r$r.txt 2>&1
+      echo "$1 $v r$r rc=$? $(grep -E '^ *m=[0-9]+ *(hot|cold)' $R/ab-$1-$v-r$r.txt | awk '{printf "%s op %s into %s | ", $2, $4, $6}') $(grep -iE 'relerr|wrong|error|mismatch' $R/ab-$1-$v-r$r.txt | head -2)"
+    done
+  done
+}
+ab qkv16-sk3 16,10240,5120 5,16,64,7,3
+ab qkv16-dflt 16,10240,5120
+ab qkv32-sk2 32,10240,5120 5,32,64,8,2
+ab qkv32-dflt 32,10240,5120
+ab gu16 16,51200,5120
+ab gu32 32,51200,5120
+ab qkv12-sk3 12,10240,5120 5,16,64,7,3
 echo "bench at $(elapsed)"
 tr() {  # tr NAME SHAPE COLUMN CONFIG
   timeout 60 $BIN/bench_trace --shapes $2 --columns $3 --no-cold --config $4 --trace-out $R/$1.bin > $R/$1.bench.txt 2>&1

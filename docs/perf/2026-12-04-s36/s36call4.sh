@@ -1,5 +1,5 @@
 #!/bin/bash
-# (Ran with the A/B helper written inline; it is call_prelude.sh's ab_builds now, the same commands.)
+# (As run. Its inline ab() repeats the other call's; for new calls use call_prelude.sh's bench_ab.)
 # Session 36 call 4: the stream-K publish off the math path (a warp of the producer warpgroup
 # raises the flag; call 3's trace: the flag's release fence held the math warps 4-10 µs).
 # bench/gpu* = the change; bench_old = HEAD (2e7da74); bench_trace = the change, traced.
@@ -19,15 +19,25 @@ for tool in racecheck synccheck; do
   echo "$tool forced_splits rc=$? $(grep -h 'RACECHECK SUMMARY\|ERROR SUMMARY\|test result' $R/$tool.txt | sort | uniq -c | tr '\n' ' ') at $(elapsed)"
 done
 SUITE_TIMEOUT=200 run_suites gpu_fused
-ab_builds qkv16-sk3 16,10240,5120 5,16,64,7,3
-ab_builds qkv12-sk3 12,10240,5120 5,16,64,7,3
-ab_builds qkv32-sk2 32,10240,5120 5,32,64,8,2
-ab_builds qkv16-dflt 16,10240,5120
-ab_builds qkv32-dflt 32,10240,5120
-ab_builds gu16 16,51200,5120
-ab_builds gu32 32,51200,5120
-ab_builds qkv8-sk3 8,10240,5120 5,8,64,8,3
-ab_builds qkv8-dflt 8,10240,5120
+ab() {  # ab TAG SHAPE [CONFIG]
+  local a=""; [[ -n $3 ]] && a="--config $3"
+  for r in 1 2; do
+    for v in new old; do
+      local b=bench; [[ $v == old ]] && b=bench_old
+      timeout 60 $BIN/$b --shapes $2 --columns ours,into $a > $R/ab-$1-$v-r$r.txt 2>&1
+      echo "$1 $v r$r rc=$? $(grep -E '^ *m=[0-9]+ *(hot|cold)' $R/ab-$1-$v-r$r.txt | awk '{printf "%s op %s into %s | ", $2, $4, $6}') $(grep -iE 'relerr|wrong|error|mismatch' $R/ab-$1-$v-r$r.txt | head -2)"
+    done
+  done
+}
+ab qkv16-sk3 16,10240,5120 5,16,64,7,3
+ab qkv12-sk3 12,10240,5120 5,16,64,7,3
+ab qkv32-sk2 32,10240,5120 5,32,64,8,2
+ab qkv16-dflt 16,10240,5120
+ab qkv32-dflt 32,10240,5120
+ab gu16 16,51200,5120
+ab gu32 32,51200,5120
+ab qkv8-sk3 8,10240,5120 5,8,64,8,3
+ab qkv8-dflt 8,10240,5120
 echo "bench at $(elapsed)"
 timeout 60 $BIN/bench_trace --shapes 16,10240,5120 --columns ours --no-cold --config 5,16,64,7,3 --trace-out $R/t.bin > $R/t.bench.txt 2>&1
 echo "trace rc=$? $(grep -E '^ *m=[0-9]+ *hot' $R/t.bench.txt)"

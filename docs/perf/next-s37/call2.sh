@@ -15,11 +15,7 @@ grep -h "SKIP\|FAILED\|panicked" $R/test-rel.txt | head -5
 CANDLE_FP8_TEST_PROVIDERS=hopper timeout 100 compute-sanitizer --tool synccheck --error-exitcode 9 \
   $BIN/gpu_reliability_s37 forced_splits --test-threads=1 > $R/synccheck.txt 2>&1
 echo "synccheck rc=$? $(grep -h 'ERROR SUMMARY' $R/synccheck.txt) at $(elapsed)"
-cp $BIN/bench $BIN/bench_old && cp $BIN/bench_s37 $BIN/bench   # ab_builds: new = bench, old = bench_old
-ab_builds qkv16 16,10240,5120
-ab_builds qkv12 12,10240,5120
-ab_builds gu16 16,51200,5120
-ab_builds gu32 32,51200,5120
+bench_ab 2 new@bench_s37= old@bench= -- --shapes 16,10240,5120 12,10240,5120 16,51200,5120 32,51200,5120 --columns ours,into
 echo "bench at $(elapsed)"
 OUT=$R/dec REPEAT=2 DECODE_TOKENS=32 bash scripts/dev/decode_sweep.sh "X=s36 DECODE_BIN=$BIN/decode_s37" "16 32" > $R/decode.txt 2>&1
 echo "decode rc=$? at $(elapsed)"
