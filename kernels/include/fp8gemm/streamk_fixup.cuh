@@ -35,6 +35,28 @@ __host__ __device__ inline int streamk_owner(int64_t u, int64_t units, int64_t g
   return static_cast<int>(((u + 1) * grid - 1) / units);
 }
 
+// acc += p0, then += p1 (add_partial twice), with both partials' loads in flight at once.
+template <int kWaves, int kAcc>
+__device__ __forceinline__ void add_partials2(float (&acc)[kWaves][kAcc], const float4* p0, const float4* p1) {
+  constexpr int kV = kWaves * kAcc / 4;
+  float4 v0[kV], v1[kV];
+#pragma unroll
+  for (int i = 0; i < kV; ++i) {
+    v0[i] = __ldcg(p0 + i * 128);
+    v1[i] = __ldcg(p1 + i * 128);
+  }
+#pragma unroll
+  for (int w = 0; w < kWaves; ++w)
+#pragma unroll
+    for (int x = 0; x < kAcc / 4; ++x) {
+      const int i = w * (kAcc / 4) + x;
+      acc[w][4 * x] = acc[w][4 * x] + v0[i].x + v1[i].x;
+      acc[w][4 * x + 1] = acc[w][4 * x + 1] + v0[i].y + v1[i].y;
+      acc[w][4 * x + 2] = acc[w][4 * x + 2] + v0[i].z + v1[i].z;
+      acc[w][4 * x + 3] = acc[w][4 * x + 3] + v0[i].w + v1[i].w;
+    }
+}
+
 // Threads of a publish's named barrier: the math warpgroup and the publisher warp.
 constexpr uint32_t kStreamKPublishThreads = 128 + 32;
 
@@ -69,16 +91,21 @@ __device__ __forceinline__ bool streamk_fixup(float (&acc)[kWaves][kAcc], float*
     return false;
   }
   const int first = streamk_owner(static_cast<int64_t>(t.tail) * s.kb_total, streamk_units(s), gridDim.x);
-  if (tid == 0) {
+  // The flags are polled by warp 0's lanes in parallel (one L2 round trip, not one per
+  // publisher, under the weight stream ~1 µs each), the partials loaded two at a time (added in
+  // CTA order all the same: the same bits).
+  if (tid < 32) {
     const unsigned long long t0 = ptx::globaltimer_ns();
-    for (int b = first; b < me; ++b) {
+    for (int b = first + tid; b < me; b += 32) {
       while (ptx::ld_acquire_gpu(flags + b) == 0)
         if (ptx::globaltimer_ns() - t0 > kTailWaitNs) __trap();
       ptx::st_relaxed_gpu(flags + b, 0);  // zero again for the next launch (its one reader)
     }
   }
   ptx::named_barrier_sync(bar, 128);  // the partials are visible to the whole warpgroup
-  for (int b = first; b < me; ++b) add_partial(acc, slot(b));  // CTA order: deterministic
+  int b = first;
+  for (; b + 1 < me; b += 2) add_partials2(acc, slot(b), slot(b + 1));  // CTA order: deterministic
+  if (b < me) add_partial(acc, slot(b));
   return true;
 }
 
