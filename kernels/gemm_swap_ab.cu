@@ -25,6 +25,13 @@ const ConfigEntry* swap_ab_configs(int* count) {
        &run_sm90_fp8_gemm<SwapAB<16, 7, 0, false, false, true>>, false},
       {FP8GEMM_KIND_SWAP_AB_STREAMK, 32, 64, 8, true,
        &run_sm90_fp8_gemm<SwapAB<32, 8, 0, true, false, true>>, false},
+      // 5 stages (~63 KB): three CTAs per SM of the 32-token tile.
+      {FP8GEMM_KIND_SWAP_AB_STREAMK, 32, 64, 5, true,
+       &run_sm90_fp8_gemm<SwapAB<32, 5, 0, true, false, true>>, false},
+      // 64 tokens, 6 stages (~99 KB): two CTAs per SM over all SMs where 64 x 128 small-M
+      // tiles leave SMs idle (q|k|v at 33-128 tokens: 80-160 tiles).
+      {FP8GEMM_KIND_SWAP_AB_STREAMK, 64, 64, 6, true,
+       &run_sm90_fp8_gemm<SwapAB<64, 6, 0, true, false, true>>, false},
   };
   *count = sizeof(kConfigs) / sizeof(kConfigs[0]);
   return kConfigs;
