@@ -28,10 +28,9 @@ const ConfigEntry* swap_ab_configs(int* count) {
       // 5 stages (~63 KB): three CTAs per SM of the 32-token tile.
       {FP8GEMM_KIND_SWAP_AB_STREAMK, 32, 64, 5, true,
        &run_sm90_fp8_gemm<SwapAB<32, 5, 0, true, false, true>>, false},
-      // 64 tokens, 6 stages (~99 KB): two CTAs per SM over all SMs where 64 x 128 small-M
-      // tiles leave SMs idle (q|k|v at 33-128 tokens: 80-160 tiles).
-      {FP8GEMM_KIND_SWAP_AB_STREAMK, 64, 64, 6, true,
-       &run_sm90_fp8_gemm<SwapAB<64, 6, 0, true, false, true>>, false},
+      // (Not 64 tokens: 64 x 64 x 6, two per SM, tied q|k|v 64 and ran 1.5-1.9x slower elsewhere,
+      // e.g. 128x5120x25600 "into" 79.5 vs 45.6 us: two token tiles stream the weights twice;
+      // session 37, docs/perf/2026-12-04-s37/call2.)
   };
   *count = sizeof(kConfigs) / sizeof(kConfigs[0]);
   return kConfigs;
