@@ -146,7 +146,7 @@ fp8gemm_config auto_config(int64_t m, int64_t n, int64_t k, int sms) {
     if (m <= 64 && 2 * t64 <= sms && 4 * t64 > sms && kb >= 8)
       return make(FP8GEMM_KIND_SMALL_M, 64, 64, 8, 2);  // one wave of 64 x 64 tiles, 2-CTA sums
     if (m <= 32 && t64 >= sms)  // a wave or more of 64-row weight tiles: swap-AB 32-token tiles,
-      return t64 >= 3 * int64_t(sms) ? make(FP8GEMM_KIND_SWAP_AB_STREAMK, 32, 64, 8, 2)  // stream-K from 3 waves
+      return t64 >= 3 * int64_t(sms) ? make(FP8GEMM_KIND_SWAP_AB_STREAMK, 32, 64, 5, 3)  // stream-K from 3 waves
                                      : make(FP8GEMM_KIND_SWAP_AB, 32, 64, 8, 1);
     // 25-32 tokens, half to one wave of 64-row tiles, long K (down): swap-AB 32-token tiles in
     // a 3-way K split, 240 CTAs (src/dispatch.rs).

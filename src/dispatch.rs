@@ -370,7 +370,7 @@ fn small_m_128_stages(split: i32) -> i32 {
 /// | other 9–16 | swap-AB | 16 × 64 | 8 | none if N/64 ≥ S, else `swap_split` |
 /// | 65–128 with t128 ≥ 40 | warp-specialized | 128 × 128 | 6 | one wave, ≥ 16 K blocks per split; ≥ 3 splits: persistent 128 × 128 × 5 with that split tail instead; t128 > S with a small last round: persistent 128 × 128 × 5 with a split tail (the ≤ 0.9 rule below) |
 /// | 17–64 with S/4 < ⌈N/64⌉ ≤ S/2, K ≥ 1024 | small-M | 64 × 64 | 8 | 2 (a 2-CTA cluster sums) |
-/// | 17–32 with ⌈N/64⌉ ≥ 3·S | swap-AB stream-K | 32 × 64 | 8 | `split_k` = 2 CTAs per SM |
+/// | 17–32 with ⌈N/64⌉ ≥ 3·S | swap-AB stream-K | 32 × 64 | 5 | `split_k` = 3 CTAs per SM |
 /// | 17–32 with S ≤ ⌈N/64⌉ < 3·S | swap-AB | 32 × 64 | 8 | none |
 /// | 25–32 with S/2 < ⌈N/64⌉ < S, K ≥ 16384 | swap-AB | 32 × 64 | 8 | `split_for(N/64, kb, 2·S, 16)` (down: 3) |
 /// | other 17–128 | small-M | 64 × 128 | 8 at split 1–2, 6 at ≥ 3 (`small_m_128_stages`) | one wave, ≥ 4 K blocks per split |
@@ -462,9 +462,15 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
             // bench A/B, op / "into" µs hot: 32×51200×5120 70.5-71.4 / 68.85-68.90 vs 73.1-73.2
             // / 71.8, 24× 70.6-71.4 / 68.0-68.9 vs 71.6-71.9 / 70.3-70.4, decode b32 TPOT
             // 10.77 vs 10.91 ms with q|k|v in stream-K too); not q|k|v (160 tiles: op 22.0-22.4
-            // vs 17.1-17.4, "into" 18.0-18.1 vs 17.3-17.8 at 24-32 tokens).
+            // vs 17.1-17.4, "into" 18.0-18.1 vs 17.3-17.8 at 24-32 tokens; with the parallel
+            // storer and three per SM "into" 16.8-16.9 vs 17.9-18.2, yet decode b32 10.65 vs 10.56
+            // ms, session 37 call 2).
+            // Three CTAs per SM (5 stages, ~63 KB) since session 37: 32×51200×5120 "into" 69.8-70.2
+            // / 70.3-70.7 vs 71.3-72.0 / 72.7-73.0 µs hot / cold for 8 stages two per SM; decode
+            // b24 10.533 / 10.553 vs 10.570 / 10.615 ms, b32 10.376 / 10.395 vs 10.390 / 10.398
+            // (docs/perf/2026-12-04-s37/, calls 2-3).
             if t64 >= 3 * sms {
-                return cfg(ScheduleKind::SwapAbStreamK, 32, 64, 8, 2);
+                return cfg(ScheduleKind::SwapAbStreamK, 32, 64, 5, 3);
             }
             return cfg(ScheduleKind::SwapAb, 32, 64, 8, 1);
         }
@@ -755,12 +761,13 @@ mod tests {
         assert_eq!(c(32, 5120, 8192).split_k, 3);
         // Swap-AB 32 x 64 at M = 17-32 from one wave of 64-row weight tiles (N >= 8448 on 132
         // SMs; sessions 13 and 26); 3-way workspace splits stay at M = 33-64.
-        // From three waves of tiles (N >= 25344) in stream-K over two CTAs per SM (session 34).
+        // From three waves of tiles (N >= 25344) in stream-K, three CTAs per SM of 5 stages
+        // (sessions 34 and 37).
         for (m, n) in [(32, 16384), (24, 12672), (32, 10240), (17, 8448), (32, 25280)] {
             assert_eq!((kind(m, n, 5120), tile(m, n, 5120), c(m, n, 5120).split_k), (ScheduleKind::SwapAb, (32, 64), 1), "{m}x{n}");
         }
         for (m, n) in [(17, 51200), (32, 51200), (24, 25344)] {
-            assert_eq!((kind(m, n, 5120), tile(m, n, 5120), c(m, n, 5120).split_k), (ScheduleKind::SwapAbStreamK, (32, 64), 2), "{m}x{n}");
+            assert_eq!((kind(m, n, 5120), tile(m, n, 5120), c(m, n, 5120).stages, c(m, n, 5120).split_k), (ScheduleKind::SwapAbStreamK, (32, 64), 5, 3), "{m}x{n}");
         }
         assert_eq!((kind(32, 8384, 5120), tile(32, 8384, 5120)), (ScheduleKind::SmallM, (64, 128)));
         assert_eq!(kind(33, 10240, 5120), ScheduleKind::SmallM);
