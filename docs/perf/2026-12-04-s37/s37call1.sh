@@ -1,4 +1,5 @@
 #!/bin/bash
+# (As run in session 37 call 1, prepared in session 36 as docs/perf/next-s37/call2.sh; the patch is 18d837c.)
 # Prepared in session 36 (not run): the stream-K storer's fix-up with its flags polled by warp 0's
 # lanes in parallel and the partials loaded two at a time (storer-parallel.patch; the same bits).
 # Session 36's per-piece trace: a storer spends 1.5-2.4 µs from its last K block to its end,
