@@ -48,6 +48,8 @@ enum fp8gemm_kind {
   FP8GEMM_KIND_SWAP_AB_STREAMK = 5,  // swap-AB tiles, stream-K: the (tile, K block) units split
                                      // evenly over a resident grid, partial tiles summed in the
                                      // kernel; split_k = CTAs per SM (workspace: as PERSISTENT's)
+  FP8GEMM_KIND_SMALL_M_STREAMK = 6,  // small-M tiles (64 tokens x block_n weight columns), stream-K
+                                     // as SWAP_AB_STREAMK
 };
 
 typedef struct fp8gemm_config {
@@ -58,7 +60,8 @@ typedef struct fp8gemm_config {
   int32_t split_k;  // 1 = no split; > 1 needs a workspace (fp8gemm_workspace_bytes). PERSISTENT:
                     // the K ranges of each tile of a partial last round (split tail, summed in
                     // the kernel; clamped to one round of CTAs, none when the rounds are full).
-                    // SWAP_AB_STREAMK: CTAs per SM of the grid (clamped to what fits)
+                    // SWAP_AB_STREAMK / SMALL_M_STREAMK: CTAs per SM of the grid (clamped to what
+                    // fits)
   int32_t num_sms;  // SMs a persistent grid may use (0 = all)
 } fp8gemm_config;
 
@@ -86,7 +89,7 @@ int32_t fp8gemm_quantize_act(const void* x, int32_t x_dtype, uint8_t* q, float* 
 // y = blocked-FP8 GEMM (two-level accumulation, both scales applied every 128-wide K block).
 // Requires k % 128 == 0, n % 16 == 0, m >= 1. `workspace` may be NULL when
 // fp8gemm_workspace_bytes() returns 0. PERSISTENT with a split tail (split_k > 1) and
-// SWAP_AB_STREAMK: the workspace starts with a 4 KiB page of flags that must be zero when the buffer is first used
+// the stream-K kinds: the workspace starts with a 4 KiB page of flags that must be zero when the buffer is first used
 // and that every launch leaves zero; give these launches a buffer of their own (allocated
 // zeroed), never one that other configurations write their split-K partials into.
 int32_t fp8gemm_gemm(const uint8_t* qa, const float* sa, const uint8_t* w, const float* sw,

@@ -227,15 +227,18 @@ int effective_split(const fp8gemm_config& c, int64_t k) {
 
 // Persistent schedules split K only in their split tail, stream-K ones by their units; both
 // sum the shares in the kernel (flags + partial tiles in a workspace of their own).
+bool is_streamk(const ConfigEntry* e) {
+  return e != nullptr && (e->kind == FP8GEMM_KIND_SWAP_AB_STREAMK || e->kind == FP8GEMM_KIND_SMALL_M_STREAMK);
+}
 bool fixup_in_kernel(const ConfigEntry* e) {
-  return e != nullptr && (e->kind == FP8GEMM_KIND_PERSISTENT || e->kind == FP8GEMM_KIND_SWAP_AB_STREAMK);
+  return e != nullptr && (e->kind == FP8GEMM_KIND_PERSISTENT || is_streamk(e));
 }
 
 // Workspace of a launch on a grid of at most `grid_limit` CTAs: split-K partials [split][m][n]
 // for the reduce kernel, a persistent split tail's partial tiles and flags, or stream-K's flags
 // and one partial tile per CTA of the largest grid it may launch (split = CTAs per SM).
 size_t workspace_need(const ConfigEntry* e, int split, int64_t m, int64_t n, int64_t k, int grid_limit) {
-  if (e != nullptr && e->kind == FP8GEMM_KIND_SWAP_AB_STREAMK) {
+  if (is_streamk(e)) {
     int64_t grid = static_cast<int64_t>(grid_limit) * split;
     if (grid > kStreamKMaxCtas) grid = kStreamKMaxCtas;
     return streamk_workspace_bytes(grid, e->block_m, e->block_n);

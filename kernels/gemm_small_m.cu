@@ -49,6 +49,17 @@ const ConfigEntry* small_m_configs(int* count) {
       // slower cold.
       {FP8GEMM_KIND_SMALL_M, 64, 64, 4, true, &run_sm90_fp8_gemm<SmallM<64, 4, false>>, true},
       {FP8GEMM_KIND_SMALL_M, 64, 64, 6, true, &run_sm90_fp8_gemm<SmallM<64, 6, false>>, true},
+      // Stream-K (split_k = CTAs per SM): the overlapped loops above, the tiles sharing the
+      // (tile, K block) units of a resident grid; one CTA per SM (236 / 139 registers, ~193 /
+      // ~129 KB). Development configurations, not dispatched (session 37, docs/PERF.md): q|k|v at
+      // 48 / 64 tokens "into" 17.5 / 18.0 vs 19.2 / 19.6 µs hot, but the lone launch 20.9 / 21.4 vs
+      // 16.8 / 17.1 and the decode step at 48 / 64 sequences +2.9 % / +1.5 % with them for q|k|v,
+      // o and down (o / down 64: a tie / 0.1-1 µs slower); 64×4096² 7.8-8.8 vs 5.8. The trace:
+      // a storer's fix-up (32 KB of partials from L2) ends 1.6-2.4 µs after its loop.
+      {FP8GEMM_KIND_SMALL_M_STREAMK, 64, 128, 8, true,
+       &run_sm90_fp8_gemm<SmallM<128, 8, false, 2, true, true>>, false},
+      {FP8GEMM_KIND_SMALL_M_STREAMK, 64, 64, 8, true,
+       &run_sm90_fp8_gemm<SmallM<64, 8, false, 1, true, true>>, false},
   };
   *count = sizeof(kConfigs) / sizeof(kConfigs[0]);
   return kConfigs;

@@ -191,6 +191,8 @@ pub enum ScheduleKind {
     /// Swap-AB tiles in stream-K: a resident grid shares the (tile, K block) units evenly and
     /// sums partial tiles inside the kernel; `split_k` = CTAs per SM.
     SwapAbStreamK = 5,
+    /// Small-M tiles (64 tokens on the wgmma M side) in stream-K, as [`ScheduleKind::SwapAbStreamK`].
+    SmallMStreamK = 6,
 }
 
 /// One kernel configuration (mirrors `fp8gemm_config` in `kernels/api.h`).
@@ -208,7 +210,8 @@ pub struct GemmConfig {
     /// K split factor (1 = none). For [`ScheduleKind::Persistent`]: the K ranges each tile of
     /// a partial last round over the SMs is cut into (a split tail, summed inside the kernel;
     /// clamped to what one round of CTAs holds, no effect when the tiles fill their rounds).
-    /// For [`ScheduleKind::SwapAbStreamK`]: CTAs per SM (clamped to what fits).
+    /// For the stream-K kinds ([`ScheduleKind::SwapAbStreamK`], [`ScheduleKind::SmallMStreamK`]):
+    /// CTAs per SM (clamped to what fits).
     pub split_k: i32,
     /// SMs a persistent grid may use (0 = all).
     pub num_sms: i32,
@@ -223,6 +226,7 @@ impl GemmConfig {
             3 => Some(ScheduleKind::WarpSpecialized),
             4 => Some(ScheduleKind::Persistent),
             5 => Some(ScheduleKind::SwapAbStreamK),
+            6 => Some(ScheduleKind::SmallMStreamK),
             _ => None,
         }
     }

@@ -404,7 +404,8 @@ fn forced_splits_match_reference() -> Result<()> {
     // CTAs per SM; 5 column tiles x 16 K blocks = 80 units): on all SMs one unit per CTA (every
     // tile summed from 16 shares), on 4 / 5 SMs 4-40 CTAs (shares across tile boundaries, and
     // at 5 CTAs whole tiles only), on 1 SM at split 1 one CTA of all 80 units (five tiles in
-    // turn); M = 40 on the 32-token tile: two token tiles.
+    // turn); M = 40 on the 32-token tile: two token tiles; the small-M stream-K tiles (tokens on
+    // the wgmma M side, 3 / 5 column tiles) at one and two token tiles.
     let in_kernel: &[(ScheduleKind, i32, i32, i32, &[usize])] = &[
         (ScheduleKind::Persistent, 256, 128, 3, &[300]),
         (ScheduleKind::Persistent, 128, 128, 5, &[300, 513]),
@@ -413,6 +414,8 @@ fn forced_splits_match_reference() -> Result<()> {
         (ScheduleKind::SwapAbStreamK, 16, 64, 7, &[11]),
         (ScheduleKind::SwapAbStreamK, 32, 64, 8, &[17, 40]),
         (ScheduleKind::SwapAbStreamK, 32, 64, 5, &[25]), // three CTAs per SM
+        (ScheduleKind::SmallMStreamK, 64, 128, 8, &[33, 100]), // one and two token tiles (two issuers)
+        (ScheduleKind::SmallMStreamK, 64, 64, 8, &[64]),
     ];
     let runs = plans.iter().map(|p| (p, 0)).chain(in_kernel.iter().flat_map(|p| [(p, 0), (p, 1), (p, 4), (p, 5)]));
     for (&(kind, block_m, block_n, stages, ms), num_sms) in runs {

@@ -67,7 +67,7 @@ struct GemmParams {
 //   kQuantIn (swap-AB: the activation operand is quantized in the kernel, quant_operand.cuh),
 //   kGated / kGateRows (swap-AB tile of kGateRows gate rows + the same features' up rows, for
 //   kOutSwiGluQuant; schedules/swap_ab.cuh), kTmaStore (kOutBf16 through shared memory and
-//   TMA stores), kPrefetchScales, kPersistent, kStreamK (swap-AB:
+//   TMA stores), kPrefetchScales, kPersistent, kStreamK (swap-AB / small-M:
 //   StreamKScheduler), kCluster
 // Output modes of one kernel instantiation.
 enum OutMode : int {
@@ -87,7 +87,7 @@ enum OutMode : int {
 // tiles keep their footprint (CTAs per SM), the 2-warpgroup tiles have no room.
 template <class T>
 __host__ __device__ constexpr bool cluster_sum_push() {
-  return !T::kSwapAB && !T::kPersistent && !T::kGated && T::kMathWG == 1 &&
+  return !T::kSwapAB && !T::kPersistent && !T::kStreamK && !T::kGated && T::kMathWG == 1 &&
          T::TN >= 16;
 }
 template <class T>
