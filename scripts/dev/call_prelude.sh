@@ -66,6 +66,21 @@ same_run_table() {
 # Archives $R as $OUT/NAME.tgz (what the device tool brings back) and removes it.
 pack_out() { (cd "$OUT" && tar czf "$1.tgz" r && rm -rf r && echo "packed at $(elapsed)"); }
 
+# Interleaved A/B of `bench --config` runs on one shape: config_ab TAG SHAPE CONFIG... ("-" = the
+# dispatched config), two rounds; logs $R/ab-TAG-CONFIG-rN.txt; one line per run with the op and
+# "into" medians (hot, cold) and any error line.
+config_ab() {
+  local tag=$1 shape=$2 r c a f; shift 2
+  for r in 1 2; do
+    for c in "$@"; do
+      a=""; [[ $c != - ]] && a="--config $c"
+      f=$R/ab-$tag-$c-r$r.txt
+      timeout 60 "$BIN/bench" --shapes "$shape" --columns ours,into $a > "$f" 2>&1
+      echo "$tag $c r$r rc=$? $(grep -E '^ *m=[0-9]+ *(hot|cold)' "$f" | awk '{printf "%s op %s into %s | ", $2, $4, $6}') $(grep -iE 'relerr|wrong|error|mismatch' "$f" | head -2)"
+    done
+  done
+}
+
 # Interleaved A/B of bench runs: bench_ab ROUNDS VARIANT=FLAGS... -- BENCH_ARGS...; each round
 # runs every variant once (bench BENCH_ARGS FLAGS > $R/bench-VARIANT-rN.txt; FLAGS may be empty,
 # words joined by ','). VARIANT@NAME runs $BIN/NAME instead of $BIN/bench (two builds, e.g.

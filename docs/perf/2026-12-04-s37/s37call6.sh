@@ -1,4 +1,5 @@
 #!/bin/bash
+# (As run, except that its inline ab() became call_prelude.sh's config_ab: the same commands.)
 # Session 37 call 6: stream-K small-M tiles (FP8GEMM_KIND_SMALL_M_STREAMK: 64 tokens x 128 / 64
 # weight columns, one CTA per SM on every SM) where one 64 x 128 tile per CTA leaves SMs idle
 # (q|k|v at 33-64 tokens: 80 tiles on 132 SMs; o / down: 40 tiles in 3 K splits + a reduce).
@@ -16,21 +17,11 @@ rc=$?
 echo "forced_splits rc=$rc $(grep '^test result' $R/test-rel.txt) at $(elapsed)"
 grep -h "SKIP\|FAILED\|panicked" $R/test-rel.txt | head -5 | cut -c1-400
 if [[ $rc != 0 ]]; then pack_out s37call6; exit 0; fi
-ab() {  # ab TAG SHAPE CONFIG... ("-" = dispatched); two interleaved rounds
-  local tag=$1 shape=$2; shift 2
-  for r in 1 2; do
-    for c in "$@"; do
-      local a=""; [[ $c != - ]] && a="--config $c"
-      timeout 60 $BIN/bench --shapes $shape --columns ours,into $a > $R/ab-$tag-$c-r$r.txt 2>&1
-      echo "$tag $c r$r rc=$? $(grep -E '^ *m=[0-9]+ *(hot|cold)' $R/ab-$tag-$c-r$r.txt | awk '{printf "%s op %s into %s | ", $2, $4, $6}') $(grep -iE 'relerr|wrong|error|mismatch' $R/ab-$tag-$c-r$r.txt | head -2)"
-    done
-  done
-}
-ab qkv64 64,10240,5120 1,64,128,8,1 -
-ab qkv48 48,10240,5120 1,64,128,8,1 -
-ab o64 64,5120,8192 1,64,128,6,3 -
-ab down64 64,5120,25600 1,64,128,6,3 -
-ab sq64 64,4096,4096 - 6,64,64,8,1 6,64,128,8,1
+config_ab qkv64 64,10240,5120 1,64,128,8,1 -
+config_ab qkv48 48,10240,5120 1,64,128,8,1 -
+config_ab o64 64,5120,8192 1,64,128,6,3 -
+config_ab down64 64,5120,25600 1,64,128,6,3 -
+config_ab sq64 64,4096,4096 - 6,64,64,8,1 6,64,128,8,1
 echo "bench at $(elapsed)"
 OUT=$R/dec REPEAT=2 DECODE_TOKENS=32 bash scripts/dev/decode_sweep.sh "DECODE_BIN=$BIN/decode_base X=rule" "48 64" > $R/decode.txt 2>&1
 echo "decode rc=$? at $(elapsed)"
