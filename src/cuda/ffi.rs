@@ -239,7 +239,7 @@ pub fn check(what: &str, status: i32) -> candle_core::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dispatch::choose_config;
+    use crate::dispatch::{choose_config, ScheduleKind};
 
     /// `auto_config` (kernels/gemm.cu, what the C API's FP8GEMM_KIND_AUTO and the dev harness
     /// run) and `choose_config` (what the crate runs) are one rule written twice: they must pick
@@ -292,6 +292,38 @@ mod tests {
             }
         }
         assert_eq!(compared, 3 * ms.len() * nks.len());
+    }
+
+    /// Every compiled configuration names a schedule kind the crate knows, and the stream-K kinds
+    /// (swap-AB and small-M) get their workspace: the 4 KiB flags page plus one f32 partial tile
+    /// per CTA of a grid of `split_k` CTAs per SM on `num_sms` SMs (a budget below every Hopper's
+    /// SM count, so the figure does not depend on the GPU, or on having one). Host code only.
+    #[test]
+    fn compiled_kinds_known_and_streamk_workspace() {
+        if !HAVE_KERNELS {
+            println!("SKIP compiled_kinds_known_and_streamk_workspace: this build has no compiled kernels");
+            return;
+        }
+        let all = crate::cuda::compiled_configs();
+        assert!(!all.is_empty());
+        for c in &all {
+            assert!(c.schedule().is_some(), "compiled config of unknown kind: {c:?}");
+        }
+        let streamk: Vec<_> = all
+            .iter()
+            .filter(|c| matches!(c.schedule(), Some(ScheduleKind::SwapAbStreamK | ScheduleKind::SmallMStreamK)))
+            .collect();
+        assert!(streamk.iter().any(|c| c.schedule() == Some(ScheduleKind::SmallMStreamK)));
+        for c in streamk {
+            for (split, sms) in [(1usize, 100usize), (3, 100), (3, 7)] {
+                let cfg = GemmConfig { split_k: split as i32, num_sms: sms as i32, ..*c };
+                // SAFETY: `cfg` is a valid GemmConfig (repr(C) = fp8gemm_config).
+                let got = unsafe { fp8gemm_workspace_bytes(&cfg, 40, 5120, 5120) };
+                let ctas = (split * sms).min(1024);
+                let want = 4096 + ctas * (c.block_m * c.block_n) as usize * 4;
+                assert_eq!(got, want, "{cfg:?}");
+            }
+        }
     }
 
     /// The persistent schedule's split tail (`kernels/include/fp8gemm/tail_fixup.cuh`): the
