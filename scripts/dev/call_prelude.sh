@@ -38,14 +38,27 @@ run_suites() {
   grep -h "SKIP\|FAILED\|panicked" "$R"/test-*.txt | head -5
 }
 
-# The GEMM checks after a kernel change: gpu, then gpu_reliability's dev_variants / forced_splits /
-# sanitizer_boundary_shapes, then racecheck of dev_variants (timeout RACE_TIMEOUT, default 200 s);
-# logs in $R (test-gpu.txt, test-rel.txt, racecheck.txt).
+
+# The stream-K / fix-up checks of a kernel change on one build: gpu_reliability's forced_splits,
+# dev_variants and sanitizer_boundary_shapes, then synccheck of forced_splits (our kernels only).
+# reliability_checks [NAME] runs $BIN/NAME (default gpu_reliability); logs $R/test-rel.txt,
+# $R/synccheck.txt.
+reliability_checks() {
+  local bin="$BIN/${1:-gpu_reliability}"
+  timeout 300 "$bin" forced_splits dev_variants sanitizer_boundary_shapes --test-threads=1 > "$R/test-rel.txt" 2>&1
+  echo "forced_splits + dev_variants + sanitizer_boundary rc=$? $(grep '^test result' "$R/test-rel.txt") at $(elapsed)"
+  grep -h "SKIP\|FAILED\|panicked" "$R/test-rel.txt" | head -5
+  CANDLE_FP8_TEST_PROVIDERS=hopper timeout 100 compute-sanitizer --tool synccheck --error-exitcode 9 \
+    "$bin" forced_splits --test-threads=1 > "$R/synccheck.txt" 2>&1
+  echo "synccheck rc=$? $(grep -h 'ERROR SUMMARY' "$R/synccheck.txt") at $(elapsed)"
+}
+
+# The GEMM checks after a kernel change: gpu, reliability_checks (above), then racecheck of
+# dev_variants (timeout RACE_TIMEOUT, default 200 s); logs in $R (test-gpu.txt, test-rel.txt,
+# synccheck.txt, racecheck.txt).
 gemm_checks() {
   run_suites gpu
-  timeout 300 "$BIN/gpu_reliability" dev_variants forced_splits sanitizer_boundary_shapes --test-threads=1 > "$R/test-rel.txt" 2>&1
-  echo "dev_variants + forced_splits + sanitizer_boundary_shapes rc=$? $(grep '^test result' "$R/test-rel.txt") at $(elapsed)"
-  grep -h "SKIP\|FAILED\|panicked" "$R/test-rel.txt" | head -5
+  reliability_checks
   CANDLE_FP8_TEST_PROVIDERS=hopper timeout "${RACE_TIMEOUT:-200}" compute-sanitizer --tool racecheck --error-exitcode 9 \
     "$BIN/gpu_reliability" dev_variants --test-threads=1 > "$R/racecheck.txt" 2>&1
   echo "racecheck dev_variants rc=$? $(grep -h 'RACECHECK SUMMARY\|ERROR SUMMARY' "$R/racecheck.txt" | sort | uniq -c | tr '\n' ' ') at $(elapsed)"

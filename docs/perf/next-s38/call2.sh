@@ -13,12 +13,7 @@
 # pack bench=ra decode=ra gpu_reliability=ra, and HEAD's bench / decode (target/cuda); revert.
 source scripts/dev/call_prelude.sh > $OUT/log.txt 2>&1
 exec >> $OUT/log.txt 2>&1
-timeout 300 $BIN/gpu_reliability_ra forced_splits dev_variants sanitizer_boundary_shapes --test-threads=1 > $R/test-rel.txt 2>&1
-echo "forced_splits + dev_variants + sanitizer_boundary rc=$? $(grep '^test result' $R/test-rel.txt) at $(elapsed)"
-grep -h "SKIP\|FAILED\|panicked" $R/test-rel.txt | head -5
-CANDLE_FP8_TEST_PROVIDERS=hopper timeout 100 compute-sanitizer --tool synccheck --error-exitcode 9 \
-  $BIN/gpu_reliability_ra forced_splits --test-threads=1 > $R/synccheck.txt 2>&1
-echo "synccheck rc=$? $(grep -h 'ERROR SUMMARY' $R/synccheck.txt) at $(elapsed)"
+reliability_checks gpu_reliability_ra
 bench_ab 2 new@bench_ra= old@bench= -- --shapes 16,10240,5120 12,10240,5120 8,10240,5120 16,51200,5120 --columns ours,into
 echo "bench at $(elapsed)"
 OUT=$R/dec REPEAT=2 DECODE_TOKENS=32 bash scripts/dev/decode_sweep.sh "X=head DECODE_BIN=$BIN/decode_ra" "16" > $R/decode.txt 2>&1
