@@ -225,11 +225,12 @@ int effective_split(const fp8gemm_config& c, int64_t k) {
   return static_cast<int>(s < 1 ? 1 : s);
 }
 
-// Persistent schedules split K only in their split tail, stream-K ones by their units; both
-// sum the shares in the kernel (flags + partial tiles in a workspace of their own).
+// The stream-K kinds (swap-AB and small-M tiles; split_k = CTAs per SM).
 bool is_streamk(const ConfigEntry* e) {
   return e != nullptr && (e->kind == FP8GEMM_KIND_SWAP_AB_STREAMK || e->kind == FP8GEMM_KIND_SMALL_M_STREAMK);
 }
+// Persistent schedules split K only in their split tail, stream-K ones by their units; both
+// sum the shares in the kernel (flags + partial tiles in a workspace of their own).
 bool fixup_in_kernel(const ConfigEntry* e) {
   return e != nullptr && (e->kind == FP8GEMM_KIND_PERSISTENT || is_streamk(e));
 }

@@ -27,7 +27,7 @@ struct SmallM {
   static constexpr int kGateRows = 0;
   static constexpr int kCluster = 1;
   static constexpr bool kTmaStore = false;  // direct stores (split-K / transposed outputs)
-  static constexpr bool kPrefetchScales = false;  // (stream-K: at most two pieces per CTA)
+  static constexpr bool kPrefetchScales = false;  // one tile (stream-K: a few pieces) per CTA
   static constexpr bool kXPromote = kXPromote_;
   static constexpr bool kQuantIn = false;  // activations arrive quantized (TMA)
   static constexpr int kThreads = (kMathWG + 1) * 128;
