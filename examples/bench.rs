@@ -133,6 +133,11 @@ mod imp {
         /// One that is not compiled fails with the kernels' "config" error.
         #[arg(long, value_parser = parse_config)]
         config: Option<GemmConfig>,
+        /// Weight copies the cold column rotates through (0: enough to exceed 60 MB, at least 8).
+        /// 1 makes "cold" a second hot measurement; 2 separates "the same addresses again" from
+        /// "a footprint beyond L2" (the gate/up rows ran faster cold than hot, session 37).
+        #[arg(long, default_value_t = 0)]
+        cold_copies: usize,
     }
 
     /// `--config`'s value: five integers, comma-separated.
@@ -561,7 +566,11 @@ mod imp {
         for (gi, (n, k, label, ms)) in groups.iter().enumerate() {
             let (n, k) = (*n, *k);
             let w_bytes = n * k;
-            let copies = if args.no_cold { 1 } else { 8usize.max(COLD_BYTES.div_ceil(w_bytes) + 1) };
+            let copies = match (args.no_cold, args.cold_copies) {
+                (true, _) => 1,
+                (false, 0) => 8usize.max(COLD_BYTES.div_ceil(w_bytes) + 1),
+                (false, c) => c,
+            };
             println!("== {label}: N={n} K={k} ({copies} weight copies)");
             let w = make_weight(&dev, n, k, copies, 100 + gi as u64)?;
             for &m in ms {
@@ -601,7 +610,9 @@ mod imp {
                         continue;
                     }
                     let nw = if cold { copies } else { 1 };
-                    let reps = if cold { copies.max(args.reps.min(2 * copies)) } else { args.reps };
+                    // (--cold-copies: as many launches per graph as hot, so that only the
+                    // weights' addresses differ between the two columns.)
+                    let reps = if cold && args.cold_copies == 0 { copies.max(args.reps.min(2 * copies)) } else { args.reps };
                     let gemm = |p: Provider| -> Result<f64> {
                         let (t, _) = time_us(&stream, reps, &args, &mut |i| {
                             let (wq, sw) = &w.w[i % nw];
