@@ -427,7 +427,18 @@ pub fn choose_config(m: usize, n: usize, k: usize, num_sms: usize) -> GemmConfig
             // calls 4-5). Not at 17-32 tokens (32-token tiles on q|k|v: b32 10.49 vs 10.43 ms),
             // nor over fewer tiles (o / down, 80: slower in the harness, session 34) or at 1-8
             // tokens (1×10240×5120 15.75 vs 14.10, session 34).
-            return cfg(ScheduleKind::SwapAbStreamK, 16, 64, 7, 3);
+            // From three waves with >= 32 K blocks, 8 stages two per SM since the parallel
+            // fix-up (session 37): four interleaved rounds, "into" / op µs, 16×51200×5120 hot
+            // 64.8–65.7 / 67.1–67.8 vs 65.7–66.0 / 67.4–68.2, cold 65.4–66.4 / 68.9–70.1 vs
+            // 66.1–66.6 / 69.2–70.6; 9–12 tokens "into" a tie, op 0.8–1.0 faster; 16×25600×5120
+            // a tie (docs/perf/2026-12-04-s38/call3). Not with 16 K blocks (9×25344×2048 "into"
+            // 15.6–15.7 vs 14.0–14.3 hot: a CTA's share too short for the deeper ring, call 4),
+            // nor the q|k|v width (session 34: 15.8 vs 16.4 µs).
+            return if tiles >= 3 * sms && kb >= 32 {
+                cfg(ScheduleKind::SwapAbStreamK, 16, 64, 8, 2)
+            } else {
+                cfg(ScheduleKind::SwapAbStreamK, 16, 64, 7, 3)
+            };
         }
         let split = if m <= 8 && tiles >= sms && tiles < 2 * sms && kb >= 32 {
             2
@@ -775,13 +786,16 @@ mod tests {
         }
         assert_eq!((kind(32, 8384, 5120), tile(32, 8384, 5120)), (ScheduleKind::SmallM, (64, 128)));
         assert_eq!(kind(33, 10240, 5120), ScheduleKind::SmallM);
-        // 9-16 tokens from three waves of 64-row tiles (N >= 25344), or from one (N >= 8448)
-        // with >= 32 K blocks: stream-K, 7 stages, three CTAs per SM; fewer tiles, a shorter K
+        // 9-16 tokens from three waves of 64-row tiles (N >= 25344) with >= 32 K blocks:
+        // stream-K, 8 stages, two CTAs per SM; from three waves with a shorter K, or from one
+        // wave (N >= 8448) with >= 32 K blocks: 7 stages, three per SM; fewer tiles, a shorter K
         // below three waves, or 1-8 tokens: one tile (or K split) per CTA, 8 stages.
         let sk = |m, n, k| (kind(m, n, k), tile(m, n, k), c(m, n, k).stages, c(m, n, k).split_k);
-        assert_eq!(sk(16, 51200, 5120), (ScheduleKind::SwapAbStreamK, (16, 64), 7, 3));
-        assert_eq!(sk(9, 25344, 5120), (ScheduleKind::SwapAbStreamK, (16, 64), 7, 3));
+        assert_eq!(sk(16, 51200, 5120), (ScheduleKind::SwapAbStreamK, (16, 64), 8, 2));
+        assert_eq!(sk(9, 25344, 5120), (ScheduleKind::SwapAbStreamK, (16, 64), 8, 2));
         assert_eq!(sk(9, 25344, 2048), (ScheduleKind::SwapAbStreamK, (16, 64), 7, 3));
+        assert_eq!(sk(16, 51200, 3968), (ScheduleKind::SwapAbStreamK, (16, 64), 7, 3)); // 31 K blocks
+        assert_eq!(sk(16, 51200, 4096), (ScheduleKind::SwapAbStreamK, (16, 64), 8, 2));
         assert_eq!(sk(16, 25280, 5120), (ScheduleKind::SwapAbStreamK, (16, 64), 7, 3));
         assert_eq!(sk(9, 10240, 5120), (ScheduleKind::SwapAbStreamK, (16, 64), 7, 3));
         assert_eq!(sk(16, 8448, 4096), (ScheduleKind::SwapAbStreamK, (16, 64), 7, 3));
