@@ -8,7 +8,8 @@
 //!   Each measurement first replays its graph for `--settle-ms` (250): large-M FP8 GEMMs drive
 //!   the H200 into its power cap within ~0.1 s (SM clock 1980 → ~1500 MHz), so without it the
 //!   first timing after an idle moment runs at boost clock and the next ones do not.
-//!   "hot" = one input set; "cold" = a rotation of ≥ 8 weight copies totalling > 60 MB.
+//!   "hot" = one input set; "cold" = a rotation of ≥ 8 weight copies totalling > 60 MB
+//!   (`--cold-copies N`: N copies, as many launches per graph as hot).
 //!   "ours" allocates its output per call like the other providers (in a captured graph each
 //!   allocation is a memory node, which also stops consecutive launches from overlapping);
 //!   "into" times ours into a preallocated output (`fp8_block_matmul_into`), the protocol of
