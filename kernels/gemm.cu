@@ -126,12 +126,13 @@ fp8gemm_config auto_config(int64_t m, int64_t n, int64_t k, int sms) {
     // Swap-AB; memory-bound: >= 1 tile per SM is not split. The 8-token tile (74 KB) runs
     // three CTAs per SM: its split also fills those slots in one wave (>= 16 K blocks each).
     const int64_t tiles = (n + 63) / 64;
-    // 9-16 tokens over >= 3 waves of tiles with >= 32 K blocks (gate/up): stream-K, 8 stages two
-    // CTAs per SM; over >= 3 waves with a shorter K, or >= 1 wave with >= 32 K blocks (q|k|v): 7
-    // stages three per SM (src/dispatch.rs).
-    if (m > 8 && tiles >= 3 * int64_t(sms) && kb >= 32) return make(FP8GEMM_KIND_SWAP_AB_STREAMK, 16, 64, 8, 2);
-    if (m > 8 && (tiles >= 3 * int64_t(sms) || (tiles >= sms && kb >= 32)))
-      return make(FP8GEMM_KIND_SWAP_AB_STREAMK, 16, 64, 7, 3);
+    // 9-16 tokens over >= 3 waves of tiles (gate/up), or >= 1 wave with >= 32 K blocks (q|k|v):
+    // stream-K, 7 stages three CTAs per SM; 8 stages two per SM from 3 waves with >= 32 K blocks
+    // (src/dispatch.rs).
+    if (m > 8 && (tiles >= 3 * int64_t(sms) || (tiles >= sms && kb >= 32))) {
+      const bool deep = tiles >= 3 * int64_t(sms) && kb >= 32;
+      return make(FP8GEMM_KIND_SWAP_AB_STREAMK, 16, 64, deep ? 8 : 7, deep ? 2 : 3);
+    }
     int64_t split = tiles >= sms ? 1 : swap_split(tiles, kb, sms);
     // One partial wave of 8-token tiles (S <= tiles < 2S): split 2, a 2-CTA cluster sum. A
     // launch that follows a GEMM gets its CTAs packed 2-3 per SM on ~80 SMs; twice the CTAs
