@@ -195,6 +195,14 @@ pub enum ScheduleKind {
     SmallMStreamK = 6,
 }
 
+impl ScheduleKind {
+    /// The stream-K kinds (`split_k` = CTAs per SM; flags and partial tiles in a workspace of
+    /// their own), as `is_streamk` in `kernels/gemm.cu`.
+    pub fn is_stream_k(self) -> bool {
+        matches!(self, ScheduleKind::SwapAbStreamK | ScheduleKind::SmallMStreamK)
+    }
+}
+
 /// One kernel configuration (mirrors `fp8gemm_config` in `kernels/api.h`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(C)]

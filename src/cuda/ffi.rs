@@ -311,7 +311,7 @@ mod tests {
         }
         let streamk: Vec<_> = all
             .iter()
-            .filter(|c| matches!(c.schedule(), Some(ScheduleKind::SwapAbStreamK | ScheduleKind::SmallMStreamK)))
+            .filter(|c| c.schedule().is_some_and(ScheduleKind::is_stream_k))
             .collect();
         assert!(streamk.iter().any(|c| c.schedule() == Some(ScheduleKind::SmallMStreamK)));
         for c in streamk {

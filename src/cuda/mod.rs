@@ -131,10 +131,7 @@ impl StreamState {
 /// workspace starts with a flags page that must stay zero between launches (`tail_fixup.cuh`,
 /// `streamk_fixup.cuh`), so it is kept apart from the split-K partials.
 fn fixup_in_kernel(cfg: &GemmConfig) -> bool {
-    matches!(
-        cfg.schedule(),
-        Some(ScheduleKind::Persistent | ScheduleKind::SwapAbStreamK | ScheduleKind::SmallMStreamK)
-    )
+    cfg.schedule().is_some_and(|k| k == ScheduleKind::Persistent || k.is_stream_k())
 }
 
 /// Runs `f` with a device buffer of at least `n` zeroed `u32` counters (null when `n` is 0), for
