@@ -2,9 +2,15 @@
 //!
 //! Without the `cuda` feature this does nothing (the crate is pure Rust on the CPU).
 //!
-//! With `cuda`, every `kernels/*.cu` is compiled by nvcc for sm_90a (in parallel) into a
-//! static library `libfp8gemm_kernels.a`, linked together with the static CUDA runtime. Any
-//! change under `kernels/` (a new file included) rebuilds it. When no `.cu` file exists yet,
+//! With `cuda`, every `.cu` file of the kernel families (`kernels/<family>/*.cu`: gemm, fused,
+//! attention, sampling) is compiled by nvcc for sm_90a (in parallel) into a static library
+//! `libfp8gemm_kernels.a`, linked together with the static CUDA runtime. Headers live in
+//! `kernels/include/` and are not compiled on their own. `kernels/dequant/dequant.cu` (the
+//! portable helper kernels of the dequant provider) is compiled to PTX for compute_80 instead,
+//! `OUT_DIR/candle_fp8_dequant.ptx`, which the crate embeds. `kernels/trace/` (the timeline
+//! trace reader) is compiled only with the `trace` feature, which also defines `FP8GEMM_TRACE`
+//! for every kernel source (the per-CTA timeline trace, kernels/include/fp8gemm/common/trace.cuh).
+//! Any change under `kernels/` (a new file included) rebuilds it. When no kernel source exists,
 //! the crate still builds (cfg `fp8gemm_kernels` is unset and the Hopper provider reports
 //! "this build has no Hopper kernels").
 //!
@@ -108,12 +114,34 @@ fn build_kernels() -> Result<(), String> {
     for f in &files {
         println!("cargo::rerun-if-changed={}", f.display());
     }
+    // Kernel sources: the .cu files of the family folders (kernels/<family>/), not the headers
+    // in kernels/include/, not the PTX helpers in kernels/dequant/, and kernels/trace/ only in
+    // trace builds.
+    let trace = env::var_os("CARGO_FEATURE_TRACE").is_some();
+    let family_of = |p: &Path| -> Option<String> {
+        let rel = p.strip_prefix(&kernels).ok()?;
+        let mut parts = rel.components();
+        let family = parts.next()?.as_os_str().to_str()?.to_string();
+        parts.next()?; // a file inside a family folder, not kernels/<file>
+        Some(family)
+    };
     let sources: Vec<PathBuf> = files
         .iter()
-        .filter(|p| p.parent() == Some(kernels.as_path()))
         .filter(|p| p.extension().is_some_and(|e| e == "cu"))
+        .filter(|p| match family_of(p).as_deref() {
+            None | Some("include") | Some("dequant") => false,
+            Some("trace") => trace,
+            Some(_) => true,
+        })
         .cloned()
         .collect();
+    // One object per source, named after its path below kernels/ (gemm/quant.cu: gemm_quant.o).
+    let object_of = |src: &Path| -> PathBuf {
+        let rel = src.strip_prefix(&kernels).unwrap_or(src).with_extension("o");
+        let name: Vec<String> =
+            rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+        PathBuf::from(name.join("_"))
+    };
     let nvcc = find_nvcc()?;
     let home = cuda_home(&nvcc);
     let cudart = ["lib", "lib64", "targets/x86_64-linux/lib"]
@@ -131,9 +159,8 @@ fn build_kernels() -> Result<(), String> {
     println!("cargo::rustc-link-search=native={}", cudart.display());
 
     // The portable helper kernels of the dequant provider: PTX for compute_80, loaded at run
-    // time (src/cuda/dequant.cu).
-    let helper = manifest.join("src/cuda/dequant.cu");
-    println!("cargo::rerun-if-changed={}", helper.display());
+    // time (src/cuda/mod.rs embeds it).
+    let helper = kernels.join("dequant").join("dequant.cu");
     let ptx = out_dir.join("candle_fp8_dequant.ptx");
     let mut cmd = Command::new(&nvcc);
     cmd.args(["-ptx", "-arch=compute_80", "-O3", "-std=c++17"]).arg(&helper).arg("-o").arg(&ptx);
@@ -151,7 +178,7 @@ fn build_kernels() -> Result<(), String> {
     }
     if sources.is_empty() {
         println!(
-            "cargo::warning=candle-fp8: no kernels/*.cu yet; building without the Hopper kernels"
+            "cargo::warning=candle-fp8: no kernel sources under kernels/; building without the Hopper kernels"
         );
         return Ok(());
     }
@@ -169,6 +196,9 @@ fn build_kernels() -> Result<(), String> {
     .collect();
     flags.push(format!("-I{}", kernels.join("include").display()));
     flags.push(format!("-I{}", kernels.display()));
+    if trace {
+        flags.push("-DFP8GEMM_TRACE".to_string());
+    }
     if let Ok(ccbin) = env::var("NVCC_CCBIN") {
         flags.push(format!("-ccbin={ccbin}"));
     }
@@ -191,7 +221,7 @@ fn build_kernels() -> Result<(), String> {
         for _ in 0..jobs.min(sources.len()) {
             s.spawn(|| loop {
                 let Some(src) = queue.lock().unwrap().pop() else { break };
-                let obj = obj_dir.join(src.file_stem().unwrap()).with_extension("o");
+                let obj = obj_dir.join(object_of(&src));
                 let mut cmd = Command::new(&nvcc);
                 cmd.args(&flags).arg("-c").arg(&src).arg("-o").arg(&obj);
                 match cmd.output() {
@@ -229,7 +259,7 @@ fn build_kernels() -> Result<(), String> {
     let mut cmd = Command::new(&ar);
     cmd.arg("crs").arg(&lib);
     for src in &sources {
-        cmd.arg(obj_dir.join(src.file_stem().unwrap()).with_extension("o"));
+        cmd.arg(obj_dir.join(object_of(src)));
     }
     let st = cmd.status().map_err(|e| format!("cannot run {ar}: {e}"))?;
     if !st.success() {

@@ -2,8 +2,8 @@
 """Outputs of one kernel library on fixed inputs, for a bitwise comparison of two builds (one
 process per library: two copies of the library in one process share its name).
 
-    python3 scripts/dev/bitwise_dump.py LIB OUT.pt CFG[,CFG...] M,N,K [M,N,K ...]
-    python3 scripts/dev/bitwise_dump.py --compare A.pt B.pt
+    python3 dev/bitwise_dump.py LIB OUT.pt CFG[,CFG...] M,N,K [M,N,K ...]
+    python3 dev/bitwise_dump.py --compare A.pt B.pt
 
 Inputs come from harness.make_inputs (seeded by the shape), so both runs see the same bytes."""
 import os
@@ -23,7 +23,7 @@ def dump(lib_path, out, cfgs, shapes):
         x, w, sw = h.make_inputs(M, N, K, seed=M + N)
         q, sa = lib.quant(x)
         for name in cfgs.split(","):
-            c = h.cfg_of("auto") if name == "auto" else h.cfg_parse(name)
+            c = h.cfg_parse(name)
             y = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
             st = lib.gemm(q, sa, w, sw, y, c)
             torch.cuda.synchronize()

@@ -1,12 +1,13 @@
 // What does a kernel boundary cost in a decode step's launch chain, and what would a flag
 // handoff inside one persistent kernel cost instead?
 //
-// Why (session 12, docs/PERF.md): at batch 1 a Qwen3-32B layer spends ~26 µs on its critical
+// Why: at batch 1 a Qwen3-32B layer spends ~26 µs on its critical
 // path in the small kernels between the four GEMMs (two norms, attention, SiLU·up), each a
 // kernel boundary on either side. A persistent "layer" kernel would replace boundaries with
 // device-wide flags; this measures both mechanisms with no work around them.
 //
-//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a boundary_bench.cu -o boundary_bench
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I kernels/include -I dev \
+//        dev/boundary_bench.cu -o boundary_bench
 //   ./boundary_bench
 //
 // 1. chain: N launches of a trivial kernel (grid CTAs x 128 threads) captured in a CUDA graph,
@@ -14,10 +15,10 @@
 //    then extending a dependent chain through global memory (CTA 0 reads the previous kernel's
 //    counter and writes it + 1). PDL triggers at entry (as our small kernels do) or at the end.
 //    Prints µs per kernel = per boundary.
-// 2. the same chain launched straight into the stream (no graph), as the decode step runs
-//    today: a spin kernel holds the GPU while the host queues the N launches, so the time from
+// 2. the same chain launched straight into the stream (no graph), as the decode step runs:
+//    a spin kernel holds the GPU while the host queues the N launches, so the time from
 //    the spin's end to the last kernel's end is the GPU's cost per boundary, not the host's
-//    launch rate (session 13: does capturing the decode step in a graph shorten boundaries?).
+//    launch rate (does capturing the decode step in a graph shorten boundaries?).
 // 3. handoff: one kernel, two CTAs on different SMs passing a token through a global flag
 //    (st.release.gpu / ld.acquire.gpu polling), N times each way: µs per one-way handoff.
 #include <cuda_runtime.h>
@@ -26,7 +27,7 @@
 #include <cstdlib>
 
 #include "cuda_check.cuh"
-#include "../../kernels/include/fp8gemm/ptx/flag.cuh"
+#include "fp8gemm/ptx/flag.cuh"
 
 template <bool kPdl, bool kTriggerEarly>
 __global__ void __launch_bounds__(128) step_kernel(unsigned* counter) {

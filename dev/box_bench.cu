@@ -1,20 +1,19 @@
 // Copy rate of GEMM-shaped operand stages: one K block per stage (two 2-D boxes, A and B, as
-// the small-M GEMM loads them), two K blocks per stage as four 2-D boxes ("ring slot groups",
-// session 10), or as two 3-D boxes {128 B, rows, 2 K blocks} (one per operand). No math: a
+// the small-M GEMM loads them), two K blocks per stage as four 2-D boxes ("ring slot groups"),
+// or as two 3-D boxes {128 B, rows, 2 K blocks} (one per operand). No math: a
 // producer thread fills a ring, one consumer thread waits for each stage and frees it.
 //
-// Why (docs/PERF.md, session 21): the small-M tiles run at the TMA copy rate of their stage
-// (64x64: 320 ns per K block, two 8 KB boxes + scales); session 10's copy bench had a 32 KB box
-// at 260 ns vs two 16 KB boxes 301 and four 8 KB boxes 365. Do 3-D boxes spanning two K blocks
+// Why: the small-M tiles run at the TMA copy rate of their stage (64x64: 320 ns per K block,
+// two 8 KB boxes + scales); the copy bench (ingest_bench.cu) had a 32 KB box at 260 ns vs two 16 KB boxes 301 and four 8 KB boxes 365. Do 3-D boxes spanning two K blocks
 // copy like one big box, so that a GEMM could load two K blocks per operand per box?
 //
-//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I kernels/include -I scripts/dev \
-//        scripts/dev/box_bench.cu -o box_bench && ./box_bench
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I kernels/include -I dev \
+//        dev/box_bench.cu -o box_bench && ./box_bench
 //
-// `./box_bench layouts` (session 22): one K block per stage from the same rows stored with a row
+// `./box_bench layouts`: one K block per stage from the same rows stored with a row
 // stride of 4096 (the GEMM's K), 4224, 5120 or 8192 bytes, or "blocked" ([row / 128][K block]
 // [128 rows][128 B]: every box one contiguous run) — is the strided rate (~85 GB/s per CTA for
-// 2 x 16 KB, vs ~107 for contiguous boxes in session 10's ingest bench) set by the stride?
+// 2 x 16 KB, vs ~107 for contiguous boxes in ingest_bench.cu) set by the stride?
 //
 // Source: one K = 4096-byte-wide matrix of 4096 rows (16 MB, L2-resident after the warm-up);
 // CTA c reads A rows 64c mod 4096 and B rows 64c + 2048 mod 4096 (R rows each), all 32 K blocks,

@@ -1,7 +1,7 @@
 // How many thread-block clusters of each size fit on the GPU at once (cudaOccupancyMaxActive-
 // Clusters), for a kernel of 384 threads and a given dynamic shared memory size: whether a grid
 // of clusters runs in one wave. Build and run: nvcc -arch=sm_90a -o /tmp/cluster_fit
-// scripts/dev/cluster_fit.cu && /tmp/cluster_fit
+// dev/cluster_fit.cu && /tmp/cluster_fit
 #include <cstdio>
 #include <cuda_runtime.h>
 

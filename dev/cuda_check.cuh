@@ -1,5 +1,5 @@
 // CHECK(call): abort a standalone dev benchmark with file, line and the CUDA error's name when
-// a runtime call fails (scripts/dev/*_bench.cu).
+// a runtime call fails (dev/*_bench.cu).
 #pragma once
 #include <cuda_runtime.h>
 

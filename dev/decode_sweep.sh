@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Decode TPOT under several environment settings, one process each (H200 machine, repo root,
-# after gpu_run.sh has unpacked the bundle). For A/B-ing runtime knobs in one device call:
+# after scripts/gpu_run.sh has unpacked the bundle). For A/B-ing runtime knobs or builds:
 #
-#   bash scripts/dev/decode_sweep.sh "FP8GEMM_L2_WARM_MB=0 FP8GEMM_L2_WARM_MB=24" [BATCHES]
+#   bash dev/decode_sweep.sh "FP8GEMM_L2_WARM_MB=0 FP8GEMM_L2_WARM_MB=24" [BATCHES]
 #
 # Each setting runs `decode --random-weights qwen3-32b --prompt-len 100` for every batch in
 # BATCHES (default "1 16"), REPEAT times (default 1), logs to $OUT/sweep-<setting>-b<B>.log,

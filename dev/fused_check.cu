@@ -1,7 +1,7 @@
-// Standalone bit-exactness check of kernels/fused_quant.cu against candle-kernels' own bf16
+// Standalone bit-exactness check of kernels/fused/fused_quant.cu against candle-kernels' own bf16
 // kernels (rmsnorm, badd, usilu, bmul, compiled from the registry sources into cubins and
 // loaded with the cudaLibrary API) followed by quant.cu, on ragged m and k from 128 to 25600.
-// No cargo build needed: `bash scripts/dev/fused_check.sh OUTDIR` builds OUTDIR/fused_check
+// No cargo build needed: `bash dev/fused_check.sh OUTDIR` builds OUTDIR/fused_check
 // and the cubins; on the GPU run `OUTDIR/fused_check OUTDIR`. Exit 0: all bit-identical.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -14,7 +14,6 @@
 #include <string>
 #include <vector>
 #include "api.h"
-#include "fused_quant.h"
 
 // candle's kernels, from cubins of the registry sources (cudaLibrary* runtime API).
 static cudaKernel_t K_rms, K_add, K_mul, K_silu;

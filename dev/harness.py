@@ -1,13 +1,21 @@
 #!/usr/bin/env python3
-"""Dev harness for the candle-fp8 kernels: ctypes + torch on the H200.
+"""Dev harness for the candle-fp8 GEMM kernels over the C ABI (kernels/api.h): ctypes + torch on
+a Hopper GPU, no cargo. Build the library first: `bash dev/build_lib.sh` (-> libfp8gemm.so).
 
-  python3 harness.py --lib ./libfp8gemm.so check        # correctness sweep (all configs)
-  python3 harness.py --lib ./libfp8gemm.so sanitize     # few small shapes per schedule (run under compute-sanitizer)
-  python3 harness.py --lib ./libfp8gemm.so bench        # timing table vs cuBLASLt (hot/cold)
-  python3 harness.py --lib ./libfp8gemm.so stages --shapes M,N,K ... [--only CFG,...]  # per-stage probe (build:
-      EXTRA_FLAGS=-DFP8GEMM_TRACE_STAGES bash scripts/dev/build.sh)
-  python3 harness.py --lib ./libfp8gemm.so power --shapes M,N,K ... --only CFG,...[,torch_lt] [--data randn|codes|zeros]
+  python3 dev/harness.py --lib ./libfp8gemm.so check        # correctness sweep (every compiled config)
+  python3 dev/harness.py --lib ./libfp8gemm.so sanitize     # few small shapes per schedule (run under compute-sanitizer)
+  python3 dev/harness.py --lib ./libfp8gemm.so bench        # timing table vs cuBLASLt (hot/cold; needs anchors.py beside this file)
+  python3 dev/harness.py --lib ./libfp8gemm.so sweep --shapes M,N,K ... [--only CFG,...]  # hot/cold time of every config
+  python3 dev/harness.py --lib ./libfp8gemm.so probe --shapes M,N,K ... --only CFG,...    # per-CTA timeline (build:
+      EXTRA_FLAGS=-DFP8GEMM_TRACE bash dev/build_lib.sh)
+  python3 dev/harness.py --lib ./libfp8gemm.so stages --shapes M,N,K ... --only CFG,...   # per-stage probe (build:
+      EXTRA_FLAGS=-DFP8GEMM_TRACE_STAGES bash dev/build_lib.sh)
+  python3 dev/harness.py --lib ./libfp8gemm.so power --shapes M,N,K ... --only CFG,...[,torch_lt] [--data randn|codes|zeros]
       # steady-state us, SM clock, board power and energy per GEMM (large M runs at the power cap)
+
+Configs are always explicit (the C side has no dispatch rule: src/dispatch.rs has it), named as
+printed: KIND{block_m}x{block_n}s{stages}[k{split}], e.g. swap_ab8x64s8k2, persistent128x128s5.
+The compiled set is read from the library (fp8gemm_compiled_configs).
 
 Checks: quant kernel bit-exact vs torch (same formula), GEMM vs f32 dequantized reference
 (relerr <= 3e-3, calc_diff < 1e-3, no NaN left in a NaN-poisoned output).
@@ -30,22 +38,13 @@ dev = "cuda"
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 
-KIND = {"auto": 0, "small_m": 1, "swap_ab": 2, "warp_spec": 3, "persistent": 4, "swap_ab_sk": 5}
+KIND = {"small_m": 1, "swap_ab": 2, "warp_spec": 3, "persistent": 4, "swap_ab_sk": 5}
 KNAME = {v: k for k, v in KIND.items()}
 
-# Compiled configs: (kind, block_m, block_n, stages, split_capable)
-CONFIGS = [
-    ("swap_ab", 8, 64, 8, True), ("swap_ab", 16, 64, 8, True), ("swap_ab", 32, 64, 8, True),
-    ("swap_ab", 64, 64, 8, True),
-    ("small_m", 64, 32, 8, True), ("small_m", 64, 64, 8, True), ("small_m", 64, 128, 8, True),
-    ("small_m", 64, 128, 6, True), ("small_m", 64, 64, 108, True), ("small_m", 64, 128, 106, True),
-    ("small_m", 64, 64, 4, True), ("small_m", 64, 64, 6, True),
-    ("warp_spec", 128, 64, 8, True), ("warp_spec", 128, 128, 6, True),
-    ("warp_spec", 128, 128, 106, True),
-    # Persistent: split_k = the K ranges of each tile of a partial last round (split tail).
-    ("persistent", 256, 128, 3, True), ("persistent", 128, 128, 5, True),
-    ("persistent", 128, 128, 105, True),
-]
+# Compiled configs: (kind, block_m, block_n, stages, split_capable), read from the library
+# (Lib.__init__). Persistent: split_k = the K ranges of each tile of a partial last round (split
+# tail); swap_ab_sk (stream-K): split_k = CTAs per SM.
+CONFIGS = []
 
 
 class Cfg(ctypes.Structure):
@@ -57,15 +56,13 @@ def cfg_of(kind, bm=0, bn=0, st=0, split=1, sms=0):
 
 
 def cfg_parse(name):
-    """The inverse of cfg_str: "warp_spec128x128s106k2" -> Cfg."""
+    """The inverse of cfg_str: "warp_spec128x128s6k2" -> Cfg."""
     m = re.fullmatch(r"([a-z_]+?)(\d+)x(\d+)s(\d+)(?:k(\d+))?", name)
     assert m, f"bad config name {name}"
     return cfg_of(m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5) or 1))
 
 
 def cfg_str(c):
-    if c.kind == 0:
-        return "auto"
     s = f"{KNAME[c.kind]}{c.block_m}x{c.block_n}s{c.stages}"
     return s + (f"k{c.split_k}" if c.split_k > 1 else "") + (f"@{c.num_sms}sms" if c.num_sms else "")
 
@@ -82,11 +79,15 @@ class Lib:
         L.fp8gemm_dequant_weight.restype = i32
         L.fp8gemm_workspace_bytes.argtypes = [ctypes.POINTER(Cfg), i64, i64, i64]
         L.fp8gemm_workspace_bytes.restype = ctypes.c_size_t
-        L.fp8gemm_auto_config.argtypes = [i64, i64, i64, i32, ctypes.POINTER(Cfg)]
-        L.fp8gemm_auto_config.restype = i32
+        L.fp8gemm_compiled_configs.argtypes = [ctypes.POINTER(Cfg), i32]
+        L.fp8gemm_compiled_configs.restype = i32
         L.fp8gemm_status_string.argtypes = [i32]
         L.fp8gemm_status_string.restype = ctypes.c_char_p
         self.L = L
+        n = L.fp8gemm_compiled_configs(None, 0)
+        got = (Cfg * n)()
+        L.fp8gemm_compiled_configs(got, n)
+        CONFIGS[:] = [(KNAME[c.kind], c.block_m, c.block_n, c.stages, c.split_k == 0) for c in got]
         self.ws = torch.empty(1 << 20, dtype=torch.uint8, device=dev)
         # The persistent split tail's workspace: zeroed, apart from the others (flags page).
         self.ws_tail = torch.zeros(1 << 20, dtype=torch.uint8, device=dev)
@@ -108,11 +109,6 @@ class Lib:
         """The workspace buffer for a launch of cfg (grown as needed)."""
         need = self.L.fp8gemm_workspace_bytes(ctypes.byref(cfg), M, N, K)
         kind = cfg.kind
-        if kind == KIND["auto"]:
-            resolved = Cfg()
-            assert self.L.fp8gemm_auto_config(M, N, K, torch.cuda.get_device_properties(0).multi_processor_count,
-                                              ctypes.byref(resolved)) == 0
-            kind = resolved.kind
         if kind in (KIND["persistent"], KIND["swap_ab_sk"]):  # flags page: zeroed, kept apart
             if need > self.ws_tail.numel():
                 self.ws_tail = torch.zeros(need + (1 << 20), dtype=torch.uint8, device=dev)
@@ -216,11 +212,11 @@ def check(lib, args):
             fails.append(f"QUANT {M}x{K}: q_equal={qeq} ({nd} bytes differ) s_equal={torch.equal(sa[:, :M].t(), ts)} pad_zero={padnan}")
             nfail += 1
         r = reference(q, sa, w, sw)
-        cfgs = [cfg_of("auto")]
+        cfgs = []
         big = M * N * K > 2 ** 34
         for c in CONFIGS:
             kind, bm, bn, st, sp = c
-            if big and kind in ("swap_ab", "small_m") and M > 256:
+            if big and kind in ("swap_ab", "swap_ab_sk", "small_m") and M > 256:
                 continue  # slow and pointless, but still correct
             cfgs.append(cfg_of(kind, bm, bn, st, 1))
             if sp and not big and K >= 512:
@@ -272,7 +268,7 @@ def check(lib, args):
     sa = torch.empty(16, 4, device=dev)
     w = torch.empty(128, 2048, dtype=FP8, device=dev)
     sw = torch.empty(1, 16, device=dev)
-    c = cfg_of("auto")
+    c = cfg_of("swap_ab", 8, 64, 8)
     L = lib.L
     codes = {
         "k%128": L.fp8gemm_gemm(q.data_ptr(), sa.data_ptr(), w.data_ptr(), sw.data_ptr(), y.data_ptr(), 4, 128, 200, ctypes.byref(c), None, 0, lib.stream()),
@@ -280,11 +276,16 @@ def check(lib, args):
         "m=0": L.fp8gemm_gemm(q.data_ptr(), sa.data_ptr(), w.data_ptr(), sw.data_ptr(), y.data_ptr(), 0, 128, 256, ctypes.byref(c), None, 0, lib.stream()),
         "align": L.fp8gemm_gemm(q.data_ptr() + 1, sa.data_ptr(), w.data_ptr(), sw.data_ptr(), y.data_ptr(), 4, 128, 256, ctypes.byref(c), None, 0, lib.stream()),
         "config": L.fp8gemm_gemm(q.data_ptr(), sa.data_ptr(), w.data_ptr(), sw.data_ptr(), y.data_ptr(), 4, 128, 256, ctypes.byref(cfg_of("small_m", 64, 48, 8)), None, 0, lib.stream()),
+        # no configuration: the caller always chooses one
+        "null_cfg": L.fp8gemm_gemm(q.data_ptr(), sa.data_ptr(), w.data_ptr(), sw.data_ptr(), y.data_ptr(), 4, 128, 256, None, None, 0, lib.stream()),
+        "kind0": L.fp8gemm_gemm(q.data_ptr(), sa.data_ptr(), w.data_ptr(), sw.data_ptr(), y.data_ptr(), 4, 128, 256, ctypes.byref(Cfg(0, 0, 0, 0, 1, 0)), None, 0, lib.stream()),
+        "ws_bytes_null": int(L.fp8gemm_workspace_bytes(None, 4, 128, 2048) != 0),
         # 3+ splits reduce through the workspace (2 reduce inside a cluster: none needed)
         "workspace": L.fp8gemm_gemm(q.data_ptr(), sa.data_ptr(), w.data_ptr(), sw.data_ptr(), y.data_ptr(), 4, 128, 2048, ctypes.byref(cfg_of("swap_ab", 8, 64, 8, 12)), None, 0, lib.stream()),
         "ws_bytes_cluster": int(L.fp8gemm_workspace_bytes(ctypes.byref(cfg_of("swap_ab", 8, 64, 8, 2)), 4, 128, 2048) != 0),
     }
-    want = {"k%128": 1, "n%16": 1, "m=0": 1, "align": 2, "config": 3, "workspace": 7, "ws_bytes_cluster": 0}
+    want = {"k%128": 1, "n%16": 1, "m=0": 1, "align": 2, "config": 3, "null_cfg": 3, "kind0": 3, "ws_bytes_null": 0,
+            "workspace": 7, "ws_bytes_cluster": 0}
     for k_, v in codes.items():
         nrun += 1
         if v != want[k_]:
@@ -302,7 +303,7 @@ def sanitize(lib, args):
     compute-sanitizer). --quick: one launch per schedule (for racecheck)."""
     if args.quick:
         plan = [((130, 256, 1536), [("swap_ab", 8, 64, 8, 2), ("swap_ab", 16, 64, 8, 9), ("small_m", 64, 128, 8, 2),
-                                    ("small_m", 64, 128, 6, 3), ("small_m", 64, 64, 4, 1), ("warp_spec", 128, 128, 6, 3), ("warp_spec", 128, 128, 6, 2),
+                                    ("small_m", 64, 128, 6, 3), ("swap_ab_sk", 16, 64, 7, 2), ("warp_spec", 128, 128, 6, 3), ("warp_spec", 128, 128, 6, 2),
                                     ("persistent", 256, 128, 3, 1), ("small_m", 64, 64, 8, 1)])]
     else:
         shapes = [(5, 144, 384), (130, 256, 1536), (300, 272, 384)]
@@ -329,7 +330,7 @@ def sanitize(lib, args):
 # ---------------------------------------------------------------- timing
 def candidates(M, N, K, sms=132):
     KB = K // 128
-    out = [cfg_of("auto")]
+    out = []
     def splits(tiles):
         res = {1}
         for target in (sms, 2 * sms, 3 * sms):
@@ -337,20 +338,20 @@ def candidates(M, N, K, sms=132):
             res.add(s)
         return sorted(res)
     if M <= 64:
-        for bm in (8, 16, 32, 64):
-            if bm >= M or bm == 64:
+        for bm in (8, 16, 32):
+            if bm >= M or bm == 32:
                 tiles = (N + 63) // 64 * ((M + bm - 1) // bm)
                 for s in splits(tiles):
                     out.append(cfg_of("swap_ab", bm, 64, 8, s))
                 if bm >= M:
                     break
     if M <= 256:
-        for bn, st in ((32, 8), (64, 8), (128, 8)):
+        for bn, st in ((64, 8), (128, 8), (128, 6)):
             tiles = (N + bn - 1) // bn * ((M + 63) // 64)
             for s in splits(tiles)[:2]:
                 out.append(cfg_of("small_m", 64, bn, st, s))
     if 64 < M <= 1024:
-        for bn, st in ((64, 8), (128, 6)):
+        for bn, st in ((128, 6),):
             tiles = (N + bn - 1) // bn * ((M + 127) // 128)
             for s in splits(tiles)[:2]:
                 out.append(cfg_of("warp_spec", 128, bn, st, s))
@@ -361,7 +362,7 @@ def candidates(M, N, K, sms=132):
 
 
 def focus_candidates(M, N, K, sms=132):
-    out = [cfg_of("auto")]
+    out = []
     KB = K // 128
     fill = lambda tiles: max(1, min(8, KB // 4, round(sms / tiles)))
     if 16 < M <= 512:
@@ -386,7 +387,7 @@ def bench(lib, args):
             shapes.append((m, n, k))
     if args.shapes:
         shapes = [tuple(int(v) for v in s.split(",")) for s in args.shapes]
-    print(f"{'M':>5} {'N':>6} {'K':>6} | {'ours hot':>8} {'cold':>7} {'best cfg':<22} | {'auto hot':>8} | {'cuBLASLt':>8} {'cold':>7} | {'floor':>6} | hot/cub cold/cub cold/floor TF/s")
+    print(f"{'M':>5} {'N':>6} {'K':>6} | {'ours hot':>8} {'cold':>7} {'best cfg':<22} | {'cuBLASLt':>8} {'cold':>7} | {'floor':>6} | hot/cub cold/cub cold/floor TF/s")
     rows = []
     for (M, N, K) in shapes:
         ncold = max(8, min(16, int(64e6 // (N * K)) + 2)) if M <= 256 else max(2, min(8, int(160e6 // (N * K)) + 1))
@@ -396,8 +397,8 @@ def bench(lib, args):
         y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
         r = reference(q, sa, w0, sw0) if M * N * K < 2 ** 36 else None
         best = None
-        auto_t = None
-        cands = [cfg_of("auto")] if args.auto_only else (focus_candidates(M, N, K) if args.focus else candidates(M, N, K))
+        cands = [cfg_parse(n) for n in args.only.split(",")] if args.only else (
+            focus_candidates(M, N, K) if args.focus else candidates(M, N, K))
         for c in cands:
             f = lib.gemm_fn(q, sa, w0, sw0, y, c)
             try:
@@ -411,8 +412,6 @@ def bench(lib, args):
                     print(f"   WRONG {cfg_str(c)} rel {rel:.3g}")
                     continue
             t = do_bench_cudagraph(f, rep=30, return_mode="median") * 1e3
-            if c.kind == 0:
-                auto_t = t
             if best is None or t < best[0]:
                 best = (t, c)
         c = best[1]
@@ -432,9 +431,9 @@ def bench(lib, args):
                 continue
         floor = max((N * K + M * K + 2 * M * N) / 4.25e12, 2 * M * N * K / 1300e12) * 1e6
         tf = 2 * M * N * K / (hot * 1e-6) / 1e12
-        row = (M, N, K, hot, cold, cfg_str(c), auto_t, cub[0], cub[1], floor)
+        row = (M, N, K, hot, cold, cfg_str(c), cub[0], cub[1], floor)
         rows.append(row)
-        print(f"{M:5d} {N:6d} {K:6d} | {hot:8.2f} {cold:7.2f} {cfg_str(c):<22} | {auto_t or float('nan'):8.2f} | {cub[0]:8.2f} {cub[1]:7.2f} | {floor:6.2f} | {hot / cub[0]:7.2f} {cold / cub[1]:8.2f} {cold / floor:10.2f} {tf:6.0f}", flush=True)
+        print(f"{M:5d} {N:6d} {K:6d} | {hot:8.2f} {cold:7.2f} {cfg_str(c):<22} | {cub[0]:8.2f} {cub[1]:7.2f} | {floor:6.2f} | {hot / cub[0]:7.2f} {cold / cub[1]:8.2f} {cold / floor:10.2f} {tf:6.0f}", flush=True)
     return rows
 
 
@@ -443,7 +442,7 @@ def sweep_candidates(M, N, K, sms=132):
     KB = K // 128
     out = []
     for (kind, bm, bn, st, split_ok) in CONFIGS:
-        if kind == "swap_ab" and (M > 64 or (bm < M and bm != 64)):
+        if kind in ("swap_ab", "swap_ab_sk") and (M > 64 or (bm < M and bm != 32)):
             continue
         if kind == "small_m" and M > 256:
             continue
@@ -459,7 +458,7 @@ def sweep_candidates(M, N, K, sms=132):
 
 def sweep(lib, args):
     """Hot and cold time of every config per shape (the data behind dispatch.rs), then the
-    full linear (quant + GEMM, PDL) against the GEMM alone for the auto config."""
+    full linear (quant + GEMM, PDL) against the GEMM alone for the fastest config (cold)."""
     from triton.testing import do_bench_cudagraph
     shapes = [tuple(int(v) for v in s.split(",")) for s in (args.shapes or [])]
     print("SWEEP M N K cfg hot_us cold_us")
@@ -471,14 +470,9 @@ def sweep(lib, args):
         y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
         r = reference(q, sa, w0, sw0) if M * N * K < 2 ** 36 else None
         res = []
-        cands = [cfg_of("auto")] + sweep_candidates(M, N, K)
+        cands = sweep_candidates(M, N, K)
         if args.only:  # exactly these, in this order
-            cands = [cfg_of("auto") if n == "auto" else cfg_parse(n) for n in args.only.split(",")]
-        # Outputs of the base configs whose development key (stages + 100) is also swept.
-        dev_keys = {cfg_str(c) for c in cands if c.kind and c.stages >= 100}
-        base_of = lambda c: cfg_str(cfg_of(KNAME[c.kind], c.block_m, c.block_n, c.stages % 100, c.split_k))
-        wanted = {base_of(cfg_parse(d)) for d in dev_keys}
-        outs = {}
+            cands = [cfg_parse(n) for n in args.only.split(",")]
         for c in cands:
             f = lib.gemm_fn(q, sa, w0, sw0, y, c)
             try:
@@ -492,14 +486,6 @@ def sweep(lib, args):
                 if rel > 3e-3 or nan:
                     print(f"   WRONG {M}x{N}x{K} {cfg_str(c)} rel {rel:.3g} nan {nan}", flush=True)
                     continue
-            # A development key must give its base config's bits.
-            if cfg_str(c) in wanted:
-                outs[cfg_str(c)] = y.clone()
-            if cfg_str(c) in dev_keys:
-                base = base_of(c)
-                if base in outs:
-                    same = torch.equal(outs[base].view(torch.int16), y.view(torch.int16))
-                    print(f"   BITWISE {M}x{N}x{K} {cfg_str(c)} vs {base}: {'equal' if same else 'DIFFER'}", flush=True)
             fns = [lib.gemm_fn(q, sa, w_, s_, y, c) for (w_, s_) in ws]
             hot = do_bench_cudagraph(f, rep=20, return_mode="median") * 1e3
             def seq():
@@ -508,16 +494,16 @@ def sweep(lib, args):
             cold = do_bench_cudagraph(seq, rep=20, return_mode="median") * 1e3 / len(fns)
             res.append((cold, hot, cfg_str(c)))
             print(f"SWEEP {M} {N} {K} {cfg_str(c)} {hot:.2f} {cold:.2f}", flush=True)
-        if args.no_full:
-            res.sort()
-            if res:
-                print(f"BEST {M} {N} {K} cold: {res[0][2]} {res[0][0]:.2f}", flush=True)
+        res.sort()
+        if not res:
             continue
-        # Full linear: bf16 x -> quant -> GEMM (auto), against the GEMM alone.
+        if args.no_full:
+            print(f"BEST {M} {N} {K} cold: {res[0][2]} {res[0][0]:.2f}", flush=True)
+            continue
+        # Full linear: bf16 x -> quant -> GEMM (the fastest config), against the GEMM alone.
         q2 = torch.empty_like(q)
         sa2 = torch.empty_like(sa)
-        auto = cfg_of("auto")
-        g_only = lib.gemm_fn(q2, sa2, w0, sw0, y, auto)
+        g_only = lib.gemm_fn(q2, sa2, w0, sw0, y, cfg_parse(res[0][2]))
         L, st = lib.L, lib
         def full():
             e = L.fp8gemm_quantize_act(x.data_ptr(), 0, q2.data_ptr(), sa2.data_ptr(), M, K,
@@ -531,22 +517,22 @@ def sweep(lib, args):
             assert rel < 3e-3 and not nan, f"full linear wrong: rel {rel} nan {nan}"
         tf = do_bench_cudagraph(full, rep=30, return_mode="median") * 1e3
         tg = do_bench_cudagraph(g_only, rep=30, return_mode="median") * 1e3
-        res.sort()
-        print(f"BEST {M} {N} {K} cold: {res[0][2]} {res[0][0]:.2f} | auto full linear {tf:.2f} gemm {tg:.2f} (+{tf - tg:.2f})", flush=True)
+        print(f"BEST {M} {N} {K} cold: {res[0][2]} {res[0][0]:.2f} | full linear {tf:.2f} gemm {tg:.2f} (+{tf - tg:.2f})", flush=True)
 
 
 def probe(lib, args):
-    """Per-CTA timeline of one launch of each config (a build with EXTRA_FLAGS=-DFP8GEMM_TRACE;
+    """Per-CTA timeline of one launch of each --only config (a build with EXTRA_FLAGS=-DFP8GEMM_TRACE;
     one tile per CTA): hot (same inputs as the warm-up) and cold (another weight copy, L2
     flushed by a 256 MB write). Times in us from the first CTA's entry: median / max over CTAs
     of entry, after the math warps' griddepcontrol.wait (after the main loop), first K block
     landed, last K block done, end. The records are the last launch's from the trace rings
-    (fp8gemm_trace_dump, read by scripts/dev/trace_timeline.py)."""
+    (fp8gemm_trace_dump, read by dev/trace_timeline.py)."""
     import tempfile
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import trace_timeline
 
     L = lib.L
+    assert hasattr(L, "fp8gemm_trace_dump"), "no trace in this build (EXTRA_FLAGS=-DFP8GEMM_TRACE bash dev/build_lib.sh)"
     L.fp8gemm_trace_dump.argtypes = [ctypes.c_char_p]
     L.fp8gemm_trace_dump.restype = ctypes.c_int64
     dump = os.path.join(tempfile.mkdtemp(), "trace.bin")
@@ -578,7 +564,7 @@ def probe(lib, args):
                     units = n_cta * ((K + 127) // 128) if c.split_k == -1 else n_cta
                     n_cta = min(units, c.num_sms or torch.cuda.get_device_properties(0).multi_processor_count)
                 got = L.fp8gemm_trace_dump(dump.encode())
-                assert got >= 0, "no trace in this build (EXTRA_FLAGS=-DFP8GEMM_TRACE)" if got == -1 else f"trace dump: {got}"
+                assert got >= 0, f"trace dump: {got}"
                 # GEMM records by entry time; the launches ran one after another, so the last
                 # n_cta are this launch's CTAs.
                 all_recs = trace_timeline.load(dump)
@@ -629,8 +615,8 @@ def probe_tiles(recs, launch_t0):
 
 
 def stages(lib, args):
-    """Per-stage probe of the dispatched config's main loop, or of the --only configs (a build with
-    EXTRA_FLAGS=-DFP8GEMM_TRACE_STAGES; kernels/include/fp8gemm/trace.cuh says what is stamped).
+    """Per-stage probe of the main loop of the --only configs (a build with
+    EXTRA_FLAGS=-DFP8GEMM_TRACE_STAGES; kernels/include/fp8gemm/common/trace.cuh says what is stamped).
     One launch per shape, hot (after three warm-up launches on the same inputs) and cold
     (another weight copy, L2 flushed by a 256 MB write). Prints medians / p90 over the CTAs
     (< 264) and the steady-state K blocks (from the ring depth on) of, in ns:
@@ -642,19 +628,11 @@ def stages(lib, args):
       flight    loads issued -> the consumer past the stage's full barrier
       handoff   the stage's release -> its next loads issued (stages later)
     then the first K blocks one by one (ramp)."""
-    L = lib.L
-    L.fp8gemm_auto_config.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32, ctypes.POINTER(Cfg)]
-    L.fp8gemm_auto_config.restype = ctypes.c_int32
+    assert args.only, "stages: name the configs (--only CFG,...)"
     flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
     for spec in args.shapes or []:
         M, N, K = (int(v) for v in spec.split(","))
-        if args.only:
-            cfgs = [cfg_parse(n) for n in args.only.split(",")]
-        else:
-            c = Cfg()
-            assert L.fp8gemm_auto_config(M, N, K, sms, ctypes.byref(c)) == 0
-            cfgs = [c]
+        cfgs = [cfg_parse(n) for n in args.only.split(",")]
         x, w0, sw0 = make_inputs(M, N, K, seed=M + N)
         q, sa = lib.quant(x)
         ops = (q, sa, w0, sw0, w0.clone(), sw0.clone())
@@ -665,10 +643,10 @@ def stages(lib, args):
 def stages_one(lib, M, N, K, c, ops, flush):
     """One config of `stages` on operands (q, sa, hot w / sw, cold w / sw)."""
     vp = ctypes.c_void_p
-    units = {1: "small_m", 2: "swap_ab", 3: "warp_specialized", 4: "persistent"}
-    ctas, kbs = 264, 64  # the probe arrays' size (trace.cuh)
+    units = {1: "small_m", 2: "swap_ab", 3: "warp_specialized", 4: "persistent", 5: "swap_ab"}
+    ctas, kbs = 264, 64  # the probe arrays' size (common/trace.cuh)
     read = getattr(lib.L, f"fp8gemm_stage_read_{units[c.kind]}", None)
-    assert read is not None, "no stage probe in this build (EXTRA_FLAGS=-DFP8GEMM_TRACE_STAGES)"
+    assert read is not None, "no stage probe in this build (EXTRA_FLAGS=-DFP8GEMM_TRACE_STAGES bash dev/build_lib.sh)"
     read.argtypes = [vp, vp, ctypes.c_int]
     read.restype = ctypes.c_int
     q, sa, w0, sw0, w1, sw1 = ops
@@ -750,7 +728,7 @@ def power(lib, args):
     for (M, N, K) in shapes:
         x, w0, sw0 = make_inputs(M, N, K, seed=M + N)
         q, sa = lib.quant(x)
-        if args.data == "codes":  # bench.rs's operands before session 23: uniform e4m3 codes, no NaN, exponent < 12
+        if args.data == "codes":  # uniform e4m3 codes, no NaN, exponent < 12
             def codes(shape):
                 b = torch.randint(0, 256, shape, dtype=torch.int32, device=dev)
                 b = torch.where((b & 0x78) > 0x58, b & 0xCF, b)
@@ -818,12 +796,11 @@ def main():
     p.add_argument("mode", choices=["check", "sanitize", "bench", "sweep", "probe", "stages", "power", "all"])
     p.add_argument("--shapes", nargs="*")
     p.add_argument("--quick", action="store_true", help="sanitize: one launch per schedule")
-    p.add_argument("--only", help="sweep / stages / power: only these configs (comma-separated names as printed)")
+    p.add_argument("--only", help="bench / sweep / probe / stages / power: only these configs (comma-separated names as printed)")
     p.add_argument("--data", default="randn", choices=["randn", "codes", "zeros"],
                    help="power: operands (randn quantized as anchors.py and bench.rs do, uniform e4m3 codes, zeros)")
     p.add_argument("--no-full", action="store_true", help="sweep: skip the full-linear timing")
-    p.add_argument("--auto-only", action="store_true", help="bench: time only the auto config")
-    p.add_argument("--focus", action="store_true", help="bench: auto plus a few alternatives per shape")
+    p.add_argument("--focus", action="store_true", help="bench: a few likely configs per shape")
     args = p.parse_args()
     lib = Lib(os.path.abspath(args.lib))
     print(torch.cuda.get_device_name(), torch.__version__)

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """The practical HBM floor of a decode-size GEMM: a plain read of the weight bytes
-(scripts/dev/hbm_read.cu), timed like the harness sweep (triton's do_bench_cudagraph, median):
+(dev/hbm_read.cu), timed like the harness sweep (triton's do_bench_cudagraph, median):
 hot = one buffer again and again, cold = a sequence over copies that together exceed the L2.
 Prints µs, TB/s and the ratio to the issue's floor (bytes / 4.25 TB/s) per size and grid.
 
-    python3 scripts/dev/hbm_floor.py [--ctas 1 2 4]
+    python3 dev/hbm_floor.py [--ctas 1 2 4]
 
 Builds /tmp/hbm_read.so with nvcc (sm_90a) on first use."""
 import argparse

@@ -1,5 +1,5 @@
 // A plain HBM read stream: the practical floor of a decode-size GEMM, which reads its weights
-// once (scripts/dev/hbm_floor.py builds and times it). Every thread reads 16-byte words with
+// once (dev/hbm_floor.py builds and times it). Every thread reads 16-byte words with
 // ld.global.nc (no L1 allocation), 8 independent loads in flight per iteration, grid-stride;
 // the XOR of everything read is stored only if it equals a value it never takes, so the loads
 // cannot be dropped and nothing is written.

@@ -1,15 +1,15 @@
 // How fast can one SM fill its shared memory from L2 (and HBM)? TMA boxes, cp.async, or both.
 //
-// Why (session 9, docs/PERF.md): a mid-M GEMM's main loop ingests A + B at ~67-79 GB/s per SM
+// Why: a mid-M GEMM's main loop ingests A + B at ~67-79 GB/s per SM
 // whatever its ring depth (8, 12, 16 stages) and CTA count (64 or 128). Is that the TMA path's
 // per-SM limit, the L2 -> SM port, or something of our kernel's? This measures the copy alone:
 // a producer warpgroup fills a ring of `stages` buffers of `rows` x 128 B, one consumer thread
 // waits for each stage and frees it (no math), and the kernel time gives bytes per second.
 //
-//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I ../../kernels/include \
-//        ingest_bench.cu -o ingest_bench && ./ingest_bench
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I kernels/include -I dev \
+//        dev/ingest_bench.cu -o ingest_bench && ./ingest_bench
 //
-// (from bundle/kdev on the H200: -I kernels/include); `./ingest_bench 2` or `3` prints table 2
+// (from the repo root); `./ingest_bench 2` or `3` prints table 2
 // or 3 instead (below). Prints one row per (mode, box rows,
 // stages, CTAs, hot|cold): microseconds, GB/s in total and per CTA. Modes: tma (one thread
 // issues 2-D boxes with the 128-byte swizzle, like the GEMM's operands), cpasync (128 threads,
@@ -32,6 +32,27 @@
 #include "fp8gemm/ptx/tma.cuh"
 
 namespace ptx = fp8gemm::ptx;
+
+// The multicast and remote-arrive wrappers of the tma_mc2 mode (the GEMM kernels have no
+// multicast: they are here, not in kernels/include/fp8gemm/ptx/).
+namespace bench_ptx {
+// 2-D tile load multicast to every CTA of the cluster in `cta_mask`; each destination CTA's
+// mbarrier at the same shared-memory offset receives the byte count.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, uint64_t* bar,
+                                                      int32_t c0, int32_t c1, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(
+          ptx::smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(ptx::smem_addr(bar)), "r"(c0), "r"(c1), "h"(cta_mask)
+      : "memory");
+}
+// Arrive on the mbarrier at the same shared-memory offset in CTA `cta_rank` of the cluster.
+__device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, uint32_t cta_rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(ptx::smem_addr(bar)), "r"(cta_rank));
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+}
+}  // namespace bench_ptx
 
 constexpr int kRowBytes = 128;
 constexpr int kProducers = 128;
@@ -109,7 +130,7 @@ __global__ void __launch_bounds__(256, 1)
         ptx::mbarrier_arrive_expect_tx(&full[stage], tma_rows * kRowBytes);
         if constexpr (kMc) {  // my half of the stage, into both CTAs (the box is rows / 2)
           const int half = rows / 2;
-          ptx::tma_load_2d_multicast(dst + rank * half * kRowBytes, &map, &full[stage], 0,
+          bench_ptx::tma_load_2d_multicast(dst + rank * half * kRowBytes, &map, &full[stage], 0,
                                      static_cast<int32_t>(r + rank * half), 0x3);
         } else if constexpr (kMode == kTma3d) {
           // One 3-D box: two 128-byte K blocks of rows / 2 rows each (make_u8_map_kpair).
@@ -140,7 +161,7 @@ __global__ void __launch_bounds__(256, 1)
       wait_phase<kWait>(&full[stage], phase);
       acc += ring[stage * stage_bytes + (it & 127)];  // touch the data
       ptx::mbarrier_arrive(&empty[stage]);
-      if constexpr (kMc) ptx::mbarrier_arrive_cluster(&empty[stage], rank ^ 1);
+      if constexpr (kMc) bench_ptx::mbarrier_arrive_cluster(&empty[stage], rank ^ 1);
       if (++stage == stages) {
         stage = 0;
         phase ^= 1;
@@ -183,9 +204,9 @@ static float run(const uint8_t* src, int64_t src_rows, int rows, int stages, int
       });
 }
 
-// Table 2 (session 10): is the ~200 ns per stage of the first table a per-stage cost, a
+// Table 2: is the ~200 ns per stage of the first table a per-stage cost, a
 // per-TMA-op cost, or bytes? Stage sizes up to 32 KB, 1/2/4 boxes per stage, try_wait vs
-// test_wait (polling) on both sides. Measured (docs/PERF.md, session 10): ~200 ns per stage +
+// test_wait (polling) on both sides. Measured: ~200 ns per stage +
 // ~35 ns per extra box + ~2 ns per KB; polling is slower.
 template <int kWait, int kBoxes>
 static void table2(const uint8_t* hot, const uint8_t* cold, size_t hot_bytes, size_t cold_bytes, unsigned long long* sink,
@@ -206,7 +227,7 @@ static void table2(const uint8_t* hot, const uint8_t* cold, size_t hot_bytes, si
         }
 }
 
-// Table 3 (session 29): is the ~200 ns per stage a per-SM limit (the TMA unit) or the latency
+// Table 3: is the ~200 ns per stage a per-SM limit (the TMA unit) or the latency
 // of one ring's hand-off chain? Independent rings on one SM: 1, 2 or 3 CTAs per SM (each its
 // own ring; shared memory <= 1/n of the SM's), hot and cold. GB/s per SM = per CTA x CTAs / SMs.
 // And at one CTA per SM a stage as one 3-D box of two 128-byte K blocks (rows / 2 rows each, as

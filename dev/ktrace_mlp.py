@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
-"""The MLP segment of each decode layer, from kernel timelines (scripts/dev/ktrace.c CSVs).
+"""The MLP segment of each decode layer, from kernel timelines (dev/ktrace.c CSVs).
 
-    python3 scripts/dev/ktrace_mlp.py trace.csv [trace.csv ...] [--steps N]
+    python3 dev/ktrace_mlp.py trace.csv [trace.csv ...] [--steps N]
 
 For the last N complete steps (delimited by the greedy argmax kernel), every layer's gate/up
-GEMM (grid 800 or 400 at batch 1; 'gated' when it is the SwiGLU-epilogue kernel) is found after
+GEMM (grid 800 or 400 at batch 1, 200 for the gated 256-row tile; 'gated' when it is the SwiGLU-epilogue kernel) is found after
 its post-attention norm. Printed per trace, mean / std in microseconds over all layers:
   norm -> gate_up done   end of the norm to the end of the gate/up GEMM, or of the SwiGLU
                          kernel after it when there is one (the work the epilogue replaces)
   gate_up done -> down   from there to the end of the down GEMM
   norm -> down           the whole MLP after its norm
-Used for the session-6 SwiGLU-epilogue experiments (docs/PERF.md).
+Compares the gated gate/up GEMM (SwiGLU epilogue) with the GEMM + fp8gemm_swiglu_quant path.
 """
 import argparse
 import csv
@@ -32,7 +32,7 @@ def segments(path, steps):
     for a, b in zip(marks[:-1], marks[1:]):
         step = ks[a + 1:b + 1]
         for i, (_, end, grid, name) in enumerate(step):
-            if "sm90_fp8_gemm" not in name or grid not in (800, 400):
+            if "sm90_fp8_gemm" not in name or grid not in (800, 400, 200):
                 continue
             j = i - 1
             while "add_rmsnorm" not in step[j][3]:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Where a decode step's time goes, from a kernel timeline (scripts/dev/ktrace.c CSV).
+"""Where a decode step's time goes, from a kernel timeline (dev/ktrace.c CSV).
 
-    python3 scripts/dev/ktrace_step.py trace.csv [--steps N] [--layer]
+    python3 dev/ktrace_step.py trace.csv [--steps N] [--layer]
 
 Steps are delimited by the greedy argmax kernel (one per step). For the last N complete
 steps: wall time, time some GEMM runs ("GEMM busy"), time only non-GEMM kernels run (split by

@@ -4,12 +4,12 @@
 // one consumer thread frees each stage (no math). Two layouts of the same bytes:
 //   rowmajor  W[n][k]                       a stage = 64 lines of 128 B, K bytes apart
 //   blocked   W[n / 64][k / 128][64][128]   a stage = 8 KB contiguous
-// Why (session 14, docs/PERF.md): the probe shows every CTA's first stage landing only when
+// Why: the per-stage probe shows every CTA's first stage landing only when
 // most of its ring has (down, cold: first K block at 8.5 us for all 320 CTAs) and the CTAs'
 // ends spread over ~6 us, as if the DRAM served each CTA's ring in page-sized bursts.
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I kernels/include \
-//        -I scripts/dev scripts/dev/layout_bench.cu -o layout_bench && ./layout_bench
+//        -I dev dev/layout_bench.cu -o layout_bench && ./layout_bench
 //
 // Prints per (shape, split, layout, stages): kernel us (best of 3, L2 flushed before each),
 // TB/s, and the CTAs' end times (p10 / p50 / max, us after the first CTA's entry).

@@ -1,22 +1,21 @@
 #!/usr/bin/env bash
-# ncu of one GEMM launch of ours (auto config) and of cuBLASLt blockwise on the same shape,
-# through the dev harness (run in bundle/kdev on the H200, libfp8gemm.so built by build.sh).
+# ncu of one GEMM launch of ours and of cuBLASLt blockwise on the same shape, through the dev
+# harness (on a Hopper machine, from the repo root, libfp8gemm.so built by dev/build_lib.sh).
 # Shapes with M*N*K >= 2^36 skip the harness's torch f32 reference, so the only GEMM kernels
 # in the run are ours and cuBLASLt's.
 #
-#   bash ncu_gemm.sh TAG M,N,K   -> $OUT/ncu-TAG-{ours,cublas}-details.txt, -src-top.txt
+#   bash dev/ncu_gemm.sh TAG M,N,K CONFIG   -> $OUT/ncu-TAG-{ours,cublas}-details.txt, -src-top.txt
 #
-# OURS_ONLY=1 skips cuBLASLt; HARNESS="sweep --no-full --only CONFIG" profiles one compiled
-# config instead of the auto one (config names as the harness prints them).
+# CONFIG as the harness names it (e.g. swap_ab8x64s8k2). OURS_ONLY=1 skips cuBLASLt.
 set -uo pipefail
-TAG="$1"; SHAPE="$2"
+TAG="${1:?tag}"; SHAPE="${2:?M,N,K}"; CONFIG="${3:?config}"
 OUT="${OUT:-out}"; mkdir -p "$OUT"
 NCU="$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)"
 [[ -z "$NCU" ]] && { echo "ncu_gemm: ncu not found"; exit 1; }
 run() {  # run NAME KERNEL-REGEX
   local name="$1" re="$2"
   timeout 150 "$NCU" --set full --import-source no -k "regex:$re" --launch-skip 1 --launch-count 1 \
-    -f -o "$OUT/ncu-$TAG-$name" python3 harness.py --lib ./libfp8gemm.so ${HARNESS:-bench --auto-only} \
+    -f -o "$OUT/ncu-$TAG-$name" python3 dev/harness.py --lib ./libfp8gemm.so bench --only "$CONFIG" \
     --shapes "$SHAPE" >"$OUT/ncu-$TAG-$name.log" 2>&1
   echo "ncu_gemm $TAG $name: rc=$?"
   "$NCU" -i "$OUT/ncu-$TAG-$name.ncu-rep" --page details >"$OUT/ncu-$TAG-$name-details.txt" 2>&1

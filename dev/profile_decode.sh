@@ -4,7 +4,7 @@
 # cuProfilerStart/Stop, then the kernels are summed by name. ncu serializes the launches (no
 # PDL overlap, no launch gaps): sum of kernel times vs the measured TPOT = gaps + overhead.
 #
-#   bash scripts/dev/profile_decode.sh [BATCH] [extra decode flags...]   -> $OUT/profile-bB.{csv,txt}
+#   bash dev/profile_decode.sh [BATCH] [extra decode flags...]   -> $OUT/profile-bB.{csv,txt}
 set -uo pipefail
 B="${1:-1}"; shift || true
 OUT="${OUT:-bundle/out}"; mkdir -p "$OUT"

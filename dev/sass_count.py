@@ -1,5 +1,8 @@
 #!/usr/bin/env python3
-"""Per-kernel SASS instruction counts: python3 sass_count.py <(cuobjdump -sass libfp8gemm.so)"""
+"""Per-kernel SASS instruction counts (wgmma, TMA loads, local-memory spills, stores, setmaxnreg):
+
+    python3 dev/sass_count.py <(cuobjdump -sass libfp8gemm.so)
+"""
 import re
 import sys
 

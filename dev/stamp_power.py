@@ -7,7 +7,7 @@ clocks_throttle_reasons.active --format=csv,nounits -lms 100` log of the same ru
 stamp window (from its stamp to the next): samples, median SM clock, mean and max power, and the
 share of samples throttled by the software power cap (reason bit 0x4).
 
-    python3 scripts/dev/stamp_power.py bench.log smi.csv [--column into] [--min-m 512]
+    python3 dev/stamp_power.py bench.log smi.csv [--column into] [--min-m 512]
 """
 import argparse
 import bisect

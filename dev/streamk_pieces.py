@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Per-piece timeline of stream-K launches from a `bench --trace-out FILE` trace (a build with
-CANDLE_FP8_NVCC_FLAGS=-DFP8GEMM_TRACE; stream-K CTAs write one tile record per piece, i.e. per
+the cargo feature `trace`; stream-K CTAs write one tile record per piece, i.e. per
 tile whose K blocks they hold):
 
-    python3 scripts/dev/streamk_pieces.py FILE [--launches 8]
+    python3 dev/streamk_pieces.py FILE [--launches 8]
 
 For the last N launches, groups the CTAs by their number of pieces and the size of their first
 piece (K blocks) and prints medians (µs from the launch's first CTA entry): each piece's start,

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Kernel timeline of decode steps on the H200 machine (repo root, bundle unpacked or not):
-# runs `decode` under the CUPTI injection library bundle/tools/ktrace.so (scripts/dev/ktrace.c)
+# runs `decode` under the CUPTI injection library bundle/tools/ktrace.so (dev/ktrace.c)
 # and writes $OUT/trace-<tag>.csv (one line per kernel: start, end, grid, name). Analyse here
-# with scripts/dev/ktrace_step.py.
+# with dev/ktrace_step.py.
 #
-#   bash scripts/dev/trace_decode.sh TAG [decode flags...]    e.g. TAG=b1 --batch 1
+#   bash dev/trace_decode.sh TAG [decode flags...]    e.g. TAG=b1 --batch 1
 set -uo pipefail
 TAG="${1:?tag}"; shift
 OUT="${OUT:-bundle/out}"; mkdir -p "$OUT"

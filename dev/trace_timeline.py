@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Per-CTA kernel timeline of decode steps, from `decode --trace-out FILE` (a build with
-CANDLE_FP8_NVCC_FLAGS=-DFP8GEMM_TRACE; kernels/include/fp8gemm/trace.cuh, kernels/trace.cu).
+the cargo feature `trace`; kernels/include/fp8gemm/common/trace.cuh, kernels/trace/trace.cu).
 
-    python3 scripts/dev/trace_timeline.py FILE [--steps N] [--csv OUT]
-    python3 scripts/dev/trace_timeline.py FILE --chain N
+    python3 dev/trace_timeline.py FILE [--steps N] [--csv OUT]
+    python3 dev/trace_timeline.py FILE --chain N
 
 `--chain N` (any launch sequence, e.g. `bench --columns into --trace-out FILE` on one shape):
 the same per-kernel medians over the last N launches, grouped by kernel kind, and the last
@@ -31,7 +31,7 @@ import struct
 import sys
 
 TAGS = {1: "gemm", 2: "norm8", 3: "norm", 4: "swiglu", 5: "attn", 6: "combine", 7: "argmax", 8: "quant", 9: "reduce"}
-UNITS = ["swap_ab", "small_m", "warp_spec", "persistent", "fused_quant", "attention", "sampling", "quant", "gemm"]
+UNITS = ["swap_ab", "small_m", "warp_spec", "persistent", "fused_quant", "attention", "sampling", "quant", "gemm", "swiglu"]
 REC = struct.Struct("<Q4IHHI")
 
 

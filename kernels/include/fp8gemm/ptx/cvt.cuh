@@ -18,13 +18,6 @@ __device__ __forceinline__ uint32_t cvt_e4m3x2_to_f16x2(uint16_t v) {
   return r;
 }
 
-// Approximate reciprocal (max error 1 ulp; subnormals flushed).
-__device__ __forceinline__ float rcp_approx(float x) {
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
-}
-
 // IEEE round-to-nearest division (never the approximate one, whatever the flags).
 __device__ __forceinline__ float div_rn(float a, float b) { return __fdiv_rn(a, b); }
 

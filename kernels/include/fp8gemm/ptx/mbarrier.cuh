@@ -74,16 +74,6 @@ __device__ __forceinline__ uint32_t cluster_ctarank() {
   return r;
 }
 
-// Arrive on the mbarrier at the same shared-memory offset in CTA `cta_rank` of the cluster.
-// Default semantics (release at CTA scope): the arrive only says "done reading this stage",
-// which needs no cluster-scope fence; `.release.cluster` compiled to a fence (ERRBAR) per
-// arrive that stalled the multicast main loop (ncu, session 7).
-__device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, uint32_t cta_rank) {
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(bar)), "r"(cta_rank));
-  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
-}
-
 // Address of the same shared-memory location in CTA `cta_rank` of the cluster.
 __device__ __forceinline__ uint32_t map_shared_to_rank(const void* p, uint32_t cta_rank) {
   uint32_t remote;

@@ -4,7 +4,7 @@
 #include <cuda.h>
 #include <cstdint>
 
-#include "mbarrier.cuh"
+#include "fp8gemm/ptx/mbarrier.cuh"
 
 namespace fp8gemm::ptx {
 
@@ -24,7 +24,7 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, u
 }
 
 // 3-D tile load (c0 innermost), as tma_load_2d. Used by the dev copy benchmarks
-// (scripts/dev/box_bench.cu, ingest_bench.cu): boxes spanning two K blocks.
+// (dev/box_bench.cu, dev/ingest_bench.cu): boxes spanning two K blocks.
 __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar,
                                             int32_t c0, int32_t c1, int32_t c2) {
   asm volatile(
@@ -87,22 +87,6 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void griddep_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-
-}  // namespace fp8gemm::ptx
-
-namespace fp8gemm::ptx {
-
-// 2-D tile load multicast to every CTA of the cluster in `cta_mask`; each destination CTA's
-// mbarrier at the same shared-memory offset receives the byte count.
-__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map,
-                                                      uint64_t* bar, int32_t c0, int32_t c1,
-                                                      uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(
-          smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(cta_mask)
-      : "memory");
 }
 
 }  // namespace fp8gemm::ptx

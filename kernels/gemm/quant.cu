@@ -1,0 +1,173 @@
+// Activation quantization (per token, per 128-wide K group: the GEMM's (q, sa) operand) and
+// weight dequantization to bf16 (the dequant provider on Hopper).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "api.h"
+#include "fp8gemm/common/act_quant.cuh"
+#include "fp8gemm/common/trace.cuh"
+
+namespace fp8gemm {
+
+// One group = one row x 128 columns. kLanes lanes per group, each loading 16 bytes:
+// bf16 -> 8 values (16 lanes/group, 2 groups per warp); f32 -> 4 values (32 lanes/group).
+// s = max(amax, 1e-4) / 448 ; q = cvt.rn.satfinite.e4m3(x / s) with IEEE division.
+template <typename T>
+__global__ void __launch_bounds__(256) quantize_act_kernel(const T* __restrict__ x,
+                                                           uint8_t* __restrict__ q,
+                                                           float* __restrict__ sa, int64_t m,
+                                                           int64_t k) {
+  FP8GEMM_TRACE_BEGIN(FP8GEMM_TRACE_QUANT);
+  // Let a PDL-launched GEMM start now: it prefetches its weights while we run and waits
+  // (griddepcontrol.wait) for our completion before it reads q / sa.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  constexpr int kVals = 16 / sizeof(T);
+  constexpr int kLanes = 128 / kVals;
+  constexpr int kGroupsPerWarp = 32 / kLanes;
+  const int64_t kb = k / 128;
+  const int64_t groups = m * kb;
+  const int64_t m_pad = (m + 3) / 4 * 4;
+  const int lane = threadIdx.x % 32;
+  const int sub = lane % kLanes;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t wid = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; wid * kGroupsPerWarp < groups;
+       wid += warps) {
+    const int64_t g = wid * kGroupsPerWarp + lane / kLanes;
+    const bool valid = g < groups;
+    const int64_t row = valid ? g / kb : 0, col_blk = valid ? g % kb : 0;
+    const int64_t off = row * k + col_blk * 128 + sub * kVals;
+    float v[kVals];
+    if (valid) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(x + off);
+      if constexpr (sizeof(T) == 2) {
+        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float2 f = __bfloat1622float2(h[i]);
+          v[2 * i] = f.x;
+          v[2 * i + 1] = f.y;
+        }
+      } else {
+        const float* f = reinterpret_cast<const float*>(&raw);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[i] = f[i];
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kVals; ++i) v[i] = 0.f;
+    }
+    // NaN-propagating max (fmaxf would drop a NaN): a NaN input gives a NaN scale and NaN
+    // codes, exactly as the CPU quantizer does, so a bad activation is never hidden.
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < kVals; ++i) amax = max_nan(amax, fabsf(v[i]));
+#pragma unroll
+    for (int o = kLanes / 2; o > 0; o /= 2) amax = max_nan(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float s = act_scale(amax);
+    if (valid) {
+      uint16_t packed[kVals / 2];
+#pragma unroll
+      for (int i = 0; i < kVals / 2; ++i)
+        packed[i] = ptx::cvt_e4m3x2(ptx::div_rn(v[2 * i], s), ptx::div_rn(v[2 * i + 1], s));
+      if constexpr (kVals == 8) {
+        uint2 out;
+        out.x = packed[0] | (uint32_t(packed[1]) << 16);
+        out.y = packed[2] | (uint32_t(packed[3]) << 16);
+        *reinterpret_cast<uint2*>(q + off) = out;
+      } else {
+        *reinterpret_cast<uint32_t*>(q + off) = packed[0] | (uint32_t(packed[1]) << 16);
+      }
+      if (sub == 0) sa[col_blk * m_pad + row] = s;
+    }
+  }
+  zero_scale_padding(sa, m, kb, int64_t(blockIdx.x) * blockDim.x + threadIdx.x,
+                     int64_t(gridDim.x) * blockDim.x);
+  FP8GEMM_TRACE_END();
+}
+
+// out[r][c] = bf16(e4m3(w[r][c]) * sw[r/128][c/128]); 8 values per thread when k % 8 == 0.
+template <bool kVec>
+__global__ void __launch_bounds__(256) dequant_weight_kernel(const uint8_t* __restrict__ w,
+                                                             const float* __restrict__ sw,
+                                                             __nv_bfloat16* __restrict__ out,
+                                                             int64_t n, int64_t k) {
+  const int64_t kb = (k + 127) / 128;
+  const int64_t total = n * k;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  if constexpr (kVec) {
+    for (int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8; i < total; i += stride * 8) {
+      const int64_t r = i / k, c = i % k;
+      const float s = sw[(r / 128) * kb + c / 128];
+      const uint2 raw = *reinterpret_cast<const uint2*>(w + i);
+      const uint16_t* p = reinterpret_cast<const uint16_t*>(&raw);
+      __nv_bfloat162 o[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t h2 = ptx::cvt_e4m3x2_to_f16x2(p[j]);
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h2));
+        o[j] = __floats2bfloat162_rn(f.x * s, f.y * s);
+      }
+      *reinterpret_cast<uint4*>(out + i) = *reinterpret_cast<const uint4*>(o);
+    }
+  } else {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+      const int64_t r = i / k, c = i % k;
+      const float s = sw[(r / 128) * kb + c / 128];
+      const uint32_t h2 = ptx::cvt_e4m3x2_to_f16x2(w[i]);
+      const float f = __half2float(*reinterpret_cast<const __half*>(&h2));
+      out[i] = __float2bfloat16_rn(f * s);
+    }
+  }
+}
+
+}  // namespace fp8gemm
+
+// Timeline trace reader of this translation unit (builds with -DFP8GEMM_TRACE only).
+FP8GEMM_TRACE_READER(fp8gemm_trace_read_quant)
+
+using namespace fp8gemm;
+
+static int grid_for(int64_t work_items, int per_block) {
+  int64_t b = (work_items + per_block - 1) / per_block;
+  if (b < 1) b = 1;
+  if (b > 132 * 32) b = 132 * 32;
+  return static_cast<int>(b);
+}
+
+extern "C" int32_t fp8gemm_quantize_act(const void* x, int32_t x_dtype, uint8_t* q, float* sa,
+                                        int64_t m, int64_t k, void* stream) {
+  if (m < 1 || k < 128 || k % 128 != 0) return FP8GEMM_ERR_SHAPE;
+  if (x_dtype != FP8GEMM_BF16 && x_dtype != FP8GEMM_F32) return FP8GEMM_ERR_DTYPE;
+  if (!x || !q || !sa) return FP8GEMM_ERR_ALIGN;
+  if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(q) |
+       reinterpret_cast<uintptr_t>(sa)) & 15)
+    return FP8GEMM_ERR_ALIGN;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int64_t groups = m * (k / 128);
+  if (x_dtype == FP8GEMM_BF16)
+    quantize_act_kernel<__nv_bfloat16><<<grid_for(groups, 16), 256, 0, s>>>(
+        static_cast<const __nv_bfloat16*>(x), q, sa, m, k);
+  else
+    quantize_act_kernel<float><<<grid_for(groups, 8), 256, 0, s>>>(static_cast<const float*>(x),
+                                                                   q, sa, m, k);
+  return cudaGetLastError() == cudaSuccess ? FP8GEMM_OK : FP8GEMM_ERR_LAUNCH;
+}
+
+extern "C" int32_t fp8gemm_dequant_weight(const uint8_t* w, const float* sw, void* out, int64_t n,
+                                          int64_t k, void* stream) {
+  if (n < 1 || k < 1) return FP8GEMM_ERR_SHAPE;
+  if (!w || !sw || !out) return FP8GEMM_ERR_ALIGN;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const bool vec = k % 8 == 0 && ((reinterpret_cast<uintptr_t>(w) & 7) == 0) &&
+                   ((reinterpret_cast<uintptr_t>(out) & 15) == 0);
+  if (vec)
+    dequant_weight_kernel<true><<<grid_for(n * k / 8, 256), 256, 0, s>>>(
+        w, sw, static_cast<__nv_bfloat16*>(out), n, k);
+  else
+    dequant_weight_kernel<false><<<grid_for(n * k, 256), 256, 0, s>>>(
+        w, sw, static_cast<__nv_bfloat16*>(out), n, k);
+  return cudaGetLastError() == cudaSuccess ? FP8GEMM_OK : FP8GEMM_ERR_LAUNCH;
+}
