@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use candle_core::cuda_backend::cudarc::driver::sys;
 use candle_core::{DType, Device, Module, Tensor};
-use candle_fp8::dispatch::{BackendRequest, Provider};
+use candle_fp8::{Backend, Fp8Options, Provider};
 use candle_fp8::ops::{device_caps, fp8_block_matmul_with};
 use candle_fp8::testing::random_operands;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -74,7 +74,7 @@ fn bench(c: &mut Criterion) {
             g.bench_with_input(BenchmarkId::new(name, &id), &(), |b, _| {
                 b.iter_custom(|iters| {
                     gpu_time(&dev, iters, &mut || {
-                        let y = fp8_block_matmul_with(BackendRequest::Force(provider), &op.qa, &op.sa, &op.w, &op.sw);
+                        let y = fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(provider)), &op.qa, &op.sa, &op.w, &op.sw);
                         drop(y.expect("fp8 GEMM"));
                     })
                 })

@@ -43,13 +43,14 @@ mod imp {
     use candle_core::cuda_backend::cudarc::driver::{sys, CudaStream};
     use candle_core::cuda_backend::CudaDevice;
     use candle_core::{DType, Device, Tensor};
-    use candle_fp8::cuda::compiled_configs;
-    use candle_fp8::dispatch::{choose_config, set_config_override, BackendRequest, GemmConfig, Provider, ScheduleKind};
+    use candle_fp8::testing::compiled_configs;
+    use candle_fp8::dispatch::{choose_config, set_config_override, Backend, GemmConfig, Provider, ScheduleKind};
     use candle_fp8::format::{act_scale_m_stride, e4m3_to_f32, num_blocks, BLOCK, F8E4M3};
     use candle_fp8::ops::{device_caps, fp8_block_matmul_into, fp8_block_matmul_with};
-    use candle_fp8::quant::{act_scales_view, quantize_activation_slice, quantize_weight_slice};
+    use candle_fp8::format::act_scales_view;
+use candle_fp8::quant::{quantize_activation_slice, quantize_weight_slice};
     use candle_fp8::testing::Rng;
-    use candle_fp8::reference::rel_err;
+    use candle_fp8::testing::reference::rel_err;
     use candle_fp8::Fp8BlockLinear;
     use candle_nn::Module;
     use clap::Parser;
@@ -157,9 +158,9 @@ mod imp {
 
     /// `--attention`: the decode attention's time per (batch, len, splits), cold caches.
     fn attention_sweep(dev: &Device, stream: &std::sync::Arc<CudaStream>, args: &Args, json_rows: &mut Vec<serde_json::Value>) -> Result<()> {
-        use candle_fp8::cuda::attention::{decode_attention, default_splits, DecodeAttentionOptions};
+        use candle_fp8::kernels::{decode_attention, default_splits, DecodeAttentionOptions};
         let (hq, hkv, d) = (64usize, 8usize, 128usize);
-        let sms = candle_fp8::cuda::device_report(&cuda_dev(dev)?)?.num_sms as usize;
+        let sms = candle_fp8::kernels::device_report(&cuda_dev(dev)?)?.num_sms as usize;
         for b in [1usize, 16] {
             for len in [104usize, 160, 512, 2048, 8192] {
                 let cache_bytes = 2 * b * hkv * len * d * 2;
@@ -317,7 +318,7 @@ mod imp {
                 set_config_override(Some(cfg));
                 let run = |i: usize| -> Result<Tensor> {
                     let (wq, sw) = &w.w[i % copies];
-                    Ok(fp8_block_matmul_with(BackendRequest::Force(Provider::Hopper), &a.qa, &a.sa, wq, sw)?)
+                    Ok(fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(Provider::Hopper)), &a.qa, &a.sa, wq, sw)?)
                 };
                 let result = (|| -> Result<(f64, f64, Option<f64>)> {
                     let err = match reference {
@@ -486,7 +487,7 @@ mod imp {
         // One stream, no cross-stream use: event tracking only gets in the way of capture.
         unsafe { cdev.disable_event_tracking() };
         let stream = cdev.cuda_stream();
-        let report = candle_fp8::cuda::device_report(&cdev)?;
+        let report = candle_fp8::kernels::device_report(&cdev)?;
         println!("device: {} (sm_{}, {} SMs), driver {}", report.name, report.compute_cap, report.num_sms, report.driver_version);
         let caps = device_caps(&dev)?;
         let have = |p: Provider| match caps.unusable_reason(p) {
@@ -544,7 +545,7 @@ mod imp {
                     stream.synchronize()?;
                     let t = Instant::now();
                     match p {
-                        Some(p) => drop(fp8_block_matmul_with(BackendRequest::Force(p), &a.qa, &a.sa, wq, sw)?),
+                        Some(p) => drop(fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(p)), &a.qa, &a.sa, wq, sw)?),
                         None => drop(a.x.matmul(&w.wb[0].t()?)?),
                     }
                     stream.synchronize()?;
@@ -596,7 +597,7 @@ mod imp {
                     for (p, ok) in [(Provider::Hopper, have_ours), (Provider::CublasLt, have_lt)] {
                         if ok {
                             let (wq, sw) = &w.w[0];
-                            let y = fp8_block_matmul_with(BackendRequest::Force(p), &a.qa, &a.sa, wq, sw)?;
+                            let y = fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(p)), &a.qa, &a.sa, wq, sw)?;
                             acc.insert(p.as_str().into(), json!(rel_err(&y.to_device(&Device::Cpu)?, &r)?));
                         }
                     }
@@ -617,7 +618,7 @@ mod imp {
                     let gemm = |p: Provider| -> Result<f64> {
                         let (t, _) = time_us(&stream, reps, &args, &mut |i| {
                             let (wq, sw) = &w.w[i % nw];
-                            drop(fp8_block_matmul_with(BackendRequest::Force(p), &a.qa, &a.sa, wq, sw)?);
+                            drop(fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(p)), &a.qa, &a.sa, wq, sw)?);
                             Ok(())
                         })?;
                         Ok(t)
@@ -658,7 +659,7 @@ mod imp {
                             .map(|i| {
                                 let (wq, sw) = &w.w[i];
                                 Fp8BlockLinear::new(wq.clone(), sw.clone(), None)
-                                    .map(|l| l.with_backend(BackendRequest::Force(Provider::Hopper)))
+                                    .map(|l| l.with_backend(Backend::Force(Provider::Hopper)))
                             })
                             .collect::<candle_core::Result<Vec<_>>>()?;
                         let (t, _) = time_us(&stream, reps, &args, &mut |i| {
@@ -714,7 +715,7 @@ mod imp {
             );
         }
         if let Some(path) = &args.trace_out {
-            match candle_fp8::cuda::trace_dump(path)? {
+            match candle_fp8::kernels::trace_dump(path)? {
                 Some(n) => println!("trace: {n} records -> {}", path.display()),
                 None => println!("trace: this build has no trace (CANDLE_FP8_NVCC_FLAGS=-DFP8GEMM_TRACE); nothing written"),
             }

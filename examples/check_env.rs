@@ -39,7 +39,7 @@ fn main() -> anyhow::Result<()> {
             return Ok(());
         }
     };
-    let r = candle_fp8::cuda::device_report(&dev)?;
+    let r = candle_fp8::kernels::device_report(&dev)?;
     println!("gpu {}: {}", r.ordinal, r.name);
     println!("compute capability: {}.{}", r.compute_cap / 10, r.compute_cap % 10);
     println!("SMs: {}", r.num_sms);

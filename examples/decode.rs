@@ -13,11 +13,9 @@
 use anyhow::{anyhow, bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use candle_fp8::checkpoint::{open_model, Checkpoint};
-use candle_fp8::models::byte_tokenizer::ByteTokenizer;
-use candle_fp8::models::qwen3::{
-    compare_greedy, generate, launches_ahead, write_toy_lm_checkpoint, LinearMode, Qwen3Config, Qwen3Model, Qwen3Options, Sampler,
-    StepAttention, SwigluEpilogue,
-};
+use candle_fp8::models::ByteTokenizer;
+use candle_fp8::models::{compare_greedy, generate, launches_ahead, DecoderConfig, DecoderModel, LinearMode, ModelOptions, Sampler};
+use candle_fp8::testing::checkpoints::write_toy_lm_checkpoint;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
@@ -69,27 +67,10 @@ struct Args {
     /// Keep q/k/v and gate/up as separate GEMMs.
     #[arg(long)]
     no_fuse: bool,
-    /// Decode steps through the candle attention ops instead of our fused attention kernels
-    /// (qk-norm + RoPE + KV append, f32 attention quantized into the o GEMM's operand).
+    /// Run the composed candle ops instead of the fused decode kernels (residual add + RMSNorm +
+    /// quantize, SiLU·up + quantize, the decode attention).
     #[arg(long)]
-    no_fused_attention: bool,
-    /// How the fused decode attention launches: `one` (qk-norm + RoPE + KV append + attention
-    /// in one kernel whose last position split to finish merges the others; the default),
-    /// `one:S,H` (S position splits, H CTAs per kv head; `-` = default), `cluster` /
-    /// `cluster:S,H` (one kernel, the splits merged inside a cluster) or `separate` (two
-    /// kernels). Default: $CANDLE_FP8_STEP_ATTENTION, else `one`.
-    #[arg(long)]
-    step_attention: Option<StepAttention>,
-    /// Run the residual add / RMSNorm / SiLU·up and the activation quantization as separate
-    /// ops instead of one fused launch per GEMM input.
-    #[arg(long)]
-    no_fused_elementwise: bool,
-    /// Where SiLU·up + quantization run: `auto` (in the gate/up GEMM's epilogue at 9-16
-    /// sequences, where it measured faster on the H200, else their own launch), `on` (the
-    /// epilogue up to 16 sequences) or `off` (their own launch). Default:
-    /// $CANDLE_FP8_SWIGLU_EPILOGUE, else `auto`.
-    #[arg(long)]
-    swiglu_epilogue: Option<SwigluEpilogue>,
+    no_fused_kernels: bool,
     /// Do not stop at end-of-sequence tokens.
     #[arg(long)]
     ignore_eos: bool,
@@ -103,9 +84,9 @@ struct Args {
     /// `ncu --profile-from-start off` times exactly that step's kernels (docs/DECODE.md).
     #[arg(long)]
     profile_step: Option<usize>,
-    /// CUDA, development: after the run, write the per-CTA kernel timeline of a build compiled
-    /// with `CANDLE_FP8_NVCC_FLAGS=-DFP8GEMM_TRACE` to this file (the last steps; read it with
-    /// `python3 scripts/dev/trace_timeline.py FILE`). An error in any other build.
+    /// After the run, write the per-CTA kernel timeline of the last steps to this file (a build
+    /// with the `trace` feature; read it with `python3 dev/trace_timeline.py FILE`).
+    #[cfg(feature = "trace")]
     #[arg(long)]
     trace_out: Option<PathBuf>,
 }
@@ -124,22 +105,6 @@ fn profiler(device: &Device, start: bool) {
     }
     #[cfg(not(feature = "cuda"))]
     let _ = (device, start);
-}
-
-/// `--trace-out`: the kernels' timeline trace (a `-DFP8GEMM_TRACE` build only).
-fn write_trace(device: &Device, path: &std::path::Path) -> Result<()> {
-    #[cfg(feature = "cuda")]
-    if device.is_cuda() {
-        return match candle_fp8::cuda::trace_dump(path)? {
-            Some(n) => {
-                eprintln!("--trace-out: {n} records written to {}", path.display());
-                Ok(())
-            }
-            None => bail!("--trace-out: this build has no trace (rebuild with CANDLE_FP8_NVCC_FLAGS=-DFP8GEMM_TRACE)"),
-        };
-    }
-    let _ = (device, path);
-    bail!("--trace-out needs --device cuda")
 }
 
 /// Text encoding / decoding for the chosen model.
@@ -276,7 +241,7 @@ fn embedded_checkpoint() -> Result<PathBuf> {
     if !(dir.join("config.json").is_file() && dir.join("model.safetensors").is_file()) {
         eprintln!("writing the tiny embedded FP8 checkpoint to {} ...", dir.display());
         let tmp = target.join(format!("candle-fp8-tiny-qwen3-v1.tmp{}", std::process::id()));
-        write_toy_lm_checkpoint(&tmp, &Qwen3Config::tiny(), 20261129, TOY_CORPUS)?;
+        write_toy_lm_checkpoint(&tmp, &DecoderConfig::tiny(), 20261129, TOY_CORPUS)?;
         if std::fs::rename(&tmp, &dir).is_err() {
             // Another process won the race: use its copy.
             let _ = std::fs::remove_dir_all(&tmp);
@@ -309,19 +274,19 @@ fn main() -> Result<()> {
         bail!("--check-accuracy compares the FP8 kernels with the dequantized reference: use --linear fp8")
     }
     let device = make_device(&args.device)?;
-    let opts = Qwen3Options { mode: args.linear, fuse: !args.no_fuse, dtype: None };
+    let opts = ModelOptions::with_mode(args.linear).fuse_projections(!args.no_fuse).fused_kernels(!args.no_fused_kernels);
 
     // ---- Load ----------------------------------------------------------------------------
     let t_load = Instant::now();
     let (mut model, tok, source) = if let Some(rw) = &args.random_weights {
         let cfg = match rw.as_str() {
-            "qwen3-32b" | "Qwen3-32B" => Qwen3Config::qwen3_32b(),
-            "tiny" => Qwen3Config::tiny(),
-            path => Qwen3Config::from_file(path).with_context(|| format!("--random-weights {path}"))?,
+            "qwen3-32b" | "Qwen3-32B" => DecoderConfig::qwen3_32b(),
+            "tiny" => DecoderConfig::tiny(),
+            path => DecoderConfig::from_file(path).with_context(|| format!("--random-weights {path}"))?,
         };
         println!("RANDOM WEIGHTS ({rw}): the timings are meaningful, the generated text is not.");
         let pb = progress_bar(cfg.num_hidden_layers as u64, "generating random FP8 weights");
-        let m = Qwen3Model::random_with(&cfg, &device, args.seed, &opts, &mut |d, _| pb.set_position(d as u64))?;
+        let m = DecoderModel::random_with_progress(&cfg, &device, args.seed, &opts, &mut |d, _| pb.set_position(d as u64))?;
         pb.finish();
         (m, Tok::None, format!("random weights, {rw} architecture"))
     } else {
@@ -332,7 +297,7 @@ fn main() -> Result<()> {
                 (Checkpoint::open(&dir)?, format!("tiny embedded FP8 toy LM ({})", dir.display()))
             }
         };
-        let cfg = Qwen3Config::from_json(&ck.config_json().to_string())?;
+        let cfg = DecoderConfig::from_json(&ck.config_json().to_string())?;
         let tok = if let Some(p) = ck.tokenizer_path() {
             Tok::Hf(Box::new(tokenizers::Tokenizer::from_file(p).map_err(|e| anyhow!("loading {}: {e}", p.display()))?))
         } else if ck.config_json().get("candle_fp8_tokenizer").and_then(|v| v.as_str()) == Some("bytes") {
@@ -343,7 +308,7 @@ fn main() -> Result<()> {
         let dtype = if device.is_cpu() { DType::F32 } else { DType::BF16 };
         let vb = ck.var_builder(dtype, &device);
         let pb = progress_bar(cfg.num_hidden_layers as u64, "loading");
-        let m = Qwen3Model::load_with_progress(&cfg, vb, &|p| ck.is_quantized(p), &opts, &mut |d, _| pb.set_position(d as u64))?;
+        let m = DecoderModel::load_with_progress(&cfg, vb, &|p| ck.is_quantized(p), &opts, &mut |d, _| pb.set_position(d as u64))?;
         pb.finish();
         (m, tok, label)
     };
@@ -371,20 +336,6 @@ fn main() -> Result<()> {
     let random = args.random_weights.is_some();
     let eos: Vec<u32> = if args.ignore_eos || random { vec![] } else { cfg.eos_ids() };
     model.set_kv_capacity(prompt_ids.len() + args.max_new_tokens);
-    model.set_fused_attention(!args.no_fused_attention);
-    model.set_fused_elementwise(!args.no_fused_elementwise);
-    let swiglu = match (args.swiglu_epilogue, std::env::var("CANDLE_FP8_SWIGLU_EPILOGUE")) {
-        (Some(s), _) => s,
-        (None, Ok(v)) => v.parse::<SwigluEpilogue>().map_err(|e| anyhow!("CANDLE_FP8_SWIGLU_EPILOGUE: {e}"))?,
-        (None, Err(_)) => SwigluEpilogue::default(),
-    };
-    model.set_swiglu_epilogue(swiglu);
-    let step = match (&args.step_attention, std::env::var("CANDLE_FP8_STEP_ATTENTION")) {
-        (Some(s), _) => *s,
-        (None, Ok(v)) => v.parse::<StepAttention>().map_err(|e| anyhow!("CANDLE_FP8_STEP_ATTENTION: {e}"))?,
-        (None, Err(_)) => StepAttention::default(),
-    };
-    model.set_step_attention(step);
 
     // ---- Warm-up and measured run ----------------------------------------------------------
     let warmup = args.warmup.unwrap_or(if device.is_cpu() { 0 } else { 4 });
@@ -432,8 +383,10 @@ fn main() -> Result<()> {
             profiler(&dev2, false);
         }
     })?;
+    #[cfg(feature = "trace")]
     if let Some(path) = &args.trace_out {
-        write_trace(&device, path)?;
+        let n = candle_fp8::kernels::trace_dump(path)?;
+        eprintln!("--trace-out: {n} records written to {}", path.display());
     }
     let mem_end = memory_in_use(&device);
     mem_peak = mem_peak.max(mem_end);
@@ -475,7 +428,7 @@ fn main() -> Result<()> {
         cfg.num_hidden_layers,
         cfg.hidden_size,
         cfg.num_attention_heads,
-        cfg.num_key_value_heads,
+        cfg.kv_heads(),
         cfg.head_dim(),
         cfg.intermediate_size,
         cfg.vocab_size
@@ -483,12 +436,9 @@ fn main() -> Result<()> {
     println!(
         "linear           {:?}{}{} on {} ({:?} activations)",
         model.mode(),
-        if model.is_fused() { ", fused qkv + gate_up" } else { ", unfused" },
+        if model.projections_fused() { ", fused qkv + gate_up" } else { ", unfused" },
         match model.fused_elementwise_layers()? {
             0 => String::new(),
-            n if model.swiglu_epilogue().applies(args.batch) => {
-                format!(", fused norm/swiglu + quantize in {n} layers (swiglu in the gate/up epilogue at decode steps)")
-            }
             n => format!(", fused norm/swiglu + quantize in {n} layers"),
         },
         args.device,
@@ -564,12 +514,12 @@ fn main() -> Result<()> {
     if let Some(n) = args.check_accuracy {
         // Two references, both teacher-forced on the FP8 path's tokens:
         // - "reference": the same quantized activations and weights, dequantized and multiplied
-        //   in f32 (design.md §1's reference) — checks our kernels;
+        //   in f32 (docs/design.md's reference) — checks our kernels;
         // - "bf16": weights dequantized to bf16, activations not quantized — the FP8 format's
         //   own effect (near-tied logits of random weights flip here).
         let t = Instant::now();
         let (mut reference, mut dense) = (model.to_reference()?, model.to_dense()?);
-        let mut report = |name: &str, what: &str, reference: &mut Qwen3Model| -> Result<serde_json::Value> {
+        let mut report = |name: &str, what: &str, reference: &mut DecoderModel| -> Result<serde_json::Value> {
             println!();
             println!("== accuracy: FP8 kernels vs {what} ({n} greedy steps, teacher-forced) ==");
             let r = compare_greedy(&mut model, reference, &prompt_ids, n)?;
@@ -609,7 +559,7 @@ fn main() -> Result<()> {
     if let Some(path) = &args.json {
         let j = serde_json::json!({
             "model": source, "linear": format!("{:?}", model.mode()), "device": args.device, "batch": args.batch,
-            "fused": model.is_fused(), "fused_elementwise_layers": model.fused_elementwise_layers()?, "prompt_tokens": prompt_ids.len(), "generated": generated,
+            "fused": model.projections_fused(), "fused_elementwise_layers": model.fused_elementwise_layers()?, "prompt_tokens": prompt_ids.len(), "generated": generated,
             "load_s": load_time.as_secs_f64(), "ttft_ms": ms(gen.ttft),
             "tpot_ms": {"mean": tpot_mean, "p50": percentile(&steps, 50.0), "p99": percentile(&steps, 99.0), "steps": steps.len()},
             "host_enqueue_ms_mean": enqueue_mean,

@@ -1,6 +1,6 @@
 //! How far each FP8 provider's bf16 output is from the exact product, in units of the bf16 ulp.
 //!
-//! The numeric contract (design.md §1) is `y = Σ_kb sa·sw·Σ_k qa·w`, rounded once to bf16. An
+//! The numeric contract (docs/design.md) is `y = Σ_kb sa·sw·Σ_k qa·w`, rounded once to bf16. An
 //! exact kernel differs from the correctly rounded value only where its f32 summation order
 //! moves a sum across a bf16 rounding boundary (well under 1 % of outputs). Hopper's FP8 wgmma
 //! keeps ~14 bits while it accumulates inside a K block (DeepSeek-V3 §3.3.2), so a kernel that
@@ -18,11 +18,12 @@
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
-use candle_fp8::dispatch::{parse_backend, BackendRequest};
+use candle_fp8::{Backend, Fp8Options};
 use candle_fp8::format::{act_scale_m_stride, num_blocks, weight_scale_shape};
 use candle_fp8::ops::fp8_block_matmul_with;
-use candle_fp8::quant::{act_scales_view, quantize_activation_slice, quantize_weight_slice};
-use candle_fp8::reference::{naive_matmul_f64, rounding_stats};
+use candle_fp8::format::act_scales_view;
+use candle_fp8::quant::{quantize_activation_slice, quantize_weight_slice};
+use candle_fp8::testing::reference::{naive_matmul_f64, rounding_stats};
 use candle_fp8::testing::Rng;
 use clap::Parser;
 
@@ -64,11 +65,11 @@ fn main() -> Result<()> {
         let wq = Tensor::from_vec(w_h, (n, k), &device)?;
         let sw = Tensor::from_vec(sw_h, weight_scale_shape(n, k), &device)?;
         for p in &args.providers {
-            let req = parse_backend(p)?;
-            if matches!(req, BackendRequest::Auto) {
+            let req = p.parse::<Backend>()?;
+            if matches!(req, Backend::Auto) {
                 bail!("name a provider, not auto");
             }
-            let y = match fp8_block_matmul_with(req, &qa, &sa, &wq, &sw) {
+            let y = match fp8_block_matmul_with(&Fp8Options::with_backend(req), &qa, &sa, &wq, &sw) {
                 Ok(y) => y,
                 Err(e) => {
                     println!("{:<18} {:<9} skipped: {}", spec, p, e.to_string().lines().next().unwrap_or(""));

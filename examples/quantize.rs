@@ -27,9 +27,9 @@ use candle_core::{DType, Device, Module, Tensor};
 use candle_fp8::checkpoint::{
     is_default_fp8_target, Checkpoint, QuantizationConfig, ShardWriter, CONFIG_FILE, INDEX_FILE, SINGLE_FILE,
 };
-use candle_fp8::linear::Fp8BlockLinear;
+use candle_fp8::Fp8BlockLinear;
 use candle_fp8::quant::{quantize_activation, quantize_weight};
-use candle_fp8::reference::{calc_diff, dequantize_weight, reference_matmul, rel_err};
+use candle_fp8::testing::reference::{calc_diff, dequantize_weight, reference_matmul, rel_err};
 use clap::{Parser, ValueEnum};
 use rand::{Rng, SeedableRng};
 use serde_json::json;

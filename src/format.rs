@@ -12,7 +12,7 @@
 //! | weight scales `sw` | `[ceil(N/128), ceil(K/128)]` | f32 | row-major |
 //! | output `y` | `[M, N]` | bf16 | row-major |
 
-use candle_core::{bail, Result};
+use candle_core::{bail, Result, Tensor};
 pub use float8::F8E4M3;
 
 /// Width of a quantization group along K, and the side of a weight scale block.
@@ -124,6 +124,19 @@ pub fn fast_path_refusal(m: usize, n: usize, k: usize) -> Option<String> {
         why.push(format!("N = {n} is not a non-zero multiple of 16"));
     }
     Some(why.join(", "))
+}
+
+/// Wraps an MN-major scale buffer (`kb * round_up(m, 4)` floats) as the `[m, kb]` tensor view
+/// with strides `(1, round_up(m, 4))` that the GEMM takes.
+pub fn act_scales_view(buffer: Tensor, m: usize, kb: usize) -> Result<Tensor> {
+    let mpad = act_scale_m_stride(m);
+    if buffer.elem_count() != kb * mpad {
+        bail!(
+            "activation scale buffer has {} elements, expected {kb} × {mpad} (kb × round_up(m, 4))",
+            buffer.elem_count()
+        )
+    }
+    buffer.reshape((kb, mpad))?.narrow(1, 0, m)?.t()
 }
 
 /// Validates a weight scale shape against its weight shape, naming `name` in the error.

@@ -1,39 +1,58 @@
-#![deny(missing_docs)] // every public item documented (both feature sets build clean)
+#![deny(missing_docs)]
 //! # candle-fp8
 //!
-//! DeepSeek-style *blocked FP8* linear layers for [candle](https://github.com/huggingface/candle):
-//! activations quantized per token per 128 K-elements (f32 scales), weights stored as
-//! e4m3 with one f32 scale per 128×128 block (`weight_scale_inv`), bf16 output.
+//! DeepSeek-style *blocked FP8* for [candle](https://github.com/huggingface/candle): activations
+//! quantized per token per 128 K-elements (f32 scales), weights stored as e4m3 with one f32 scale
+//! per 128×128 block (`weight_scale_inv`), f32 promotion every K block, bf16 output — with our
+//! own Hopper (sm_90a) GEMM kernels, cuBLASLt, a dequantizing fallback and a CPU kernel.
 //!
-//! - [`ops::fp8_block_matmul`]: the GEMM as a candle `CustomOp` (CPU always; our own Hopper
-//!   sm_90a kernels, cuBLASLt blockwise or dequantize+bf16 with the `cuda` feature).
-//! - [`quant::quantize_activation`]: bf16/f32 `[M, K]` → e4m3 + per-token-per-128 scales.
-//! - [`fused`]: residual add + RMSNorm and SiLU·up fused with the activation quantization
-//!   (one launch each on CUDA, the composed ops elsewhere; bit-identical either way).
-//! - [`linear::Fp8BlockLinear`]: a `candle_nn::Module` loading FP8 checkpoints such as
-//!   `Qwen/Qwen3-32B-FP8`.
-//! - [`checkpoint`]: `config.json` `quantization_config`, (sharded) safetensors, hub.
-//! - [`models::qwen3`]: Qwen3 built on `Fp8BlockLinear`.
+//! - [`Fp8BlockLinear`]: a `candle_nn::Module` over a blocked-FP8 weight, loading checkpoints
+//!   such as `Qwen/Qwen3-32B-FP8` ([`checkpoint`]).
+//! - [`fp8_block_matmul`] / [`fp8_block_matmul_into`]: the GEMM as a candle op;
+//!   [`quantize_activation`] / [`quantize_weight`]: the two quantizers ([`quant`]).
+//! - [`ops`]: the decode step's fused ops (residual add + RMSNorm + quantize, SiLU·up +
+//!   quantize), one launch each on CUDA.
+//! - [`models`]: Llama / Qwen2 / Qwen3 decoders on these layers, generation and sampling.
+//! - [`Backend`] / [`Fp8Options`]: which GEMM provider runs (`CANDLE_FP8_BACKEND` is the default).
 //!
-//! The numeric contract lives in [`format`](mod@format); the CPU reference in [`reference`](mod@reference) is the
-//! single source of truth for every test.
+//! The numeric contract is in [`format`]; docs/design.md describes the kernels and the decode
+//! step.
 
 pub mod checkpoint;
-mod cpu_gemm;
-pub mod dispatch;
+mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
+mod dispatch;
 pub mod format;
-pub mod fused;
-pub mod linear;
+mod linear;
 pub mod models;
 pub mod ops;
 pub mod quant;
-pub mod reference;
+#[cfg(feature = "test-utils")]
 pub mod testing;
 
-#[cfg(feature = "cuda")]
-pub mod cuda;
-
+pub use dispatch::{Backend, Fp8Options, Provider, BACKEND_ENV};
 pub use format::F8E4M3;
-pub use fused::{add_rmsnorm_quantize, add_rmsnorm_quantize_unreduced, swiglu_quantize};
-pub use linear::{Fp8BlockLinear, Unreduced};
-pub use ops::{fp8_block_matmul, fp8_block_matmul_into};
+pub use linear::{AnyLinear, Fp8BlockLinear};
+pub use ops::{fp8_block_matmul, fp8_block_matmul_into, fp8_block_matmul_with};
+pub use quant::{e4m3_to_f32, quantize_activation, quantize_weight};
+
+/// The CUDA decode kernels and device facts (the `cuda` feature).
+#[cfg(feature = "cuda")]
+pub mod kernels {
+    pub use crate::cuda::attention::{
+        decode_attention, decode_attention_bf16, decode_attention_quant, decode_step_attention, default_splits,
+        default_step_splits, qk_norm_rope_append, DecodeAttentionOptions, DecodeAttentionOutput, DecodeStepOptions,
+        SplitMerge, HEAD_DIM, MAX_CLUSTER_SPLITS, MAX_QUERIES_PER_KV_HEAD, POSITION_TILE,
+    };
+    pub use crate::cuda::readback::IdReadback;
+    pub use crate::cuda::sampling::argmax_last_dim;
+    #[cfg(feature = "trace")]
+    pub use crate::cuda::trace::trace_dump;
+    pub use crate::cuda::{device_report, DeviceReport};
+
+    /// Why our sm_90a decode kernels cannot run on `device` (`None`: they can).
+    pub fn unavailable_reason(device: &candle_core::Device) -> Option<String> {
+        crate::cuda::sm90_kernels_unavailable(device)
+    }
+}

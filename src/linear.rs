@@ -1,9 +1,10 @@
 //! [`Fp8BlockLinear`]: a `candle_nn::Module` over a blocked-FP8 weight, and [`AnyLinear`] for
 //! models whose checkpoints leave some modules unquantized.
 
-use crate::dispatch::{self, BackendRequest, Provider};
+use crate::dispatch::{choose_provider, Backend, Fp8Options, Provider};
 use crate::format::{check_weight_scale_shape, BLOCK};
-use crate::{ops, quant};
+use crate::ops::{self, Unreduced};
+use crate::quant;
 use candle_core::{bail, DType, Module, Result, Tensor};
 use candle_nn::VarBuilder;
 use std::sync::OnceLock;
@@ -13,7 +14,8 @@ use std::sync::OnceLock;
 ///
 /// `forward` takes bf16, f16 or f32 input `[.., K]`, quantizes it per token per 128 K-elements,
 /// runs the blocked-FP8 GEMM and returns `[.., N]` in the input's dtype. The provider follows
-/// `CANDLE_FP8_BACKEND` (read at construction) and is chosen once, at the first forward.
+/// the layer's [`Fp8Options`] (by default `CANDLE_FP8_BACKEND`, read at construction) and is
+/// chosen once, at the first forward.
 ///
 /// ```
 /// use candle_core::{Device, Module, Tensor, DType};
@@ -31,11 +33,9 @@ pub struct Fp8BlockLinear {
     weight: Tensor,
     scale_inv: Tensor,
     bias: Option<Tensor>,
-    request: BackendRequest,
+    backend: Backend,
     provider: OnceLock<Provider>,
     dequantized: OnceLock<Tensor>,
-    /// In-kernel activation quantization at decode sizes (`None`: [`dispatch::QUANT_IN_ENV`]).
-    quant_in: Option<bool>,
 }
 
 impl Fp8BlockLinear {
@@ -73,10 +73,9 @@ impl Fp8BlockLinear {
             weight,
             scale_inv,
             bias,
-            request: dispatch::backend_from_env()?,
+            backend: Fp8Options::from_env()?.backend,
             provider: OnceLock::new(),
             dequantized: OnceLock::new(),
-            quant_in: None,
         })
     }
 
@@ -108,22 +107,28 @@ impl Fp8BlockLinear {
         Self::new_named(&name, weight, scale, bias)
     }
 
-    /// Forces a provider for this layer (overrides `CANDLE_FP8_BACKEND`).
-    pub fn with_backend(mut self, request: BackendRequest) -> Self {
-        self.request = request;
+    /// Sets this layer's options (overrides `CANDLE_FP8_BACKEND`).
+    pub fn with_options(mut self, opts: &Fp8Options) -> Self {
+        self.backend = opts.backend;
         self.provider = OnceLock::new();
         self
     }
 
-    /// Whether `forward` on bf16 input with our Hopper kernels may quantize the activation
-    /// inside the GEMM (one launch instead of the quantizer + the GEMM, the same bits) where a
-    /// configuration is compiled for it: the swap-AB 8-token tile, i.e. M ≤ 8
-    /// ([`dispatch::quantizes_in_kernel`]). Overrides [`dispatch::QUANT_IN_ENV`] for this layer.
-    /// Experimental and off by default: bit-exact, but measured 1.1–2.1× slower than the two
-    /// launches on the H200 (every tile re-quantizes its K range; docs/PERF.md "Session 19").
-    pub fn with_in_kernel_quantization(mut self, on: bool) -> Self {
-        self.quant_in = Some(on);
-        self
+    /// Forces a backend for this layer (overrides `CANDLE_FP8_BACKEND`).
+    pub fn with_backend(self, backend: Backend) -> Self {
+        self.with_options(&Fp8Options::with_backend(backend))
+    }
+
+    /// The provider this layer's GEMMs run on (chosen at the first call, then fixed).
+    pub fn provider(&self) -> Result<Provider> {
+        if let Some(p) = self.provider.get() {
+            return Ok(*p);
+        }
+        let caps = ops::device_caps(self.weight.device())?;
+        // Decide for a representative small M: the provider does not depend on M.
+        let p = choose_provider(self.backend, &caps, 1, self.out_dim(), self.in_dim())?;
+        ops::log_once(p, &format!("Fp8BlockLinear [{}x{}] uses {p}", self.out_dim(), self.in_dim()));
+        Ok(*self.provider.get_or_init(|| p))
     }
 
     /// The e4m3 weight `[N, K]`.
@@ -176,8 +181,9 @@ impl Fp8BlockLinear {
 
     /// The reference computation of this layer on its own device: activations quantized
     /// exactly as in [`Module::forward`], then both operands dequantized to f32 and multiplied
-    /// in f32 (design.md §1's reference), rounded to bf16 like the kernels' output. It differs from
-    /// `forward` only by f32 summation order, so comparing the two checks the kernels, not the FP8 format.
+    /// in f32, rounded to bf16 like the kernels' output. With a quantizing provider it takes the
+    /// same quantized operands as `forward`; the two then differ by the order of the f32 sums
+    /// (and, on the GPU, by the kernels' promotion of each K block's partial sum).
     pub fn forward_reference(&self, x: &Tensor) -> Result<Tensor> {
         let (m, lead) = self.check_input(x)?;
         let (qa, sa) = quant::quantize_activation(&x.reshape((m, self.in_dim()))?)?;
@@ -244,21 +250,8 @@ impl Fp8BlockLinear {
         } else {
             None
         };
-        let mut fused = Self::new(Tensor::cat(&ws, 0)?, Tensor::cat(&ss, 0)?, bias)?;
-        fused.request = first.request;
-        fused.quant_in = first.quant_in;
-        Ok(fused)
-    }
-
-    fn provider(&self) -> Result<Provider> {
-        if let Some(p) = self.provider.get() {
-            return Ok(*p);
-        }
-        let caps = ops::device_caps(self.weight.device())?;
-        // Decide for a representative small M: the provider does not depend on M.
-        let p = dispatch::choose_provider(self.request, &caps, 1, self.out_dim(), self.in_dim())?;
-        ops::log_once(p, &format!("Fp8BlockLinear [{}x{}] uses {p}", self.out_dim(), self.in_dim()));
-        Ok(*self.provider.get_or_init(|| p))
+        let fused = Self::new(Tensor::cat(&ws, 0)?, Tensor::cat(&ss, 0)?, bias)?;
+        Ok(fused.with_backend(first.backend))
     }
 
     /// The bf16 weight the dequant provider multiplies with (computed once, kept).
@@ -280,12 +273,11 @@ impl Fp8BlockLinear {
             Provider::Dequant => x.to_dtype(DType::BF16)?.matmul(&self.dequantized_bf16()?.t()?),
             #[cfg(feature = "cuda")]
             Provider::Hopper if x.device().is_cuda() && x.dim(0)? > 0 => {
-                let quant_in = self.quant_in.unwrap_or_else(dispatch::quant_in_default);
-                ops::quantize_matmul_hopper(x, &self.weight, &self.scale_inv, quant_in)
+                ops::hopper::quantize_matmul_hopper(x, &self.weight, &self.scale_inv)
             }
             p => {
                 let (qa, sa) = quant::quantize_activation(x)?;
-                ops::fp8_block_matmul_with(BackendRequest::Force(p), &qa, &sa, &self.weight, &self.scale_inv)
+                ops::fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(p)), &qa, &sa, &self.weight, &self.scale_inv)
             }
         }
     }
@@ -308,7 +300,7 @@ impl Fp8BlockLinear {
         if self.bias.is_none() && qa.device().is_cuda() && self.provider()? == Provider::Hopper {
             if let &[m, k] = qa.dims() {
                 if m > 0 && k == self.in_dim() && crate::format::fast_path_refusal(m, self.out_dim(), k).is_none() {
-                    return ops::fp8_block_matmul_unreduced(qa, sa, &self.weight, &self.scale_inv);
+                    return ops::hopper::fp8_block_matmul_unreduced(qa, sa, &self.weight, &self.scale_inv);
                 }
             }
         }
@@ -318,7 +310,7 @@ impl Fp8BlockLinear {
     /// A fused gate/up layer (output `[gate | up]`, `2·I` features) on a quantized activation,
     /// followed by SiLU·up and the activation quantization of the down projection: returns the
     /// `(qa, sa)` of `silu(gate) * up` (`[M, I]`), i.e.
-    /// `fused::swiglu_quantize(&self.forward_quantized(qa, sa)?)`.
+    /// `ops::swiglu_quantize(&self.forward_quantized(qa, sa)?)`.
     ///
     /// On our Hopper kernels with `1 <= M <= 16`, no bias and `I % 128 == 0` this is one launch:
     /// the SwiGLU and the quantization run in the GEMM's epilogue, bit-identical to the composed
@@ -332,22 +324,22 @@ impl Fp8BlockLinear {
         if self.bias.is_none() && qa.device().is_cuda() && self.provider()? == Provider::Hopper {
             if let &[m, k] = qa.dims() {
                 let inter = self.out_dim() / 2;
-                if (1..=crate::cuda::SWIGLU_GEMM_MAX_M).contains(&m)
+                if (1..=crate::cuda::gemm::SWIGLU_GEMM_MAX_M).contains(&m)
                     && k == self.in_dim()
                     && inter % crate::format::BLOCK == 0
                     && crate::format::fast_path_refusal(m, self.out_dim(), k).is_none()
                 {
-                    return ops::fp8_swiglu_matmul_quantize(qa, sa, &self.weight, &self.scale_inv);
+                    return ops::hopper::fp8_swiglu_matmul_quantize(qa, sa, &self.weight, &self.scale_inv);
                 }
             }
         }
         let gu = self.forward_quantized(qa, sa)?;
-        crate::fused::swiglu_quantize(&gu)
+        ops::swiglu_quantize(&gu)
     }
 
     /// The layer on an activation that is already quantized: `qa` e4m3 `[M, K]` and `sa` f32
     /// `[M, ceil(K/128)]` with strides `(1, round_up(M, 4))`, as returned by
-    /// [`quant::quantize_activation`] or the fused producers in [`crate::fused`]. Returns bf16
+    /// [`crate::quantize_activation`] or the fused producers in [`crate::ops`]. Returns bf16
     /// `[M, N]` (bias added like [`Module::forward`] does). With a quantizing provider (see
     /// [`Fp8BlockLinear::quantizes_activations`]) this is exactly `forward` of the bf16
     /// activation that `(qa, sa)` quantize, minus the quantization; the dequant provider
@@ -362,40 +354,9 @@ impl Fp8BlockLinear {
                 let a = dequantize_activation(qa, sa)?.to_dtype(DType::BF16)?;
                 a.matmul(&self.dequantized_bf16()?.t()?)?
             }
-            p => ops::fp8_block_matmul_with(BackendRequest::Force(p), qa, sa, &self.weight, &self.scale_inv)?,
+            p => ops::fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(p)), qa, sa, &self.weight, &self.scale_inv)?,
         };
         self.finish(y, vec![m], DType::BF16)
-    }
-}
-
-/// A layer output whose split-K reduction may be left to its consumer
-/// ([`Fp8BlockLinear::forward_quantized_unreduced`]).
-///
-/// At decode sizes our kernels split K across CTAs for narrow, deep layers (e.g. Qwen3-32B's o
-/// and down projections at M ≤ 16) and normally add the f32 partial sums in a separate launch.
-/// A consumer that reads the output once — the next residual add + RMSNorm,
-/// [`crate::fused::add_rmsnorm_quantize_unreduced`] — can add the partials itself (in split
-/// order, bit-identical to that reduction), which removes one launch from the step's critical
-/// path per such GEMM.
-#[derive(Debug, Clone)]
-pub enum Unreduced {
-    /// The finished output `[M, N]`.
-    Done(Tensor),
-    /// f32 `[splits, M, N]` (contiguous, CUDA): our split-K kernel's partial sums, not yet added.
-    Partials(Tensor),
-}
-
-impl Unreduced {
-    /// The output `[M, N]`: the tensor itself, or (partials) bf16 from the GEMM's own reduction,
-    /// launched now.
-    pub fn reduce(&self) -> Result<Tensor> {
-        match self {
-            Unreduced::Done(t) => Ok(t.clone()),
-            #[cfg(feature = "cuda")]
-            Unreduced::Partials(p) => ops::reduce_partials(p),
-            #[cfg(not(feature = "cuda"))]
-            Unreduced::Partials(_) => bail!("candle-fp8: split-K partials exist only on the CUDA kernel path"),
-        }
     }
 }
 

@@ -1,13 +1,11 @@
 //! Quantization: per-token 1×128 activation groups and 128×128 weight blocks.
 //!
 //! Activation groups: `s = max(amax, 1e-4) / 448`, `q = sat_e4m3(x / s)`, with the scales laid
-//! out MN-major (`[M, ceil(K/128)]` viewed with strides `(1, round_up(M, 4))`, design.md §1) so
+//! out MN-major (`[M, ceil(K/128)]` viewed with strides `(1, round_up(M, 4))`) so
 //! the GPU kernels can TMA-load a column of scales per K block.
 //! Weight blocks: one scale per 128×128 block, `weight_scale_inv` semantics (multiply back).
 
-use crate::format::{
-    self, act_scale_m_stride, ceil_div, f32_to_e4m3, group_scale, num_blocks, BLOCK, F8E4M3,
-};
+use crate::format::{self, act_scale_m_stride, act_scales_view, ceil_div, f32_to_e4m3, group_scale, num_blocks, BLOCK, F8E4M3};
 use candle_core::{bail, DType, Device, Result, Tensor};
 use rayon::prelude::*;
 
@@ -56,19 +54,6 @@ pub fn quantize_activation_slice(x: &[f32], m: usize, k: usize) -> (Vec<F8E4M3>,
     (q, scales)
 }
 
-/// Wraps an MN-major scale buffer (`kb * round_up(m, 4)` floats) as the `[m, kb]` tensor view
-/// with strides `(1, round_up(m, 4))` that the GEMM takes.
-pub fn act_scales_view(buffer: Tensor, m: usize, kb: usize) -> Result<Tensor> {
-    let mpad = act_scale_m_stride(m);
-    if buffer.elem_count() != kb * mpad {
-        bail!(
-            "activation scale buffer has {} elements, expected {kb} × {mpad} (kb × round_up(m, 4))",
-            buffer.elem_count()
-        )
-    }
-    buffer.reshape((kb, mpad))?.narrow(1, 0, m)?.t()
-}
-
 /// Quantizes activations `x` `[M, K]` (bf16, f16 or f32) per token per 128-wide K group.
 ///
 /// Returns `(qa, sa)`: `qa` is e4m3 `[M, K]` row-major; `sa` is f32 `[M, ceil(K/128)]` with
@@ -114,9 +99,9 @@ fn quantize_activation_cuda(x: &Tensor, m: usize, k: usize, kb: usize) -> Result
     let (q, s) = {
         let (st, l) = x.storage_and_layout();
         let Storage::Cuda(cs) = &*st else { bail!("quantize_activation: x is not on a CUDA device") };
-        crate::cuda::quantize_activation(cs, l, m, kp)?
+        crate::cuda::gemm::quantize_activation(cs, l, m, kp)?
     };
-    let q = if kp != k { crate::cuda::e4m3_first_columns(&q, m, kp, k)? } else { q };
+    let q = if kp != k { crate::cuda::gemm::e4m3_first_columns(&q, m, kp, k)? } else { q };
     let q = Tensor::from_storage(Storage::Cuda(q), (m, k), BackpropOp::none(), false);
     let s = Tensor::from_storage(Storage::Cuda(s), kb * act_scale_m_stride(m), BackpropOp::none(), false);
     Ok((q, act_scales_view(s, m, kb)?))
@@ -142,7 +127,7 @@ pub fn e4m3_to_f32(t: &Tensor) -> Result<Tensor> {
             let (Storage::Cuda(ts), Storage::Cuda(os)) = (&*ts, &*os) else {
                 bail!("e4m3_to_f32: tensors are not on the CUDA device")
             };
-            crate::cuda::dequantize_weight((ts, tl), (os, ol), r, c)?
+            crate::cuda::dequant::dequantize_weight((ts, tl), (os, ol), r, c)?
         };
         return Tensor::from_storage(Storage::Cuda(out), (r, c), BackpropOp::none(), false).to_dtype(DType::F32);
     }

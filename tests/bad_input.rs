@@ -24,11 +24,12 @@ use candle_fp8::checkpoint::{
     parse_safetensors_header, read_safetensors_header, Checkpoint, QuantizationConfig, CONFIG_FILE, INDEX_FILE,
     SINGLE_FILE,
 };
-use candle_fp8::dispatch::{parse_backend, BackendRequest, Provider};
+use candle_fp8::{Backend, Fp8Options, Provider};
 use candle_fp8::format::F8E4M3;
 use candle_fp8::ops::{fp8_block_matmul, fp8_block_matmul_into, fp8_block_matmul_with};
-use candle_fp8::quant::{act_scales_view, quantize_activation, quantize_weight};
-use candle_fp8::reference::{calc_diff, reference_matmul, rel_err};
+use candle_fp8::format::act_scales_view;
+use candle_fp8::quant::{quantize_activation, quantize_weight};
+use candle_fp8::testing::reference::{calc_diff, reference_matmul, rel_err};
 use candle_fp8::testing::{random_operands, Operands};
 use candle_fp8::Fp8BlockLinear;
 use fixtures::{fp8_quant_config, test_weight, write_fp8_checkpoint, write_raw_checkpoint};
@@ -177,12 +178,12 @@ fn gemm_cases() -> Vec<Case> {
             let sw = Tensor::zeros((2, 0), DType::F32, &dev)?;
             gemm(&qa, &sa, &w, &sw)
         }),
-        case("G15", "CANDLE_FP8_BACKEND=tpu", &["CANDLE_FP8_BACKEND", "\"tpu\"", "expected one of"], || {
-            parse_backend("tpu").map(|_| ())
+        case("G15", "backend tpu", &["backend", "\"tpu\"", "one of auto, hopper, cublaslt, dequant, cpu"], || {
+            "tpu".parse::<Backend>().map(|_| ())
         }),
-        case("G16", "hopper forced on CPU tensors", &["CANDLE_FP8_BACKEND=hopper", "cannot run", "CPU"], || {
+        case("G16", "hopper forced on CPU tensors", &["backend hopper", "cannot run", "CPU"], || {
             let o = ops()?;
-            fp8_block_matmul_with(BackendRequest::Force(Provider::Hopper), &o.qa, &o.sa, &o.w, &o.sw).map(|_| ())
+            fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(Provider::Hopper)), &o.qa, &o.sa, &o.w, &o.sw).map(|_| ())
         }),
         case("G17", "scale buffer of the wrong length", &["activation scale buffer", "7 elements", "3 × 8"], || {
             act_scales_view(Tensor::zeros(7, DType::F32, &Device::Cpu)?, 5, 3).map(|_| ())

@@ -9,9 +9,9 @@ use candle_core::{DType, Device, Module, Tensor};
 use candle_fp8::checkpoint::{
     open_model, read_safetensors_header, Checkpoint, QuantizationConfig, ShardWriter, INDEX_FILE, SINGLE_FILE,
 };
-use candle_fp8::linear::{AnyLinear, Fp8BlockLinear};
+use candle_fp8::{AnyLinear, Fp8BlockLinear};
 use candle_fp8::quant::{quantize_activation, quantize_weight};
-use candle_fp8::reference::{calc_diff, reference_matmul, rel_err};
+use candle_fp8::testing::reference::{calc_diff, reference_matmul, rel_err};
 use fixtures::*;
 use serde_json::{json, Value};
 use std::path::Path;

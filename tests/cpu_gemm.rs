@@ -1,12 +1,12 @@
 //! The CPU path against the dequantized reference, and the reference against an independent
-//! naive f64 loop, on random data with log-spaced scales (design.md §1).
+//! naive f64 loop, on random data with log-spaced scales (docs/design.md).
 
 use candle_core::{DType, Device, Module, Result, Tensor};
-use candle_fp8::dispatch::{BackendRequest, Provider};
+use candle_fp8::{Backend, Fp8Options, Provider};
 use candle_fp8::format::act_scale_m_stride;
 use candle_fp8::ops::{fp8_block_matmul, fp8_block_matmul_into, fp8_block_matmul_with};
 use candle_fp8::quant::{quantize_activation, quantize_weight};
-use candle_fp8::reference::{calc_diff, naive_matmul_f64, reference_matmul, rel_err, rel_err_slices};
+use candle_fp8::testing::reference::{calc_diff, naive_matmul_f64, reference_matmul, rel_err, rel_err_slices};
 use candle_fp8::testing::{random_operands, Rng};
 use candle_fp8::Fp8BlockLinear;
 
@@ -120,7 +120,7 @@ fn linear_keeps_leading_dims_and_input_dtype() -> Result<()> {
 fn forcing_a_gpu_provider_on_cpu_is_an_error() -> Result<()> {
     // The dequant provider is a CUDA provider; on the CPU forcing it must be a clear error.
     let op = random_operands(4, 128, 256, 5, &Device::Cpu)?;
-    let e = fp8_block_matmul_with(BackendRequest::Force(Provider::Dequant), &op.qa, &op.sa, &op.w, &op.sw)
+    let e = fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(Provider::Dequant)), &op.qa, &op.sa, &op.w, &op.sw)
         .unwrap_err()
         .to_string();
     assert!(e.contains("dequant") && e.contains("CPU"), "{e}");
@@ -151,7 +151,7 @@ fn quantized_weight_round_trip_and_layout() -> Result<()> {
     let w = Tensor::randn(0f32, 1.0, (300, 260), &Device::Cpu)?;
     let (q, s) = quantize_weight(&w)?;
     assert_eq!((q.dims(), s.dims()), (&[300, 260][..], &[3, 3][..]));
-    let back = candle_fp8::reference::dequantize_weight(&q, &s)?;
+    let back = candle_fp8::testing::reference::dequantize_weight(&q, &s)?;
     let e = rel_err(&back, &w)?;
     assert!(e < 0.05, "weight round-trip relerr {e}");
     let x = Tensor::randn(0f32, 1.0, (7, 260), &Device::Cpu)?;

@@ -5,8 +5,9 @@
 
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_fp8::checkpoint::Checkpoint;
-use candle_fp8::fused::{add_rmsnorm_quantize, swiglu_quantize};
-use candle_fp8::models::qwen3::{write_random_checkpoint, Qwen3Config, Qwen3Model, Qwen3Options};
+use candle_fp8::ops::{add_rmsnorm_quantize, swiglu_quantize};
+use candle_fp8::models::{DecoderConfig, DecoderModel, ModelOptions};
+use candle_fp8::testing::checkpoints::write_random_checkpoint;
 use candle_fp8::quant::quantize_activation;
 use candle_fp8::testing::Rng;
 use candle_fp8::Fp8BlockLinear;
@@ -68,7 +69,7 @@ fn add_rmsnorm_quantize_equals_the_composed_ops() -> Result<()> {
 #[test]
 fn unreduced_outputs_on_the_cpu() -> Result<()> {
     use candle_fp8::testing::random_operands;
-    use candle_fp8::{add_rmsnorm_quantize_unreduced, Unreduced};
+    use candle_fp8::ops::{add_rmsnorm_quantize_unreduced, Unreduced};
     let ops = random_operands(3, 256, 512, 5, &Device::Cpu)?;
     let lin = Fp8BlockLinear::new(ops.w.clone(), ops.sw.clone(), None)?;
     let out = lin.forward_quantized_unreduced(&ops.qa, &ops.sa)?;
@@ -202,7 +203,7 @@ fn forward_swiglu_quantized_equals_gemm_then_swiglu() -> Result<()> {
 }
 
 /// Logits over a prompt and a few greedy decode steps.
-fn decode_logits(model: &mut Qwen3Model, steps: usize) -> Result<Vec<Tensor>> {
+fn decode_logits(model: &mut DecoderModel, steps: usize) -> Result<Vec<Tensor>> {
     model.clear_kv_cache();
     let prompt: Vec<u32> = "Fused ops".bytes().map(u32::from).collect();
     let mut out = vec![model.forward(&Tensor::new(prompt.as_slice(), &Device::Cpu)?.unsqueeze(0)?, 0)?];
@@ -215,17 +216,16 @@ fn decode_logits(model: &mut Qwen3Model, steps: usize) -> Result<Vec<Tensor>> {
 
 #[test]
 fn qwen3_fused_elementwise_equals_composed() -> Result<()> {
-    let cfg = Qwen3Config { num_hidden_layers: 3, ..Qwen3Config::tiny() };
+    let cfg = DecoderConfig { num_hidden_layers: 3, ..DecoderConfig::tiny() };
     let dir = tempfile::tempdir()?;
     write_random_checkpoint(dir.path(), &cfg, 11, &[])?;
     let ck = Checkpoint::open(dir.path())?;
     for dtype in [DType::F32, DType::BF16] {
         let vb = ck.var_builder(dtype, &Device::Cpu);
-        let opts = Qwen3Options { dtype: Some(dtype), ..Qwen3Options::default() };
-        let mut fused = Qwen3Model::load(&cfg, vb, &|m| ck.is_quantized(m), &opts)?;
-        assert!(fused.fused_elementwise(), "on by default");
-        let mut composed = fused.clone();
-        composed.set_fused_elementwise(false);
+        let opts = ModelOptions::default().dtype(dtype);
+        let mut fused = DecoderModel::load(&cfg, vb, &|m| ck.is_quantized(m), &opts)?;
+        assert!(fused.fused_kernels(), "on by default");
+        let mut composed = fused.with_fused_kernels(false);
         assert_eq!(fused.fused_elementwise_layers()?, cfg.num_hidden_layers);
         assert_eq!(composed.fused_elementwise_layers()?, 0);
         let (a, b) = (decode_logits(&mut fused, 4)?, decode_logits(&mut composed, 4)?);

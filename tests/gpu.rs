@@ -4,7 +4,7 @@
 //! Every CUDA provider (hopper, cublaslt, dequant) against the dequantized reference on fresh
 //! random operands whose scales vary per token, per N block and per K block (log-spaced), with
 //! the allocator poisoned (NaN) before each call so an unwritten output cannot pass:
-//! `relerr ≤ 3e-3` and `calc_diff < 1e-3` (design.md §1). Small shapes use the CPU reference;
+//! `relerr ≤ 3e-3` and `calc_diff < 1e-3` (docs/design.md). Small shapes use the CPU reference;
 //! large ones a GPU f32 reference (host-dequantized operands, candle's f32 cuBLAS GEMM with
 //! TF32 off), itself cross-checked against the CPU reference. Also: activation quantization
 //! bit-exact against the CPU quantizer, determinism (20 calls bitwise identical), and the
@@ -20,11 +20,12 @@ use gpu::{poison, usable, PROVIDERS};
 
 
 use candle_core::{DType, Device, Module, Result, Tensor};
-use candle_fp8::dispatch::{choose_config, quantizes_in_kernel, BackendRequest, Provider, BACKEND_ENV};
+use candle_fp8::dispatch::{choose_config, quantizes_in_kernel, Backend, Provider, BACKEND_ENV};
 use candle_fp8::format::{act_scale_m_stride, e4m3_to_f32, num_blocks, BLOCK, F8E4M3};
 use candle_fp8::ops::{device_caps, fp8_block_matmul, fp8_block_matmul_into, fp8_block_matmul_with};
-use candle_fp8::quant::{act_scales_view, quantize_activation};
-use candle_fp8::reference::{calc_diff, naive_matmul_f64, reference_matmul, rel_err, rounding_stats, RoundingStats};
+use candle_fp8::format::act_scales_view;
+use candle_fp8::quant::{quantize_activation};
+use candle_fp8::testing::reference::{calc_diff, naive_matmul_f64, reference_matmul, rel_err, rounding_stats, RoundingStats};
 use candle_fp8::testing::{random_operands, Operands, Rng};
 use candle_fp8::Fp8BlockLinear;
 use rayon::prelude::*;
@@ -111,7 +112,7 @@ fn run_case(dev: &Device, providers: &[Provider], op: &Operands, m: usize, n: us
     let r = reference(op, m, n, k, dev)?;
     for &p in providers {
         poison(dev, m * n)?;
-        let y = fp8_block_matmul_with(BackendRequest::Force(p), &op.qa, &op.sa, &op.w, &op.sw)?;
+        let y = fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(p)), &op.qa, &op.sa, &op.w, &op.sw)?;
         check(&y, &r, &format!("{p} m={m} n={n} k={k}"))?;
     }
     Ok(())
@@ -251,7 +252,7 @@ fn quantize_then_gemm_matches_cpu_pipeline() -> Result<()> {
         let (w, sw) = (op.w.to_device(&dev)?, op.sw.to_device(&dev)?);
         for &p in &providers {
             poison(&dev, m * n)?;
-            let y = fp8_block_matmul_with(BackendRequest::Force(p), &qa, &sa, &w, &sw)?;
+            let y = fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(p)), &qa, &sa, &w, &sw)?;
             check(&y, &r, &format!("pipeline {p} m={m} n={n} k={k}"))?;
         }
     }
@@ -278,7 +279,7 @@ fn into_preallocated_output_equals_the_op() -> Result<()> {
         &[(1, 4096, 4096), (48, 4096, 4096), (1, 5120, 8192), (100, 1024, 2048), (129, 1024, 5120), (300, 4096, 512)];
     for &(m, n, k) in shapes {
         let op = random_operands(m, n, k, 7 + m as u64, &dev)?;
-        let want = bits(&fp8_block_matmul_with(BackendRequest::Force(Provider::Hopper), &op.qa, &op.sa, &op.w, &op.sw)?)?;
+        let want = bits(&fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(Provider::Hopper)), &op.qa, &op.sa, &op.w, &op.sw)?)?;
         let out = Tensor::full(half::bf16::NAN, (m, n), &dev)?;
         fp8_block_matmul_into(&op.qa, &op.sa, &op.w, &op.sw, &out)?;
         assert!(bits(&out)? == want, "m={m} n={n} k={k}: into a fresh buffer differs from the op");
@@ -311,7 +312,7 @@ fn full_linear_quantizing_in_the_gemm_equals_quantize_then_gemm() -> Result<()> 
     for &(n, k) in shapes {
         let op = random_operands(1, n, k, (n + k) as u64, &dev)?;
         let layer = Fp8BlockLinear::new(op.w.clone(), op.sw.clone(), None)?
-            .with_backend(BackendRequest::Force(Provider::Hopper))
+            .with_backend(Backend::Force(Provider::Hopper))
             .with_in_kernel_quantization(true);
         for m in [1, 2, 5, 8] {
             let cfg = choose_config(m, n, k, sms);
@@ -358,7 +359,7 @@ fn repeated_calls_are_bitwise_identical() -> Result<()> {
     for &(m, n, k) in shapes {
         let op = random_operands(m, n, k, 99, &dev)?;
         for &p in &providers {
-            let req = BackendRequest::Force(p);
+            let req = Backend::Force(p);
             let first = bits(&fp8_block_matmul_with(req, &op.qa, &op.sa, &op.w, &op.sw)?)?;
             for i in 1..20 {
                 poison(&dev, m * n)?;
@@ -388,7 +389,7 @@ fn outputs_round_as_close_to_exact_as_cublaslt() -> Result<()> {
         let exact = naive_matmul_f64(&op.qa_host, &op.sa_host, &op.w_host, &op.sw_host, m, n, k);
         let stats = |p: Provider| -> Result<RoundingStats> {
             poison(&dev, m * n)?;
-            let y = fp8_block_matmul_with(BackendRequest::Force(p), &op.qa, &op.sa, &op.w, &op.sw)?;
+            let y = fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(p)), &op.qa, &op.sa, &op.w, &op.sw)?;
             rounding_stats(&y.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?, &exact)
         };
         let ours = stats(Provider::Hopper)?;

@@ -16,9 +16,9 @@
 mod gpu;
 
 use candle_core::{DType, Device, Result, Tensor, D};
-use candle_fp8::cuda::attention::{self as attn, DecodeAttentionOptions};
-use candle_fp8::models::qwen3::{
-    compare_greedy, generate, write_toy_lm_checkpoint, Qwen3Config, Qwen3Model, Qwen3Options,
+use candle_fp8::kernels::{self as attn, DecodeAttentionOptions};
+use candle_fp8::models::{
+    compare_greedy, generate, write_toy_lm_checkpoint, DecoderConfig, DecoderModel, ModelOptions,
     Sampler,
 };
 use candle_fp8::quant::{e4m3_to_f32, quantize_activation};
@@ -492,22 +492,22 @@ fn cuda_attention_rejects_bad_inputs() -> Result<()> {
 
 /// A tiny Qwen3 whose heads have the kernels' head_dim (128), as a toy LM with confident
 /// top-1 margins.
-fn toy_model(dev: &Device) -> Result<(tempfile::TempDir, Qwen3Model)> {
-    let cfg = Qwen3Config {
+fn toy_model(dev: &Device) -> Result<(tempfile::TempDir, DecoderModel)> {
+    let cfg = DecoderConfig {
         hidden_size: 256,
         intermediate_size: 512,
         num_hidden_layers: 2,
         num_attention_heads: 8,
         num_key_value_heads: 2,
         head_dim: Some(128),
-        ..Qwen3Config::tiny()
+        ..DecoderConfig::tiny()
     };
     let dir = tempfile::tempdir()?;
     let corpus = "the quick brown fox jumps over the lazy dog. a journey of a thousand miles begins with one step. ";
     write_toy_lm_checkpoint(dir.path(), &cfg, 11, &corpus.repeat(4))?;
     let ck = candle_fp8::checkpoint::Checkpoint::open(dir.path())?;
     let vb = ck.var_builder(DType::BF16, dev);
-    let model = Qwen3Model::load(&cfg, vb, &|m| ck.is_quantized(m), &Qwen3Options::default())?;
+    let model = DecoderModel::load(&cfg, vb, &|m| ck.is_quantized(m), &ModelOptions::default())?;
     Ok((dir, model))
 }
 
@@ -554,7 +554,7 @@ fn cuda_qwen3_fused_attention_decodes_like_the_candle_path() -> Result<()> {
     );
 
     // Greedy decoding, batch 3 (scale padding rows in the o GEMM), 16 steps: same tokens.
-    let run = |m: &mut Qwen3Model| -> Result<Vec<Vec<u32>>> {
+    let run = |m: &mut DecoderModel| -> Result<Vec<Vec<u32>>> {
         Ok(generate(
             m,
             &prompt,
@@ -677,7 +677,7 @@ fn cuda_decode_step_attention_rejects_bad_inputs() -> Result<()> {
 
 #[test]
 fn cuda_qwen3_one_launch_step_attention_is_bit_identical_to_two_launches() -> Result<()> {
-    use candle_fp8::models::qwen3::StepAttention;
+    use candle_fp8::models::StepAttention;
     let dev = attention_device_or_skip!("cuda_qwen3_one_launch_step_attention_is_bit_identical_to_two_launches");
     let (_dir, mut one) = toy_model(&dev)?;
     assert_eq!(one.step_attention(), StepAttention::default(), "one launch by default");

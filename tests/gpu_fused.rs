@@ -18,9 +18,9 @@ mod gpu;
 
 use candle_core::{DType, Device, Result, Storage, Tensor};
 use candle_fp8::checkpoint::Checkpoint;
-use candle_fp8::fused::{add_rmsnorm_quantize, swiglu_quantize};
-use candle_fp8::models::qwen3::{write_random_checkpoint, LinearMode, Qwen3Config, Qwen3Model, Qwen3Options, SwigluEpilogue};
-use candle_fp8::ops::device_caps;
+use candle_fp8::ops::{add_rmsnorm_quantize, swiglu_quantize};
+use candle_fp8::models::{write_random_checkpoint, LinearMode, DecoderConfig, DecoderModel, ModelOptions, SwigluEpilogue};
+use candle_fp8::testing::device_caps;
 use candle_fp8::quant::quantize_activation;
 use candle_fp8::testing::Rng;
 use candle_fp8::F8E4M3;
@@ -32,7 +32,7 @@ const KS: [usize; 3] = [128, 5120, 25600];
 /// bit-exact tests would compare the fallback with itself).
 fn kernels_or_skip(dev: &Device, test: &str) -> Result<bool> {
     let caps = device_caps(dev)?;
-    match caps.unusable_reason(candle_fp8::dispatch::Provider::Hopper) {
+    match caps.unusable_reason(candle_fp8::Provider::Hopper) {
         None => Ok(true),
         Some(why) => {
             println!("SKIP {test}: {why}");
@@ -306,7 +306,7 @@ fn ineligible_inputs_take_the_composed_path() -> Result<()> {
 }
 
 /// Greedy tokens and last-position logits over a prompt and `steps` decode steps.
-fn decode(model: &mut Qwen3Model, dev: &Device, steps: usize) -> Result<(Vec<u32>, Vec<Vec<f32>>)> {
+fn decode(model: &mut DecoderModel, dev: &Device, steps: usize) -> Result<(Vec<u32>, Vec<Vec<f32>>)> {
     model.clear_kv_cache();
     let prompt: Vec<u32> = "The quick brown fox".bytes().map(u32::from).collect();
     let mut next = Tensor::new(prompt.as_slice(), dev)?.unsqueeze(0)?;
@@ -322,7 +322,7 @@ fn decode(model: &mut Qwen3Model, dev: &Device, steps: usize) -> Result<(Vec<u32
     Ok((tokens, logits))
 }
 
-fn compare_fused_and_composed(name: &str, mut fused: Qwen3Model, dev: &Device, expect_fused: bool) -> Result<()> {
+fn compare_fused_and_composed(name: &str, mut fused: DecoderModel, dev: &Device, expect_fused: bool) -> Result<()> {
     let layers = fused.config().num_hidden_layers;
     let on = fused.fused_elementwise_layers()?;
     if expect_fused {
@@ -366,26 +366,26 @@ fn qwen3_fused_elementwise_decodes_like_composed() -> Result<()> {
     let dev = gpu_or_skip!("qwen3_fused_elementwise_decodes_like_composed");
     let hopper = kernels_or_skip(&dev, "qwen3_fused_elementwise_decodes_like_composed (kernels)")?;
     // The tiny checkpoint through the loader: hidden 256 (the 32-thread norm), 768 intermediate.
-    let cfg = Qwen3Config { num_hidden_layers: 2, ..Qwen3Config::tiny() };
+    let cfg = DecoderConfig { num_hidden_layers: 2, ..DecoderConfig::tiny() };
     let dir = tempfile::tempdir()?;
     write_random_checkpoint(dir.path(), &cfg, 7, &[])?;
     let ck = Checkpoint::open(dir.path())?;
     let vb = ck.var_builder(DType::BF16, &dev);
-    let model = Qwen3Model::load(&cfg, vb, &|m| ck.is_quantized(m), &Qwen3Options::default())?;
-    let backend_forced = std::env::var_os(candle_fp8::dispatch::BACKEND_ENV).is_some();
+    let model = DecoderModel::load(&cfg, vb, &|m| ck.is_quantized(m), &ModelOptions::default())?;
+    let backend_forced = std::env::var_os(candle_fp8::BACKEND_ENV).is_some();
     compare_fused_and_composed("tiny checkpoint", model, &dev, hopper && !backend_forced)?;
 
     // Random weights with hidden 2048 (the 1024-thread norm) and an intermediate of 5632.
-    let cfg = Qwen3Config {
+    let cfg = DecoderConfig {
         hidden_size: 2048,
         intermediate_size: 5632,
         num_hidden_layers: 3,
         num_attention_heads: 16,
         num_key_value_heads: 4,
         head_dim: Some(128),
-        ..Qwen3Config::tiny()
+        ..DecoderConfig::tiny()
     };
-    let model = Qwen3Model::random(&cfg, &dev, 3, LinearMode::Fp8)?;
+    let model = DecoderModel::random(&cfg, &dev, 3, LinearMode::Fp8)?;
     compare_fused_and_composed("random 2048", model, &dev, hopper && !backend_forced)?;
     Ok(())
 }

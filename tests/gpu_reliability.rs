@@ -30,12 +30,12 @@ use gpu::{poison, usable};
 use candle_core::cuda_backend::cudarc::driver::result::mem_get_info;
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_fp8::dispatch::{
-    choose_config, quantizes_in_kernel, set_config_override, BackendRequest, GemmConfig, Provider, ScheduleKind,
+    choose_config, quantizes_in_kernel, set_config_override, Backend, GemmConfig, Provider, ScheduleKind,
 };
 use candle_fp8::format::{act_scale_m_stride, num_blocks, F8E4M3};
 use candle_fp8::ops::{fp8_block_matmul, fp8_block_matmul_with};
 use candle_fp8::quant::quantize_activation;
-use candle_fp8::reference::{calc_diff_slices, naive_matmul_f64, rel_err_slices};
+use candle_fp8::testing::reference::{calc_diff_slices, naive_matmul_f64, rel_err_slices};
 use candle_fp8::testing::{random_operands, Operands};
 use candle_fp8::Fp8BlockLinear;
 use std::time::Instant;
@@ -45,7 +45,7 @@ const PRINT_SMS: usize = 132;
 
 
 fn gemm(p: Provider, o: &Operands) -> Result<Tensor> {
-    fp8_block_matmul_with(BackendRequest::Force(p), &o.qa, &o.sa, &o.w, &o.sw)
+    fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(p)), &o.qa, &o.sa, &o.w, &o.sw)
 }
 
 /// The output's raw bf16 bit patterns on the host.
@@ -437,7 +437,7 @@ fn forced_splits_match_reference() -> Result<()> {
                     // bits as the quantizer launch + the GEMM, at every split.
                     let x = (Tensor::randn(0f32, 1.0, (m, k), &dev)? * 3.0)?.to_dtype(DType::BF16)?;
                     let layer = Fp8BlockLinear::new(o.w.clone(), o.sw.clone(), None)?
-                        .with_backend(BackendRequest::Force(Provider::Hopper))
+                        .with_backend(Backend::Force(Provider::Hopper))
                         .with_in_kernel_quantization(true);
                     let (qa, sa) = quantize_activation(&x)?;
                     let want = bits(&layer.forward_quantized(&qa, &sa)?)?;

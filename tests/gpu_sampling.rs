@@ -18,8 +18,8 @@
 mod gpu;
 
 use candle_core::{DType, Device, Result, Tensor, D};
-use candle_fp8::cuda::sampling::{self, argmax_last_dim};
-use candle_fp8::models::qwen3::Sampler;
+use candle_fp8::kernels::{self, argmax_last_dim};
+use candle_fp8::models::Sampler;
 use candle_fp8::testing::Rng;
 
 const ROWS: [usize; 3] = [1, 3, 16];
@@ -405,7 +405,7 @@ fn argmax_is_faster_than_candle_cuda() -> Result<()> {
 /// (u32::MAX) from a first round. Also its errors.
 #[test]
 fn id_readback_waits_for_the_copy() -> Result<()> {
-    use candle_fp8::cuda::readback::IdReadback;
+    use candle_fp8::kernels::IdReadback;
     let dev = gpu_or_skip!("id_readback_waits_for_the_copy");
     let n = 2048;
     let mut rb = IdReadback::new(&dev, n)?;

@@ -3,26 +3,26 @@
 
 use candle_core::{DType, Device, Result, Tensor};
 use candle_fp8::checkpoint::Checkpoint;
-use candle_fp8::models::qwen3::{
-    compare_greedy, generate, write_random_checkpoint, LinearMode, Qwen3Config, Qwen3Model, Qwen3Options, Sampler,
-    SwigluEpilogue,
+use candle_fp8::models::{
+    compare_greedy, generate, DecoderConfig, DecoderModel, LinearMode, ModelOptions, Sampler,
 };
+use candle_fp8::testing::checkpoints::write_random_checkpoint;
 use std::collections::HashMap;
 use std::path::Path;
 
-fn small_cfg() -> Qwen3Config {
+fn small_cfg() -> DecoderConfig {
     // The embedded default architecture, with 2 layers to keep debug-mode tests fast.
-    Qwen3Config { num_hidden_layers: 2, ..Qwen3Config::tiny() }
+    DecoderConfig { num_hidden_layers: 2, ..DecoderConfig::tiny() }
 }
 
-fn load(dir: &Path, opts: &Qwen3Options) -> Result<Qwen3Model> {
+fn load(dir: &Path, opts: &ModelOptions) -> Result<DecoderModel> {
     let ck = Checkpoint::open(dir)?;
-    let cfg = Qwen3Config::from_json(&ck.config_json().to_string())?;
+    let cfg = DecoderConfig::from_json(&ck.config_json().to_string())?;
     let vb = ck.var_builder(DType::F32, &Device::Cpu);
-    Qwen3Model::load(&cfg, vb, &|m| ck.is_quantized(m), opts)
+    DecoderModel::load(&cfg, vb, &|m| ck.is_quantized(m), opts)
 }
 
-fn write(cfg: &Qwen3Config, not_convert: &[&str]) -> Result<tempfile::TempDir> {
+fn write(cfg: &DecoderConfig, not_convert: &[&str]) -> Result<tempfile::TempDir> {
     let dir = tempfile::tempdir()?;
     write_random_checkpoint(dir.path(), cfg, 7, not_convert)?;
     Ok(dir)
@@ -46,10 +46,10 @@ fn tiny_checkpoint_loads_and_decodes_deterministically() -> Result<()> {
     let dir = write(&cfg, &[])?;
     let ck = Checkpoint::open(dir.path())?;
     assert!(ck.quantization().is_some(), "the tiny checkpoint is FP8");
-    let mut model = load(dir.path(), &Qwen3Options::default())?;
-    assert!(model.is_fused());
+    let mut model = load(dir.path(), &ModelOptions::default())?;
+    assert!(model.projections_fused());
     assert!(model.linear_kinds().iter().filter(|(n, _)| n != "lm_head").all(|(_, k)| *k == "fp8"));
-    let run = |model: &mut Qwen3Model, sampler: Sampler| -> Result<Vec<Vec<u32>>> {
+    let run = |model: &mut DecoderModel, sampler: Sampler| -> Result<Vec<Vec<u32>>> {
         let mut s = sampler;
         Ok(generate(model, &prompt(), 2, 12, &mut s, &[], &mut |_, _| {})?.tokens)
     };
@@ -60,7 +60,7 @@ fn tiny_checkpoint_loads_and_decodes_deterministically() -> Result<()> {
     assert!(a.iter().flatten().all(|&t| (t as usize) < cfg.vocab_size));
     let g1 = run(&mut model, Sampler::greedy())?;
     // A freshly loaded model gives the same greedy tokens.
-    let mut again = load(dir.path(), &Qwen3Options::default())?;
+    let mut again = load(dir.path(), &ModelOptions::default())?;
     let g2 = run(&mut again, Sampler::greedy())?;
     assert_eq!(g1, g2);
     assert_eq!(g1[0], g1[1], "greedy: identical sequences in a batch");
@@ -72,7 +72,7 @@ fn kv_cache_decode_equals_full_recompute() -> Result<()> {
     let cfg = small_cfg();
     let dir = write(&cfg, &[])?;
     for mode in [LinearMode::Bf16, LinearMode::Fp8] {
-        let mut model = load(dir.path(), &Qwen3Options::with_mode(mode))?;
+        let mut model = load(dir.path(), &ModelOptions::with_mode(mode))?;
         let mut reference = model.clone();
         let seq: Vec<u32> = "Hello, KV cache!".bytes().map(u32::from).collect();
         let pre = 5;
@@ -111,9 +111,9 @@ fn fused_projections_equal_unfused() -> Result<()> {
     let cfg = small_cfg();
     let dir = write(&cfg, &[])?;
     for mode in [LinearMode::Fp8, LinearMode::Bf16] {
-        let mut fused = load(dir.path(), &Qwen3Options { mode, fuse: true, dtype: None })?;
-        let mut split = load(dir.path(), &Qwen3Options { mode, fuse: false, dtype: None })?;
-        assert!(fused.is_fused() && !split.is_fused());
+        let mut fused = load(dir.path(), &ModelOptions::with_mode(mode).fuse_projections(true))?;
+        let mut split = load(dir.path(), &ModelOptions::with_mode(mode).fuse_projections(false))?;
+        assert!(fused.projections_fused() && !split.projections_fused());
         let ids = Tensor::new(prompt(), &Device::Cpu)?.unsqueeze(0)?;
         let a = fused.forward(&ids, 0)?;
         let b = split.forward(&ids, 0)?;
@@ -129,7 +129,7 @@ fn fused_projections_equal_unfused() -> Result<()> {
 #[test]
 fn tied_and_untied_lm_head() -> Result<()> {
     // Same seed: every tensor but lm_head is identical between the two checkpoints.
-    let tied_cfg = Qwen3Config { tie_word_embeddings: true, ..small_cfg() };
+    let tied_cfg = DecoderConfig { tie_word_embeddings: true, ..small_cfg() };
     let tied = write(&tied_cfg, &[])?;
     let untied = write(&small_cfg(), &[])?;
     // Make the untied lm_head a copy of the embeddings: both models must then agree.
@@ -142,8 +142,8 @@ fn tied_and_untied_lm_head() -> Result<()> {
     let tied_ts = candle_core::safetensors::load(tied.path().join("model.safetensors"), &Device::Cpu)?;
     assert!(!tied_ts.contains_key("lm_head.weight"), "a tied checkpoint stores no lm_head");
 
-    let mut a = load(tied.path(), &Qwen3Options::default())?;
-    let mut b = load(untied.path(), &Qwen3Options::default())?;
+    let mut a = load(tied.path(), &ModelOptions::default())?;
+    let mut b = load(untied.path(), &ModelOptions::default())?;
     assert!(a.config().tie_word_embeddings && !b.config().tie_word_embeddings);
     let ids = Tensor::new(prompt(), &Device::Cpu)?.unsqueeze(0)?;
     let (la, lb) = (a.forward(&ids, 0)?, b.forward(&ids, 0)?);
@@ -156,7 +156,7 @@ fn tied_and_untied_lm_head() -> Result<()> {
 fn modules_to_not_convert_load_dense() -> Result<()> {
     let cfg = small_cfg();
     let dir = write(&cfg, &["model.layers.1.mlp.down_proj", "model.layers.0.self_attn.k_proj"])?;
-    let model = load(dir.path(), &Qwen3Options::default())?;
+    let model = load(dir.path(), &ModelOptions::default())?;
     let kinds: HashMap<String, &str> = model.linear_kinds().into_iter().collect();
     assert_eq!(kinds["1.down"], "dense");
     assert_eq!(kinds["0.down"], "fp8");
@@ -177,8 +177,8 @@ fn modules_to_not_convert_load_dense() -> Result<()> {
 #[test]
 fn random_weights_build_the_architecture_deterministically() -> Result<()> {
     let cfg = small_cfg();
-    let mut a = Qwen3Model::random(&cfg, &Device::Cpu, 3, LinearMode::Fp8)?;
-    let mut b = Qwen3Model::random(&cfg, &Device::Cpu, 3, LinearMode::Fp8)?;
+    let mut a = DecoderModel::random(&cfg, &Device::Cpu, 3, &ModelOptions::default())?;
+    let mut b = DecoderModel::random(&cfg, &Device::Cpu, 3, &ModelOptions::default())?;
     let ids = Tensor::new(prompt(), &Device::Cpu)?.unsqueeze(0)?;
     let (la, lb) = (a.forward(&ids, 0)?, b.forward(&ids, 0)?);
     assert_eq!(max_abs_diff(&la, &lb)?, 0.0);
@@ -189,7 +189,7 @@ fn random_weights_build_the_architecture_deterministically() -> Result<()> {
     Ok(())
 }
 
-fn report(r: &candle_fp8::models::qwen3::AccuracyReport) -> String {
+fn report(r: &candle_fp8::models::AccuracyReport) -> String {
     format!(
         "top-1 agreement {}/{} = {:.2}%, max |Δlogit| {:.4}, mean {:.5}, ref rms {:.3}, min margin at disagreement {:?}",
         r.top1_agree,
@@ -209,9 +209,9 @@ fn fp8_matches_dequantized_reference_top1() -> Result<()> {
     // (random decoder + bigram lm_head: confident predictions like a trained model).
     let cfg = small_cfg();
     let dir = tempfile::tempdir()?;
-    candle_fp8::models::qwen3::write_toy_lm_checkpoint(dir.path(), &cfg, 7, TOY_CORPUS)?;
-    let mut fp8 = load(dir.path(), &Qwen3Options::default())?;
-    let mut reference = load(dir.path(), &Qwen3Options::with_mode(LinearMode::Bf16))?;
+    candle_fp8::testing::checkpoints::write_toy_lm_checkpoint(dir.path(), &cfg, 7, TOY_CORPUS)?;
+    let mut fp8 = load(dir.path(), &ModelOptions::default())?;
+    let mut reference = load(dir.path(), &ModelOptions::with_mode(LinearMode::Bf16))?;
     let r = compare_greedy(&mut fp8, &mut reference, &prompt(), 100)?;
     eprintln!("toy LM: {}", report(&r));
     assert!(r.agreement() >= 0.995, "{}", report(&r));
@@ -226,7 +226,7 @@ fn fp8_logit_error_on_a_flat_random_model() -> Result<()> {
     // relative logit noise.
     let cfg = small_cfg();
     let dir = write(&cfg, &[])?;
-    let mut fp8 = load(dir.path(), &Qwen3Options::default())?;
+    let mut fp8 = load(dir.path(), &ModelOptions::default())?;
     let mut reference = fp8.to_dense()?;
     let r = compare_greedy(&mut fp8, &mut reference, &prompt(), 16)?;
     eprintln!("flat random: {}", report(&r));
@@ -245,7 +245,7 @@ fn fp8_kernels_match_the_f32_reference_on_a_flat_random_model() -> Result<()> {
     // random model with near-tied logits must agree on (almost) every greedy token.
     let cfg = small_cfg();
     let dir = write(&cfg, &[])?;
-    let mut fp8 = load(dir.path(), &Qwen3Options::default())?;
+    let mut fp8 = load(dir.path(), &ModelOptions::default())?;
     let mut reference = fp8.to_reference()?;
     assert!(reference.linear_kinds().iter().any(|(_, k)| *k == "fp8-reference"));
     let r = compare_greedy(&mut fp8, &mut reference, &prompt(), 48)?;
@@ -255,29 +255,11 @@ fn fp8_kernels_match_the_f32_reference_on_a_flat_random_model() -> Result<()> {
     Ok(())
 }
 
-/// `--step-attention` / `$CANDLE_FP8_STEP_ATTENTION` values (parsed the same on any build).
-#[test]
-fn step_attention_values_parse() {
-    use candle_fp8::models::qwen3::StepAttention;
-    let one = |splits, head_splits, tail_merge| StepAttention::OneLaunch { splits, head_splits, tail_merge };
-    let p = |s: &str| s.parse::<StepAttention>();
-    assert_eq!(p("one").unwrap(), StepAttention::default());
-    assert_eq!(p(" one ").unwrap(), one(None, None, true));
-    assert_eq!(p("one:5,8").unwrap(), one(Some(5), Some(8), true));
-    assert_eq!(p("cluster").unwrap(), one(None, None, false));
-    assert_eq!(p("cluster:-,4").unwrap(), one(None, Some(4), false));
-    assert_eq!(p("separate").unwrap(), StepAttention::Separate);
-    for bad in ["two", "one:5", "cluster:0,1", "separate:1,1", "one:x,2", "tail", ""] {
-        let e = p(bad).unwrap_err();
-        assert!(e.contains("step attention"), "{bad:?}: {e}");
-    }
-}
-
 /// The per-position verdict of `compare_greedy`: strict argmax equality, agreement up to an exact
 /// tie at the top of the reference, and the reference logit gap between the two choices.
 #[test]
 fn top1_outcome_counts_reference_ties() {
-    use candle_fp8::models::qwen3::top1_outcome;
+    use candle_fp8::models::top1_outcome;
     // Same argmax.
     assert_eq!(top1_outcome(&[0.1, 2.0, 0.3], &[0.0, 1.5, 1.0]), (true, true, 0.0));
     // The reference ties tokens 1 and 2 at the top; the test picks 2: not strict, but a tie.
@@ -293,7 +275,7 @@ fn top1_outcome_counts_reference_ties() {
 #[test]
 fn generate_matches_a_plain_loop_and_stops_at_eos() -> Result<()> {
     let dir = write(&small_cfg(), &[])?;
-    let mut model = load(dir.path(), &Qwen3Options::default())?;
+    let mut model = load(dir.path(), &ModelOptions::default())?;
     let steps = 6;
     let mut seen = Vec::new();
     let gen = generate(&mut model, &prompt(), 2, steps, &mut Sampler::greedy(), &[], &mut |s, ids| {
@@ -325,27 +307,5 @@ fn generate_matches_a_plain_loop_and_stops_at_eos() -> Result<()> {
 
     let none = generate(&mut model, &prompt(), 2, 0, &mut Sampler::greedy(), &[], &mut |_, _| panic!("no step"))?;
     assert!(none.tokens.iter().all(|t| t.is_empty()) && none.step_times.is_empty());
-    Ok(())
-}
-
-/// `--swiglu-epilogue` / `CANDLE_FP8_SWIGLU_EPILOGUE` values, and which token counts each mode
-/// sends to the gate/up epilogue (Auto: 9-16, where it measured faster on the H200).
-#[test]
-fn swiglu_epilogue_modes_parse_and_apply() -> Result<()> {
-    for (text, want) in [("auto", SwigluEpilogue::Auto), (" AUTO ", SwigluEpilogue::Auto), ("on", SwigluEpilogue::On), ("1", SwigluEpilogue::On), ("true", SwigluEpilogue::On), ("off", SwigluEpilogue::Off), ("0", SwigluEpilogue::Off), ("False", SwigluEpilogue::Off)] {
-        assert_eq!(text.parse::<SwigluEpilogue>().unwrap(), want, "{text:?}");
-    }
-    let e = "sometimes".parse::<SwigluEpilogue>().unwrap_err();
-    assert!(e.contains("sometimes") && e.contains("auto, on or off"), "{e}");
-    let auto: Vec<usize> = (1..=20).filter(|&m| SwigluEpilogue::Auto.applies(m)).collect();
-    assert_eq!(auto, (9..=16).collect::<Vec<_>>());
-    assert!((1..=16).all(|m| SwigluEpilogue::On.applies(m)));
-    assert!((1..=16).all(|m| !SwigluEpilogue::Off.applies(m)));
-    let cfg = small_cfg();
-    let dir = write(&cfg, &[])?;
-    let mut model = load(dir.path(), &Qwen3Options::default())?;
-    assert_eq!(model.swiglu_epilogue(), SwigluEpilogue::Auto, "the default");
-    model.set_swiglu_epilogue(SwigluEpilogue::Off);
-    assert_eq!(model.swiglu_epilogue(), SwigluEpilogue::Off);
     Ok(())
 }

@@ -13,23 +13,23 @@ mod gpu;
 
 use candle_core::{DType, Device, Result, Tensor};
 use candle_fp8::checkpoint::Checkpoint;
-use candle_fp8::models::qwen3::{
-    compare_greedy, generate, launches_ahead, write_random_checkpoint, LinearMode, Qwen3Config, Qwen3Model, Qwen3Options, Sampler,
+use candle_fp8::models::{
+    compare_greedy, generate, launches_ahead, write_random_checkpoint, LinearMode, DecoderConfig, DecoderModel, ModelOptions, Sampler,
 };
 use std::path::Path;
 
-fn small_cfg() -> Qwen3Config {
-    Qwen3Config { num_hidden_layers: 2, ..Qwen3Config::tiny() }
+fn small_cfg() -> DecoderConfig {
+    DecoderConfig { num_hidden_layers: 2, ..DecoderConfig::tiny() }
 }
 
-fn load(dir: &Path, dev: &Device, opts: &Qwen3Options) -> Result<Qwen3Model> {
+fn load(dir: &Path, dev: &Device, opts: &ModelOptions) -> Result<DecoderModel> {
     let ck = Checkpoint::open(dir)?;
-    let cfg = Qwen3Config::from_json(&ck.config_json().to_string())?;
+    let cfg = DecoderConfig::from_json(&ck.config_json().to_string())?;
     let vb = ck.var_builder(DType::BF16, dev);
-    Qwen3Model::load(&cfg, vb, &|m| ck.is_quantized(m), opts)
+    DecoderModel::load(&cfg, vb, &|m| ck.is_quantized(m), opts)
 }
 
-fn checkpoint(cfg: &Qwen3Config) -> Result<tempfile::TempDir> {
+fn checkpoint(cfg: &DecoderConfig) -> Result<tempfile::TempDir> {
     let dir = tempfile::tempdir()?;
     write_random_checkpoint(dir.path(), cfg, 7, &[])?;
     Ok(dir)
@@ -54,9 +54,9 @@ fn cuda_tiny_checkpoint_loads_and_decodes_deterministically() -> Result<()> {
     let dev = gpu_or_skip!("cuda_tiny_checkpoint_loads_and_decodes_deterministically");
     let cfg = small_cfg();
     let dir = checkpoint(&cfg)?;
-    let mut model = load(dir.path(), &dev, &Qwen3Options::default())?;
+    let mut model = load(dir.path(), &dev, &ModelOptions::default())?;
     assert!(model.is_fused());
-    let run = |model: &mut Qwen3Model, mut s: Sampler| -> Result<Vec<Vec<u32>>> {
+    let run = |model: &mut DecoderModel, mut s: Sampler| -> Result<Vec<Vec<u32>>> {
         Ok(generate(model, &prompt(), 2, 12, &mut s, &[], &mut |_, _| {})?.tokens)
     };
     let a = run(&mut model, Sampler::new(0.8, 0.9, 42))?;
@@ -64,7 +64,7 @@ fn cuda_tiny_checkpoint_loads_and_decodes_deterministically() -> Result<()> {
     assert_eq!(a, b, "same seed, same tokens");
     assert!(a.iter().flatten().all(|&t| (t as usize) < cfg.vocab_size));
     let g1 = run(&mut model, Sampler::greedy())?;
-    let mut again = load(dir.path(), &dev, &Qwen3Options::default())?;
+    let mut again = load(dir.path(), &dev, &ModelOptions::default())?;
     assert_eq!(g1, run(&mut again, Sampler::greedy())?, "a fresh load decodes the same greedy tokens");
     assert_eq!(g1[0], g1[1], "greedy: identical sequences in a batch");
     Ok(())
@@ -75,7 +75,7 @@ fn cuda_kv_cache_decode_equals_full_recompute() -> Result<()> {
     let dev = gpu_or_skip!("cuda_kv_cache_decode_equals_full_recompute");
     let dir = checkpoint(&small_cfg())?;
     for mode in [LinearMode::Bf16, LinearMode::Fp8] {
-        let mut model = load(dir.path(), &dev, &Qwen3Options::with_mode(mode))?;
+        let mut model = load(dir.path(), &dev, &ModelOptions::with_mode(mode))?;
         let mut reference = model.clone();
         let seq: Vec<u32> = "Hello, KV cache!".bytes().map(u32::from).collect();
         let pre = 5;
@@ -102,8 +102,8 @@ fn cuda_fused_projections_equal_unfused() -> Result<()> {
     let dev = gpu_or_skip!("cuda_fused_projections_equal_unfused");
     let dir = checkpoint(&small_cfg())?;
     for mode in [LinearMode::Fp8, LinearMode::Bf16] {
-        let mut fused = load(dir.path(), &dev, &Qwen3Options { mode, fuse: true, dtype: None })?;
-        let mut split = load(dir.path(), &dev, &Qwen3Options { mode, fuse: false, dtype: None })?;
+        let mut fused = load(dir.path(), &dev, &ModelOptions { mode, fuse: true, dtype: None })?;
+        let mut split = load(dir.path(), &dev, &ModelOptions { mode, fuse: false, dtype: None })?;
         let ids = Tensor::new(prompt(), &dev)?.unsqueeze(0)?;
         let (max, mean, rms) = diff(&fused.forward(&ids, 0)?, &split.forward(&ids, 0)?)?;
         // Same weights, same per-row arithmetic; only GEMM tiling differs between N sizes.
@@ -116,7 +116,7 @@ fn cuda_fused_projections_equal_unfused() -> Result<()> {
 fn cuda_fp8_kernels_match_the_f32_reference() -> Result<()> {
     let dev = gpu_or_skip!("cuda_fp8_kernels_match_the_f32_reference");
     let dir = checkpoint(&small_cfg())?;
-    let mut fp8 = load(dir.path(), &dev, &Qwen3Options::default())?;
+    let mut fp8 = load(dir.path(), &dev, &ModelOptions::default())?;
     let mut reference = fp8.to_reference()?;
     let r = compare_greedy(&mut fp8, &mut reference, &prompt(), 32)?;
     println!(
@@ -133,17 +133,17 @@ fn cuda_fp8_kernels_match_the_f32_reference() -> Result<()> {
 #[test]
 fn cuda_random_weights_are_deterministic_per_seed() -> Result<()> {
     let dev = gpu_or_skip!("cuda_random_weights_are_deterministic_per_seed");
-    let cfg = Qwen3Config {
+    let cfg = DecoderConfig {
         hidden_size: 1024,
         intermediate_size: 2816,
         num_hidden_layers: 2,
         num_attention_heads: 8,
         num_key_value_heads: 2,
         head_dim: Some(128),
-        ..Qwen3Config::tiny()
+        ..DecoderConfig::tiny()
     };
     let logits = |seed: u64| -> Result<Vec<f32>> {
-        let mut m = Qwen3Model::random(&cfg, &dev, seed, LinearMode::Fp8)?;
+        let mut m = DecoderModel::random(&cfg, &dev, seed, LinearMode::Fp8)?;
         assert!(m.is_fused(), "random GPU weights are built fused");
         let ids = Tensor::new(prompt().as_slice(), &dev)?.unsqueeze(0)?;
         m.forward(&ids, 0)?.flatten_all()?.to_vec1::<f32>()
@@ -165,7 +165,7 @@ fn cuda_random_weights_are_deterministic_per_seed() -> Result<()> {
 fn cuda_launch_ahead_generation_equals_a_synchronous_loop() -> Result<()> {
     let dev = gpu_or_skip!("cuda_launch_ahead_generation_equals_a_synchronous_loop");
     let dir = checkpoint(&small_cfg())?;
-    let mut model = load(dir.path(), &dev, &Qwen3Options::default())?;
+    let mut model = load(dir.path(), &dev, &ModelOptions::default())?;
     let (batch, steps) = (3usize, 10usize);
     let mut greedy = Sampler::greedy();
     if !launches_ahead(&dev, &greedy) {

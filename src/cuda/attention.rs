@@ -13,8 +13,6 @@
 //!
 //! Everything launches on candle's stream for the device and never synchronizes.
 
-#![allow(non_camel_case_types)]
-
 use std::ffi::c_void;
 
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
@@ -23,7 +21,8 @@ use candle_core::op::BackpropOp;
 use candle_core::{bail, CpuStorage, DType, Device, InplaceOp1, Layout, Result, Storage, Tensor};
 use half::bf16;
 
-use super::{device_info, ffi, raw_stream, view};
+use super::device::{device_info, raw_stream, view};
+use super::ffi::{self, *};
 use crate::format::{act_scale_m_stride, F8E4M3};
 
 /// The head dimension the kernels are built for.
@@ -33,150 +32,6 @@ pub const POSITION_TILE: usize = 32;
 /// Most query heads per kv head (`num_heads / num_kv_heads`) the attention kernel takes.
 pub const MAX_QUERIES_PER_KV_HEAD: usize = 16;
 
-#[cfg(fp8gemm_kernels)]
-mod sys {
-    use std::ffi::c_void;
-    extern "C" {
-        pub fn fp8gemm_qk_norm_rope_append(
-            qkv: *const c_void,
-            qk_norm: *const c_void,
-            cos_row: *const c_void,
-            sin_row: *const c_void,
-            q_out: *mut c_void,
-            k_cache: *mut c_void,
-            v_cache: *mut c_void,
-            batch: i64,
-            hq: i64,
-            hkv: i64,
-            head_dim: i64,
-            cap: i64,
-            offset: i64,
-            eps: f32,
-            stream: *mut c_void,
-        ) -> i32;
-        pub fn fp8gemm_decode_attention_workspace_bytes(batch: i64, hq: i64, splits: i64) -> usize;
-        pub fn fp8gemm_decode_step_attention(
-            qkv: *const c_void,
-            qk_norm: *const c_void,
-            cos_row: *const c_void,
-            sin_row: *const c_void,
-            k_cache: *mut c_void,
-            v_cache: *mut c_void,
-            batch: i64,
-            hq: i64,
-            hkv: i64,
-            head_dim: i64,
-            cap: i64,
-            offset: i64,
-            eps: f32,
-            splits: i64,
-            head_splits: i64,
-            workspace: *mut c_void,
-            workspace_bytes: usize,
-            counters: *mut u32,
-            qa: *mut u8,
-            sa: *mut f32,
-            out: *mut c_void,
-            stream: *mut c_void,
-        ) -> i32;
-        pub fn fp8gemm_decode_attention(
-            q: *const c_void,
-            k_cache: *const c_void,
-            v_cache: *const c_void,
-            batch: i64,
-            hq: i64,
-            hkv: i64,
-            head_dim: i64,
-            cap: i64,
-            len: i64,
-            splits: i64,
-            workspace: *mut c_void,
-            workspace_bytes: usize,
-            qa: *mut u8,
-            sa: *mut f32,
-            out: *mut c_void,
-            stream: *mut c_void,
-        ) -> i32;
-    }
-}
-
-/// Stand-ins of a kernel-less build (same signatures, `FP8GEMM_ERR_CONFIG`).
-#[cfg(not(fp8gemm_kernels))]
-#[allow(clippy::too_many_arguments, clippy::missing_safety_doc)]
-mod sys {
-    use super::ffi::FP8GEMM_ERR_CONFIG;
-    use std::ffi::c_void;
-    pub unsafe fn fp8gemm_qk_norm_rope_append(
-        _: *const c_void,
-        _: *const c_void,
-        _: *const c_void,
-        _: *const c_void,
-        _: *mut c_void,
-        _: *mut c_void,
-        _: *mut c_void,
-        _: i64,
-        _: i64,
-        _: i64,
-        _: i64,
-        _: i64,
-        _: i64,
-        _: f32,
-        _: *mut c_void,
-    ) -> i32 {
-        FP8GEMM_ERR_CONFIG
-    }
-    pub unsafe fn fp8gemm_decode_attention_workspace_bytes(_: i64, _: i64, _: i64) -> usize {
-        0
-    }
-    pub unsafe fn fp8gemm_decode_step_attention(
-        _: *const c_void,
-        _: *const c_void,
-        _: *const c_void,
-        _: *const c_void,
-        _: *mut c_void,
-        _: *mut c_void,
-        _: i64,
-        _: i64,
-        _: i64,
-        _: i64,
-        _: i64,
-        _: i64,
-        _: f32,
-        _: i64,
-        _: i64,
-        _: *mut c_void,
-        _: usize,
-        _: *mut u32,
-        _: *mut u8,
-        _: *mut f32,
-        _: *mut c_void,
-        _: *mut c_void,
-    ) -> i32 {
-        FP8GEMM_ERR_CONFIG
-    }
-    pub unsafe fn fp8gemm_decode_attention(
-        _: *const c_void,
-        _: *const c_void,
-        _: *const c_void,
-        _: i64,
-        _: i64,
-        _: i64,
-        _: i64,
-        _: i64,
-        _: i64,
-        _: i64,
-        _: *mut c_void,
-        _: usize,
-        _: *mut u8,
-        _: *mut f32,
-        _: *mut c_void,
-        _: *mut c_void,
-    ) -> i32 {
-        FP8GEMM_ERR_CONFIG
-    }
-}
-
-use sys::*;
 
 /// Why the decode-attention kernels cannot run on `device` (`None`: they can): they are
 /// compiled for sm_90a only.

@@ -28,7 +28,9 @@ use candle_core::cuda_backend::{CudaDevice, CudaStorage, WrapErr};
 use candle_core::{bail, Result};
 use half::bf16;
 
-use super::{helper_launch_cfg, DeviceInfo, Operands, HELPER_MODULE, HELPER_PTX};
+use super::dequant::{helper_launch_cfg, HELPER_MODULE, HELPER_PTX};
+use super::device::DeviceInfo;
+use super::gemm::Operands;
 use crate::dispatch::Provider;
 use crate::format::{act_scale_m_stride, num_blocks, round_up, BLOCK};
 

@@ -1,6 +1,5 @@
-//! The fused elementwise + quantization kernels (`kernels/fused_quant.h`): FFI and launch
-//! wrappers over candle's CUDA storage. The tensor-level API with its CPU fallback is
-//! [`crate::fused`].
+//! The fused elementwise + quantization kernels (`kernels/fused/`): launch wrappers over
+//! candle's CUDA storage. The tensor-level API with its CPU path is `ops::fused`.
 //!
 //! Outputs are allocated here in the activation contract's layout: `q` e4m3 `m * k`, `sa` f32
 //! `(k / 128) * round_up(m, 4)` MN-major. The kernels write the padding rows of `sa` (zeros)
@@ -13,138 +12,15 @@ use candle_core::cuda_backend::CudaStorage;
 use candle_core::{bail, Layout, Result};
 use half::bf16;
 
-use super::{act_scale_len, ffi, raw_stream, require_contiguous, view};
+use super::device::{act_scale_len, raw_stream, require_contiguous, view};
+use super::ffi::{self, NORM_BARRIER_WORDS, NORM_SPLIT_MAX_ROWS, NORM_X_SETTLED};
 use crate::format::{BLOCK, F8E4M3};
 
-#[cfg(fp8gemm_kernels)]
-mod sys {
-    use super::*;
-    extern "C" {
-        #[allow(clippy::too_many_arguments)]
-        pub fn fp8gemm_add_rmsnorm_quant(
-            x: *const c_void,
-            residual: *const c_void,
-            gamma: *const c_void,
-            eps: f32,
-            x_sum_out: *mut c_void,
-            q: *mut u8,
-            sa: *mut f32,
-            m: i64,
-            k: i64,
-            row_barrier: *mut u32,
-            flags: u32,
-            stream: *mut c_void,
-        ) -> i32;
-        #[allow(clippy::too_many_arguments)]
-        pub fn fp8gemm_add_partials_rmsnorm_quant(
-            x: *const c_void,
-            partials: *const f32,
-            splits: i32,
-            gamma: *const c_void,
-            eps: f32,
-            x_sum_out: *mut c_void,
-            q: *mut u8,
-            sa: *mut f32,
-            m: i64,
-            k: i64,
-            row_barrier: *mut u32,
-            flags: u32,
-            stream: *mut c_void,
-        ) -> i32;
-        pub fn fp8gemm_swiglu_quant(
-            gu: *const c_void,
-            m: i64,
-            inter: i64,
-            q: *mut u8,
-            sa: *mut f32,
-            stream: *mut c_void,
-        ) -> i32;
-    }
-}
-
-/// Stand-ins of a kernel-less build (same signatures; they report "not compiled in").
-#[cfg(not(fp8gemm_kernels))]
-#[allow(clippy::too_many_arguments, clippy::missing_safety_doc)]
-mod sys {
-    use super::*;
-    pub unsafe fn fp8gemm_add_rmsnorm_quant(
-        _: *const c_void,
-        _: *const c_void,
-        _: *const c_void,
-        _: f32,
-        _: *mut c_void,
-        _: *mut u8,
-        _: *mut f32,
-        _: i64,
-        _: i64,
-        _: *mut u32,
-        _: u32,
-        _: *mut c_void,
-    ) -> i32 {
-        ffi::FP8GEMM_ERR_CONFIG
-    }
-    pub unsafe fn fp8gemm_add_partials_rmsnorm_quant(
-        _: *const c_void,
-        _: *const f32,
-        _: i32,
-        _: *const c_void,
-        _: f32,
-        _: *mut c_void,
-        _: *mut u8,
-        _: *mut f32,
-        _: i64,
-        _: i64,
-        _: *mut u32,
-        _: u32,
-        _: *mut c_void,
-    ) -> i32 {
-        ffi::FP8GEMM_ERR_CONFIG
-    }
-    pub unsafe fn fp8gemm_swiglu_quant(
-        _: *const c_void,
-        _: i64,
-        _: i64,
-        _: *mut u8,
-        _: *mut f32,
-        _: *mut c_void,
-    ) -> i32 {
-        ffi::FP8GEMM_ERR_CONFIG
-    }
-}
-
-/// `CANDLE_FP8_NORM_SPLIT=0` keeps the fused norm at one CTA per row; otherwise a single row
-/// of at least 1024 columns (batch-1 decode) is spread over 8 CTAs, so that one SM no longer
-/// pulls the whole row and its split-K partials. Same bits either way; read once per process.
-/// Measured on the H200 (docs/PERF.md session 13): b1 −0.047 ms per step; 2 rows even, 4 rows
-/// +0.05 ms (p50), 8 and 16 rows +0.17 ms — hence [`NORM_SPLIT_MAX_ROWS`].
-pub const NORM_SPLIT_ENV: &str = "CANDLE_FP8_NORM_SPLIT";
-/// Most rows the split norm takes (`FP8GEMM_NORM_SPLIT_MAX_ROWS`, kernels/fused_quant.h).
-pub const NORM_SPLIT_MAX_ROWS: usize = 1;
-/// Barrier words per row of the split norm (`FP8GEMM_NORM_BARRIER_WORDS`).
-const NORM_BARRIER_WORDS: usize = 34;
-
-/// `CANDLE_FP8_NORM_X_EARLY=0` makes the fused norm load its `x` after waiting for the previous
-/// kernel even where the caller declared it settled (see [`add_rmsnorm_quantize`]'s `x_settled`);
-/// same bits either way; read once per process. A tuning knob for A/B runs.
-pub const NORM_X_EARLY_ENV: &str = "CANDLE_FP8_NORM_X_EARLY";
-
-/// `FP8GEMM_NORM_X_SETTLED` (kernels/fused_quant.h).
-const NORM_X_SETTLED: u32 = 1;
-
-/// An on-by-default switch: off when `var` is `0`, read once into `cell`.
-fn switch_on(cell: &'static std::sync::OnceLock<bool>, var: &str) -> bool {
-    *cell.get_or_init(|| std::env::var(var).map_or(true, |v| v.trim() != "0"))
-}
-
-fn x_early_allowed() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    switch_on(&ON, NORM_X_EARLY_ENV)
-}
-
-/// Whether `m` rows of `k` columns take the split norm (see [`NORM_SPLIT_ENV`]).
+/// Whether `m` rows of `k` columns take the split norm: a single row of at least 1024 columns
+/// (batch-1 decode) is spread over 8 CTAs, so that one SM no longer pulls the whole row and its
+/// split-K partials (same bits; faster at one row only, see docs/perf.md).
 fn norm_split(m: usize, k: usize) -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    switch_on(&ON, NORM_SPLIT_ENV) && m <= NORM_SPLIT_MAX_ROWS && (1024..=65536).contains(&k)
+    m <= NORM_SPLIT_MAX_ROWS && (1024..=65536).contains(&k)
 }
 
 /// Freshly allocated `(q, sa)` buffers for an `[m, k]` activation.
@@ -253,10 +129,10 @@ pub(crate) fn add_rmsnorm_quantize(
         let (q_ptr, _gq) = q.device_ptr_mut(&stream);
         let (sa_ptr, _gsa) = sa.device_ptr_mut(&stream);
         let barrier_words = if norm_split(m, k) { m * NORM_BARRIER_WORDS } else { 0 };
-        let flags = if x_settled && x_early_allowed() { NORM_X_SETTLED } else { 0 };
-        let status = super::with_zeroed_counters(dev, barrier_words, |bar| Ok(unsafe {
+        let flags = if x_settled { NORM_X_SETTLED } else { 0 };
+        let status = super::device::with_zeroed_counters(dev, barrier_words, |bar| Ok(unsafe {
             if p_ptr.is_null() {
-                sys::fp8gemm_add_rmsnorm_quant(
+                ffi::fp8gemm_add_rmsnorm_quant(
                     x_ptr as *const c_void,
                     r_ptr,
                     g_ptr as *const c_void,
@@ -271,7 +147,7 @@ pub(crate) fn add_rmsnorm_quantize(
                     raw_stream(dev),
                 )
             } else {
-                sys::fp8gemm_add_partials_rmsnorm_quant(
+                ffi::fp8gemm_add_partials_rmsnorm_quant(
                     x_ptr as *const c_void,
                     p_ptr,
                     splits as i32,
@@ -315,7 +191,7 @@ pub(crate) fn swiglu_quantize(
         let (q_ptr, _gq) = q.device_ptr_mut(&stream);
         let (sa_ptr, _gsa) = sa.device_ptr_mut(&stream);
         let status = unsafe {
-            sys::fp8gemm_swiglu_quant(
+            ffi::fp8gemm_swiglu_quant(
                 g_ptr as *const c_void,
                 m as i64,
                 inter as i64,
@@ -333,14 +209,9 @@ pub(crate) fn swiglu_quantize(
 mod tests {
     use super::*;
 
-    /// The split norm is for one row of 1024..=65536 columns (the kernels' own limits), unless
-    /// the environment turned it off for this process.
+    /// The split norm is for one row of 1024..=65536 columns (the kernels' own limits).
     #[test]
     fn norm_split_takes_one_row_of_1024_to_65536_columns() {
-        if std::env::var(NORM_SPLIT_ENV).is_ok_and(|v| v.trim() == "0") {
-            assert!(!norm_split(1, 5120), "{NORM_SPLIT_ENV}=0 must turn the split off");
-            return;
-        }
         assert!(norm_split(1, 1024) && norm_split(1, 5120) && norm_split(1, 65536));
         assert!(!norm_split(2, 5120), "more rows than NORM_SPLIT_MAX_ROWS");
         assert!(!norm_split(1, 896), "below candle's 1024-thread block");

@@ -13,34 +13,8 @@ use candle_core::cuda_backend::CudaStorage;
 use candle_core::op::BackpropOp;
 use candle_core::{bail, DType, Device, Result, Storage, Tensor};
 
-use super::{ffi, raw_stream, view};
-
-#[cfg(fp8gemm_kernels)]
-mod sys {
-    use std::ffi::c_void;
-    extern "C" {
-        pub fn fp8gemm_argmax_rows(
-            x: *const c_void,
-            x_dtype: i32,
-            rows: i64,
-            cols: i64,
-            row_stride: i64,
-            out: *mut u32,
-            stream: *mut c_void,
-        ) -> i32;
-    }
-}
-
-/// Stand-in of a kernel-less build (same signature, `FP8GEMM_ERR_CONFIG`).
-#[cfg(not(fp8gemm_kernels))]
-#[allow(clippy::missing_safety_doc)]
-mod sys {
-    use super::ffi::FP8GEMM_ERR_CONFIG;
-    use std::ffi::c_void;
-    pub unsafe fn fp8gemm_argmax_rows(_: *const c_void, _: i32, _: i64, _: i64, _: i64, _: *mut u32, _: *mut c_void) -> i32 {
-        FP8GEMM_ERR_CONFIG
-    }
-}
+use super::device::{raw_stream, view};
+use super::ffi;
 
 /// Largest row length / row count the kernel takes (it indexes columns with `int`, one CTA per
 /// row).
@@ -153,7 +127,7 @@ pub fn argmax_last_dim(logits: &Tensor) -> Result<Tensor> {
         };
         let dtype = if bf16 { ffi::FP8GEMM_BF16 } else { ffi::FP8GEMM_F32 };
         let status = unsafe {
-            sys::fp8gemm_argmax_rows(x_ptr as *const std::ffi::c_void, dtype, rows_i, cols_i, stride_i, out_ptr as *mut u32, raw_stream(dev))
+            ffi::fp8gemm_argmax_rows(x_ptr as *const std::ffi::c_void, dtype, rows_i, cols_i, stride_i, out_ptr as *mut u32, raw_stream(dev))
         };
         ffi::check(
             &format!("argmax_last_dim (rows {rows}, cols {cols}, row stride {row_stride})"),

@@ -1,10 +1,25 @@
-//! Models built on [`Fp8BlockLinear`](crate::linear::Fp8BlockLinear).
+//! Decoder-only language models on [`Fp8BlockLinear`](crate::Fp8BlockLinear): the model of
+//! `Qwen/Qwen3-*-FP8` checkpoints, Llama and Qwen2 families, chosen from `config.json`.
 //!
-//! - [`qwen3`]: Qwen3 (dense) with fused q/k/v and gate/up projections, a preallocated KV
-//!   cache, on-device greedy sampling, random-weight construction for timing, and a writer for
-//!   tiny FP8 checkpoints.
-//! - [`byte_tokenizer`]: a self-contained byte-level tokenizer (256 byte tokens + specials) for
-//!   the tiny embedded model, so that the decode example runs with no download.
+//! - [`DecoderConfig`]: the `config.json` fields, [`Family`] from `model_type`.
+//! - [`DecoderModel`]: load from a checkpoint or build with random weights; forward with a KV
+//!   cache.
+//! - [`generate`] with a [`Sampler`]; [`compare_greedy`] for accuracy comparisons.
+//! - [`ByteTokenizer`]: the byte-level tokenizer of the tiny toy model.
 
-pub mod byte_tokenizer;
-pub mod qwen3;
+mod byte_tokenizer;
+mod config;
+mod eval;
+mod generation;
+mod kv_cache;
+mod layer;
+mod model;
+mod options;
+mod rope;
+
+pub use byte_tokenizer::ByteTokenizer;
+pub use config::{DecoderConfig, Family, RopeScaling, RopeType};
+pub use eval::{compare_greedy, top1_outcome, AccuracyReport};
+pub use generation::{generate, launches_ahead, Generation, Sampler};
+pub use model::DecoderModel;
+pub use options::{LinearMode, ModelOptions};

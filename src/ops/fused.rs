@@ -12,15 +12,16 @@
 //!
 //! The results are bit-identical to the composed candle ops (`x + residual`,
 //! `candle_nn::ops::rms_norm`, `candle_nn::ops::silu`, `*`) followed by
-//! [`quantize_activation`]: the CUDA kernels (`kernels/fused_quant.cu`) repeat candle's bf16
+//! [`quantize_activation`]: the CUDA kernels (`kernels/fused/`) repeat candle's bf16
 //! arithmetic operation by operation. They run for bf16 CUDA tensors with `K % 128 == 0` on a
 //! device our kernels support (sm_90); every other case (CPU, f16/f32, other shapes, a build
 //! without the kernels) computes the composed ops, with the same results.
 //!
-//! `(qa, sa)` follow the activation contract ([`crate::quant::quantize_activation`]): `qa` e4m3
+//! `(qa, sa)` follow the activation contract ([`crate::quantize_activation`]): `qa` e4m3
 //! `[M, K]`, `sa` f32 `[M, ceil(K/128)]` with strides `(1, round_up(M, 4))`, ready for
-//! [`crate::ops::fp8_block_matmul`] or [`crate::Fp8BlockLinear::forward_quantized`].
+//! [`crate::fp8_block_matmul`] or [`crate::Fp8BlockLinear::forward_quantized`].
 
+use super::unreduced::Unreduced;
 use crate::quant::quantize_activation;
 use candle_core::{bail, DType, Result, Tensor};
 
@@ -43,7 +44,7 @@ use candle_core::{bail, DType, Result, Tensor};
 /// let x = Tensor::randn(0f32, 1.0, (2, 256), &Device::Cpu)?;
 /// let r = Tensor::randn(0f32, 1.0, (2, 256), &Device::Cpu)?;
 /// let gamma = Tensor::ones(256, DType::F32, &Device::Cpu)?;
-/// let (h, qa, sa) = candle_fp8::fused::add_rmsnorm_quantize(&x, Some(&r), &gamma, 1e-6)?;
+/// let (h, qa, sa) = candle_fp8::ops::add_rmsnorm_quantize(&x, Some(&r), &gamma, 1e-6)?;
 /// assert_eq!(h.unwrap().dims(), &[2, 256]);
 /// assert_eq!((qa.dims(), sa.dims()), (&[2, 256][..], &[2, 2][..]));
 /// # Ok(()) }
@@ -84,14 +85,14 @@ fn add_rmsnorm_quantize_with(
 }
 
 /// [`add_rmsnorm_quantize`] whose residual may be a split-K GEMM output left unreduced
-/// ([`crate::linear::Unreduced`]): the CUDA kernel adds the f32 partials itself (split order,
+/// ([`Unreduced`]): the CUDA kernel adds the f32 partials itself (split order,
 /// one rounding: the bf16 values the GEMM's own reduction writes), so the reduce launch
 /// disappears; elsewhere the partials are reduced first. Results equal
 /// `add_rmsnorm_quantize(x, residual.reduce(), gamma, eps)` bit for bit. Partials must be
 /// contiguous f32 `[splits, M, K]` for `x` `[M, K]`.
 pub fn add_rmsnorm_quantize_unreduced(
     x: &Tensor,
-    residual: Option<&crate::linear::Unreduced>,
+    residual: Option<&Unreduced>,
     gamma: &Tensor,
     eps: f32,
 ) -> Result<(Option<Tensor>, Tensor, Tensor)> {
@@ -103,12 +104,11 @@ pub fn add_rmsnorm_quantize_unreduced(
 /// step's residual stream.
 pub(crate) fn add_rmsnorm_quantize_unreduced_with(
     x: &Tensor,
-    residual: Option<&crate::linear::Unreduced>,
+    residual: Option<&Unreduced>,
     gamma: &Tensor,
     eps: f32,
     x_settled: bool,
 ) -> Result<(Option<Tensor>, Tensor, Tensor)> {
-    use crate::linear::Unreduced;
     match residual {
         None => add_rmsnorm_quantize_with(x, None, gamma, eps, x_settled),
         Some(Unreduced::Done(r)) => add_rmsnorm_quantize_with(x, Some(r), gamma, eps, x_settled),
@@ -143,7 +143,7 @@ pub(crate) fn add_rmsnorm_quantize_unreduced_with(
 /// use candle_core::{Device, Tensor};
 /// # fn main() -> candle_core::Result<()> {
 /// let gu = Tensor::randn(0f32, 1.0, (3, 512), &Device::Cpu)?;
-/// let (qa, sa) = candle_fp8::fused::swiglu_quantize(&gu)?;
+/// let (qa, sa) = candle_fp8::ops::swiglu_quantize(&gu)?;
 /// assert_eq!((qa.dims(), sa.dims()), (&[3, 256][..], &[3, 2][..]));
 /// # Ok(()) }
 /// ```
@@ -286,8 +286,7 @@ fn log_fallback_once(what: &str, why: &str) {
 
 #[cfg(feature = "cuda")]
 mod cuda {
-    use crate::format::{act_scale_m_stride, num_blocks};
-    use crate::quant::act_scales_view;
+    use crate::format::{act_scale_m_stride, act_scales_view, num_blocks};
     use candle_core::cuda_backend::CudaStorage;
     use candle_core::op::BackpropOp;
     use candle_core::{bail, Layout, Result, Storage, StorageRef, Tensor};

@@ -1,10 +1,41 @@
-//! Random blocked-FP8 operands for tests and benchmarks: real data (never zeros), with scales
-//! that differ per token, per N block and per K block (log-spaced), so a wrong scale index,
-//! an unwritten output or a transposed layout cannot hide.
+//! Test support (the `test-utils` feature): seeded random operands with scales that differ per
+//! token, per N block and per K block (log-spaced, never zeros), so a wrong scale index, an
+//! unwritten output or a transposed layout cannot hide; the CPU reference ([`reference`]); toy
+//! checkpoints ([`checkpoints`]); and forcing one kernel configuration ([`with_gemm_config`]).
 
-use crate::format::{act_scale_m_stride, f32_to_e4m3, num_blocks, weight_scale_shape, F8E4M3};
-use crate::quant::act_scales_view;
+pub mod checkpoints;
+pub mod reference;
+
+pub use crate::dispatch::{choose_config, DeviceCaps, GemmConfig, ScheduleKind, DISPATCHED_CONFIGS};
+use crate::format::{act_scale_m_stride, act_scales_view, f32_to_e4m3, num_blocks, weight_scale_shape, F8E4M3};
 use candle_core::{Device, Result, Tensor};
+
+/// Runs `f` with every GEMM of our kernels launched from the calling thread forced onto `cfg`
+/// (instead of [`choose_config`]'s choice), then restores the previous setting (also when `f`
+/// panics). A configuration that is not compiled makes the GEMM fail with the kernels'
+/// "not compiled" status, never silently fall back. Per thread, so tests running in parallel in
+/// one process do not see each other's configuration.
+pub fn with_gemm_config<R>(cfg: GemmConfig, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<GemmConfig>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            crate::dispatch::set_config_override(self.0);
+        }
+    }
+    let _restore = Restore(crate::dispatch::set_config_override(Some(cfg)));
+    f()
+}
+
+/// The capabilities of `device` as the provider choice sees them.
+pub fn device_caps(device: &Device) -> Result<DeviceCaps> {
+    crate::ops::device_caps(device)
+}
+
+/// The configurations our kernels are compiled for (`split_k` 0: any split; 1: none).
+#[cfg(feature = "cuda")]
+pub fn compiled_configs() -> Vec<GemmConfig> {
+    crate::cuda::compiled_configs()
+}
 
 /// A small, fast, seedable generator (SplitMix64); deterministic across platforms.
 #[derive(Debug, Clone)]
@@ -60,6 +91,11 @@ impl Rng {
     /// `len` normal values scaled by `std`.
     pub fn normal_vec(&mut self, len: usize, std: f32) -> Vec<f32> {
         (0..len).map(|_| self.normal() * std).collect()
+    }
+
+    /// `len` exactly normal values (Box–Muller) scaled by `std`.
+    pub fn normal_vec_f32(&mut self, len: usize, std: f32) -> Vec<f32> {
+        (0..len).map(|_| self.normal_f32() * std).collect()
     }
 }
 

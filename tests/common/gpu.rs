@@ -3,8 +3,8 @@
 #![allow(dead_code)]
 
 use candle_core::{Device, Result, Tensor};
-use candle_fp8::dispatch::Provider;
-use candle_fp8::ops::device_caps;
+use candle_fp8::Provider;
+use candle_fp8::testing::device_caps;
 use std::sync::OnceLock;
 
 /// Every CUDA provider.

@@ -1,0 +1,15 @@
+//! Provider choice and the schedule rule of our kernels: small pure functions, unit-tested on
+//! the CPU.
+
+mod provider;
+// The schedule rule serves our kernels (and the tests that force one of their configurations).
+#[cfg(any(feature = "cuda", feature = "test-utils"))]
+mod schedule;
+
+pub use provider::{choose_provider, Backend, DeviceCaps, Fp8Options, Provider, BACKEND_ENV};
+#[cfg(any(feature = "cuda", feature = "test-utils"))]
+pub use schedule::{choose_config, GemmConfig, ScheduleKind, DISPATCHED_CONFIGS};
+#[cfg(all(feature = "cuda", feature = "test-utils"))]
+pub(crate) use schedule::config_override;
+#[cfg(feature = "test-utils")]
+pub(crate) use schedule::set_config_override;

@@ -1,0 +1,387 @@
+//! The fields of a Hugging Face `config.json` the decoder uses, for the families it runs.
+
+use candle_core::{bail, Result};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// A model family the decoder runs, from `model_type` (or `architectures`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// Llama 2/3 and compatible (SmolLM, TinyLlama…): optional biases, Llama-3 RoPE scaling.
+    Llama,
+    /// Qwen2 / Qwen2.5: biases on q, k and v.
+    Qwen2,
+    /// Qwen3 (dense): an RMSNorm over each q and k head before RoPE.
+    Qwen3,
+}
+
+impl Family {
+    /// The `model_type` string of the family.
+    pub fn model_type(self) -> &'static str {
+        match self {
+            Family::Llama => "llama",
+            Family::Qwen2 => "qwen2",
+            Family::Qwen3 => "qwen3",
+        }
+    }
+
+    /// The `architectures` entry of the family's causal-LM class.
+    pub fn architecture(self) -> &'static str {
+        match self {
+            Family::Llama => "LlamaForCausalLM",
+            Family::Qwen2 => "Qwen2ForCausalLM",
+            Family::Qwen3 => "Qwen3ForCausalLM",
+        }
+    }
+
+    fn from_model_type(t: &str) -> Option<Self> {
+        match t {
+            "llama" => Some(Family::Llama),
+            "qwen2" => Some(Family::Qwen2),
+            "qwen3" => Some(Family::Qwen3),
+            _ => None,
+        }
+    }
+
+    fn from_architecture(a: &str) -> Option<Self> {
+        [Family::Llama, Family::Qwen2, Family::Qwen3].into_iter().find(|f| f.architecture() == a)
+    }
+}
+
+fn default_eps() -> f64 {
+    1e-6
+}
+fn default_theta() -> f64 {
+    10_000.0
+}
+fn default_max_pos() -> usize {
+    40960
+}
+fn default_act() -> String {
+    "silu".to_string()
+}
+
+/// RoPE frequency scaling (`rope_scaling` in `config.json`); `None` there means plain RoPE.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RopeScaling {
+    /// `rope_type` (or the older `type`); only `"llama3"` is supported.
+    #[serde(alias = "type")]
+    pub rope_type: RopeType,
+    /// Context extension factor.
+    pub factor: f64,
+    /// Wavelengths longer than `original_max_position_embeddings / low_freq_factor` are scaled
+    /// by `1 / factor`.
+    #[serde(default = "one")]
+    pub low_freq_factor: f64,
+    /// Wavelengths shorter than `original_max_position_embeddings / high_freq_factor` are kept.
+    #[serde(default = "four")]
+    pub high_freq_factor: f64,
+    /// The context the model was pretrained with.
+    #[serde(default = "eight_k")]
+    pub original_max_position_embeddings: usize,
+}
+
+fn one() -> f64 {
+    1.0
+}
+fn four() -> f64 {
+    4.0
+}
+fn eight_k() -> usize {
+    8192
+}
+
+/// The RoPE scaling schemes the decoder implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RopeType {
+    /// Llama 3.1's piecewise scaling of the rotary frequencies.
+    Llama3,
+}
+
+/// The fields of a Hugging Face `config.json` that the decoder uses (unknown fields are ignored).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecoderConfig {
+    /// `llama`, `qwen2` or `qwen3`; when absent, `architectures` decides.
+    #[serde(default)]
+    pub model_type: Option<String>,
+    /// E.g. `["Qwen3ForCausalLM"]`.
+    #[serde(default)]
+    pub architectures: Option<Vec<String>>,
+    /// Rows of the token embedding and of the lm_head.
+    pub vocab_size: usize,
+    /// Width of the residual stream.
+    pub hidden_size: usize,
+    /// Width of the SwiGLU MLP (each of gate and up).
+    pub intermediate_size: usize,
+    /// Decoder layers.
+    pub num_hidden_layers: usize,
+    /// Query heads.
+    pub num_attention_heads: usize,
+    /// Key / value heads (grouped-query attention: a divisor of the query heads); the query
+    /// heads when absent.
+    #[serde(default)]
+    pub num_key_value_heads: Option<usize>,
+    /// Per-head dimension; `hidden_size / num_attention_heads` when absent.
+    #[serde(default)]
+    pub head_dim: Option<usize>,
+    /// Epsilon of every RMSNorm (1e-6 when absent).
+    #[serde(default = "default_eps")]
+    pub rms_norm_eps: f64,
+    /// RoPE base frequency (10 000 when absent).
+    #[serde(default = "default_theta")]
+    pub rope_theta: f64,
+    /// RoPE frequency scaling.
+    #[serde(default)]
+    pub rope_scaling: Option<RopeScaling>,
+    /// Longest sequence the RoPE tables cover (40960 when absent); longer prompts are refused.
+    #[serde(default = "default_max_pos")]
+    pub max_position_embeddings: usize,
+    /// The lm_head reuses the token embedding (no `lm_head.weight` in the checkpoint).
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+    /// Biases on the attention projections (Llama: q, k, v and o; Qwen3: q, k, v and o; Qwen2
+    /// always has q, k and v biases, whatever this says).
+    #[serde(default)]
+    pub attention_bias: Option<bool>,
+    /// Biases on the MLP projections (unsupported: must be absent or false).
+    #[serde(default)]
+    pub mlp_bias: bool,
+    /// MLP activation; only `"silu"` is supported (the default).
+    #[serde(default = "default_act")]
+    pub hidden_act: String,
+    /// Beginning-of-sequence token, if the model has one.
+    #[serde(default)]
+    pub bos_token_id: Option<u32>,
+    /// An id or a list of ids.
+    #[serde(default)]
+    pub eos_token_id: Option<serde_json::Value>,
+}
+
+impl DecoderConfig {
+    /// Parses a `config.json` text and checks it (see [`DecoderConfig::validate`]).
+    pub fn from_json(text: &str) -> Result<Self> {
+        let cfg: Self =
+            serde_json::from_str(text).map_err(|e| candle_core::Error::Msg(format!("config.json: {e}")))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Reads and parses a `config.json` file.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| candle_core::Error::Msg(format!("reading {}: {e}", path.display())))?;
+        Self::from_json(&text).map_err(|e| e.context(path.display().to_string()))
+    }
+
+    /// The architecture of `Qwen/Qwen3-32B` (and `-FP8`).
+    pub fn qwen3_32b() -> Self {
+        Self {
+            model_type: Some("qwen3".into()),
+            architectures: Some(vec![Family::Qwen3.architecture().into()]),
+            vocab_size: 151936,
+            hidden_size: 5120,
+            intermediate_size: 25600,
+            num_hidden_layers: 64,
+            num_attention_heads: 64,
+            num_key_value_heads: Some(8),
+            head_dim: Some(128),
+            rms_norm_eps: 1e-6,
+            rope_theta: 1_000_000.0,
+            rope_scaling: None,
+            max_position_embeddings: 40960,
+            tie_word_embeddings: false,
+            attention_bias: Some(false),
+            mlp_bias: false,
+            hidden_act: "silu".into(),
+            bos_token_id: Some(151643),
+            eos_token_id: Some(serde_json::json!(151645)),
+        }
+    }
+
+    /// A tiny Qwen3 architecture over a byte-level vocabulary (the toy model of tests).
+    pub fn tiny() -> Self {
+        Self {
+            vocab_size: 384,
+            hidden_size: 256,
+            intermediate_size: 768,
+            num_hidden_layers: 4,
+            num_attention_heads: 8,
+            num_key_value_heads: Some(2),
+            head_dim: Some(64),
+            max_position_embeddings: 4096,
+            bos_token_id: None,
+            eos_token_id: Some(serde_json::json!(256)),
+            ..Self::qwen3_32b()
+        }
+    }
+
+    /// The model family, from `model_type`, else `architectures`.
+    pub fn family(&self) -> Result<Family> {
+        if let Some(t) = &self.model_type {
+            return Family::from_model_type(t).ok_or_else(|| {
+                candle_core::Error::Msg(format!(
+                    "config.json: model_type {t:?} is not supported (supported: llama, qwen2, qwen3)"
+                ))
+            });
+        }
+        match self.architectures.as_deref() {
+            Some([a, ..]) => Family::from_architecture(a).ok_or_else(|| {
+                candle_core::Error::Msg(format!(
+                    "config.json: architecture {a:?} is not supported (supported: LlamaForCausalLM, \
+                     Qwen2ForCausalLM, Qwen3ForCausalLM)"
+                ))
+            }),
+            _ => bail!("config.json: neither model_type nor architectures says which model this is"),
+        }
+    }
+
+    /// Key / value heads.
+    pub fn kv_heads(&self) -> usize {
+        self.num_key_value_heads.unwrap_or(self.num_attention_heads)
+    }
+
+    /// Per-head dimension.
+    pub fn head_dim(&self) -> usize {
+        self.head_dim.unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
+    }
+
+    /// Whether q, k and v have biases.
+    pub fn qkv_bias(&self) -> Result<bool> {
+        Ok(match self.family()? {
+            Family::Qwen2 => true,
+            Family::Llama | Family::Qwen3 => self.attention_bias.unwrap_or(false),
+        })
+    }
+
+    /// Whether o has a bias.
+    pub fn o_bias(&self) -> Result<bool> {
+        Ok(match self.family()? {
+            Family::Qwen2 => false,
+            Family::Llama | Family::Qwen3 => self.attention_bias.unwrap_or(false),
+        })
+    }
+
+    /// Whether each q and k head is RMS-normalised before RoPE (Qwen3).
+    pub fn qk_norm(&self) -> Result<bool> {
+        Ok(self.family()? == Family::Qwen3)
+    }
+
+    /// The end-of-sequence ids.
+    pub fn eos_ids(&self) -> Vec<u32> {
+        match &self.eos_token_id {
+            Some(serde_json::Value::Number(n)) => n.as_u64().map(|v| vec![v as u32]).unwrap_or_default(),
+            Some(serde_json::Value::Array(a)) => a.iter().filter_map(|v| v.as_u64().map(|v| v as u32)).collect(),
+            _ => vec![],
+        }
+    }
+
+    /// Checks the invariants the decoder relies on, naming the field and its value.
+    pub fn validate(&self) -> Result<()> {
+        self.family()?;
+        let (hq, hkv) = (self.num_attention_heads, self.kv_heads());
+        if hq == 0 || hkv == 0 {
+            bail!("config.json: num_attention_heads ({hq}) and num_key_value_heads ({hkv}) must be > 0")
+        }
+        if hq % hkv != 0 {
+            bail!("config.json: num_attention_heads {hq} is not a multiple of num_key_value_heads {hkv}")
+        }
+        if self.head_dim() == 0 || self.head_dim() % 2 != 0 {
+            bail!("config.json: head_dim {} must be even and > 0 for RoPE", self.head_dim())
+        }
+        if self.hidden_size == 0 || self.intermediate_size == 0 || self.vocab_size == 0 {
+            bail!(
+                "config.json: hidden_size {}, intermediate_size {} and vocab_size {} must be > 0",
+                self.hidden_size,
+                self.intermediate_size,
+                self.vocab_size
+            )
+        }
+        if self.hidden_act != "silu" {
+            bail!("config.json: hidden_act {:?} is not supported (only silu)", self.hidden_act)
+        }
+        if self.mlp_bias {
+            bail!("config.json: mlp_bias = true is not supported")
+        }
+        if let Some(s) = &self.rope_scaling {
+            if !(s.factor > 0.0 && s.low_freq_factor > 0.0 && s.high_freq_factor > s.low_freq_factor) {
+                bail!(
+                    "config.json: rope_scaling needs factor > 0 and high_freq_factor > low_freq_factor > 0, got \
+                     factor {}, low {}, high {}",
+                    s.factor,
+                    s.low_freq_factor,
+                    s.high_freq_factor
+                )
+            }
+        }
+        Ok(())
+    }
+
+    /// Number of parameters in the decoder's linear layers (what is FP8 in a checkpoint).
+    pub fn linear_params(&self) -> usize {
+        let (h, i, d) = (self.hidden_size, self.intermediate_size, self.head_dim());
+        let (hq, hkv) = (self.num_attention_heads, self.kv_heads());
+        (h * (hq + 2 * hkv) * d + hq * d * h + 3 * h * i) * self.num_hidden_layers
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json(extra: &str) -> String {
+        format!(
+            r#"{{"vocab_size": 8, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+                "num_attention_heads": 4, "num_key_value_heads": 2 {extra}}}"#
+        )
+    }
+
+    #[test]
+    fn family_from_model_type_or_architectures() {
+        let f = |extra: &str| DecoderConfig::from_json(&json(extra)).and_then(|c| c.family());
+        assert_eq!(f(r#", "model_type": "llama""#).unwrap(), Family::Llama);
+        assert_eq!(f(r#", "architectures": ["Qwen2ForCausalLM"]"#).unwrap(), Family::Qwen2);
+        assert_eq!(f(r#", "model_type": "qwen3", "architectures": ["LlamaForCausalLM"]"#).unwrap(), Family::Qwen3);
+        let e = f(r#", "model_type": "qwen3_moe""#).unwrap_err().to_string();
+        assert!(e.contains("\"qwen3_moe\"") && e.contains("not supported"), "{e}");
+        let e = f("").unwrap_err().to_string();
+        assert!(e.contains("model_type"), "{e}");
+    }
+
+    #[test]
+    fn biases_by_family() {
+        let c = |extra: &str| DecoderConfig::from_json(&json(extra)).unwrap();
+        let q2 = c(r#", "model_type": "qwen2""#);
+        assert!(q2.qkv_bias().unwrap() && !q2.o_bias().unwrap() && !q2.qk_norm().unwrap());
+        let l = c(r#", "model_type": "llama", "attention_bias": true"#);
+        assert!(l.qkv_bias().unwrap() && l.o_bias().unwrap());
+        let q3 = c(r#", "model_type": "qwen3""#);
+        assert!(!q3.qkv_bias().unwrap() && q3.qk_norm().unwrap());
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let e = |extra: &str| DecoderConfig::from_json(&json(extra)).unwrap_err().to_string();
+        assert!(e(r#", "model_type": "llama", "hidden_act": "gelu""#).contains("\"gelu\""));
+        assert!(e(r#", "model_type": "llama", "mlp_bias": true"#).contains("mlp_bias"));
+        let bad_heads = r#"{"model_type": "llama", "vocab_size": 8, "hidden_size": 16, "intermediate_size": 32,
+            "num_hidden_layers": 1, "num_attention_heads": 3, "num_key_value_heads": 2}"#;
+        let msg = DecoderConfig::from_json(bad_heads).unwrap_err().to_string();
+        assert!(msg.contains('3') && msg.contains('2'), "{msg}");
+        let e2 = e(r#", "model_type": "llama", "rope_scaling": {"rope_type": "yarn", "factor": 4.0}"#);
+        assert!(e2.contains("yarn") || e2.contains("rope_type"), "{e2}");
+    }
+
+    #[test]
+    fn llama3_rope_scaling_parses() {
+        let c = DecoderConfig::from_json(&json(
+            r#", "model_type": "llama", "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}"#,
+        ))
+        .unwrap();
+        assert_eq!(c.rope_scaling.unwrap().rope_type, RopeType::Llama3);
+        assert_eq!(c.kv_heads(), 2);
+        assert_eq!(c.head_dim(), 4);
+    }
+}

@@ -1,0 +1,551 @@
+//! [`DecoderModel`]: the decoder-only transformer of the supported families on
+//! [`Fp8BlockLinear`] (or dense) layers, with a KV cache and last-position (or every-position)
+//! logits.
+
+use super::config::DecoderConfig;
+use super::kv_cache::KvCache;
+use super::layer::{causal_mask, linear_bytes, to_mode, DecoderLayer, Dims, Proj};
+use super::options::{LinearMode, ModelOptions};
+use super::rope::rope_tables;
+use crate::checkpoint::Checkpoint;
+use crate::dispatch::Provider;
+use crate::format::{f32_to_e4m3, num_blocks, BLOCK};
+use crate::linear::{AnyLinear, Fp8BlockLinear};
+use crate::ops::Unreduced;
+use candle_core::{bail, DType, Device, Module, Result, Tensor};
+use candle_nn::VarBuilder;
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng};
+
+/// A decoder-only transformer (Llama, Qwen2 or Qwen3, see [`super::Family`]) with blocked-FP8
+/// (or dequantized dense) linear layers, a KV cache and logits of the last position.
+///
+/// Per layer on the decode path: RMSNorm, one fused q/k/v GEMM, (Qwen3) an RMSNorm over every q
+/// and k head, RoPE, the KV-cache append, grouped-query attention (the query heads of one kv
+/// head folded into rows, K/V never repeated), the o GEMM, a residual add, RMSNorm, one fused
+/// gate/up GEMM, SiLU·up and the down GEMM. With FP8 linears the residual add + RMSNorm +
+/// quantization and SiLU·up + quantization run as one step each (one launch on CUDA), and each
+/// layer's last residual add moves into the next layer's input norm; on CUDA sm_90 a Qwen3
+/// decode step (head_dim 128) runs its attention as one kernel that writes the o projection's
+/// quantized operand ([`ModelOptions::fused_kernels`]).
+#[derive(Debug, Clone)]
+pub struct DecoderModel {
+    cfg: DecoderConfig,
+    embed: Tensor,
+    layers: Vec<DecoderLayer>,
+    norm: Tensor,
+    lm_head: AnyLinear,
+    cos: Tensor,
+    sin: Tensor,
+    unit: Tensor,
+    kv: Vec<KvCache>,
+    capacity_hint: usize,
+    dtype: DType,
+    device: Device,
+    mode: LinearMode,
+    fused: bool,
+}
+
+/// Where the model's tensors come from while building it.
+enum Source<'a> {
+    Checkpoint { vb: VarBuilder<'a>, is_quantized: &'a dyn Fn(&str) -> bool },
+    Random { rng: StdRng },
+}
+
+/// Standard deviation of e4m3 codes drawn uniformly over [-448, 448] (≈ 448/√3).
+const E4M3_UNIFORM_STD: f64 = 258.6;
+
+impl Source<'_> {
+    /// A linear layer `prefix` `[out, in]`.
+    #[allow(clippy::too_many_arguments)]
+    fn linear(&mut self, prefix: &str, in_dim: usize, out_dim: usize, bias: bool, gain: f64, device: &Device, dtype: DType) -> Result<AnyLinear> {
+        match self {
+            Self::Checkpoint { vb, is_quantized } => {
+                let vb = vb.pp(prefix);
+                let has_scales = vb.contains_tensor("weight_scale_inv");
+                let quantized = is_quantized(&vb.prefix()) && has_scales;
+                if !quantized && has_scales {
+                    bail!("{}: has weight_scale_inv but quantization_config lists it as not converted", vb.prefix())
+                }
+                AnyLinear::load(vb.set_dtype(dtype), in_dim, out_dim, bias, quantized)
+            }
+            Self::Random { rng } => {
+                if bias {
+                    bail!("random weights: biases are not supported (attention_bias / a qwen2 architecture)")
+                }
+                Ok(AnyLinear::Fp8(random_fp8(out_dim, in_dim, gain, device, rng)?))
+            }
+        }
+    }
+
+    /// Random weights on a GPU, projections fused: the parts of output widths `outs`
+    /// (multiples of 128) sharing one input of width `in_dim`, generated as one FP8 layer —
+    /// what [`Proj::build`] makes of the parts, without the parts and their concatenation as
+    /// device transients. `None` elsewhere.
+    fn random_fused(&mut self, in_dim: usize, outs: &[usize], bias: bool, fuse: bool, device: &Device) -> Result<Option<Fp8BlockLinear>> {
+        let Self::Random { rng } = self else { return Ok(None) };
+        if !fuse || bias || device.is_cpu() || outs.len() < 2 || outs.iter().any(|o| o % BLOCK != 0) {
+            return Ok(None);
+        }
+        random_fp8(outs.iter().sum(), in_dim, 1.0, device, rng).map(Some)
+    }
+
+    /// A 1-D norm weight (ones for random weights).
+    fn norm(&mut self, name: &str, dim: usize, device: &Device, dtype: DType) -> Result<Tensor> {
+        match self {
+            Self::Checkpoint { vb, .. } => vb.get_with_hints_dtype(dim, name, Default::default(), dtype),
+            Self::Random { .. } => Tensor::ones(dim, dtype, device),
+        }
+    }
+}
+
+/// Uniform in `[-1, 1)`.
+fn uniform_pm1(rng: &mut StdRng) -> f32 {
+    rng.random_range(-1.0f32..1.0)
+}
+
+/// Standard normal (Box–Muller).
+fn normal(rng: &mut StdRng) -> f32 {
+    let u1: f64 = rng.random::<f64>().max(1e-300);
+    let u2: f64 = rng.random();
+    ((-2.0f64 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
+}
+
+fn random_fp8(n: usize, k: usize, gain: f64, device: &Device, rng: &mut StdRng) -> Result<Fp8BlockLinear> {
+    let base = gain / (E4M3_UNIFORM_STD * (k as f64).sqrt());
+    let w = if device.is_cpu() {
+        let v: Vec<crate::F8E4M3> = (0..n * k).map(|_| f32_to_e4m3(uniform_pm1(rng) * 448.0)).collect();
+        Tensor::from_vec(v, (n, k), device)?
+    } else {
+        // Uniform f32 values through the activation quantizer (candle has no e4m3 cast on
+        // CUDA), in row chunks: each group's scale is ≈ 1, so the codes are uniform e4m3 values
+        // and the group scales are dropped.
+        let out = Tensor::zeros((n, k), DType::F8E4M3, device)?;
+        let chunk = ((64usize << 20) / k.max(1)).max(1);
+        let mut r0 = 0;
+        while r0 < n {
+            let r = chunk.min(n - r0);
+            let (q, _) = crate::quant::quantize_activation(&Tensor::rand(-448f32, 448f32, (r, k), device)?)?;
+            out.slice_set(&q, 0, r0)?;
+            r0 += r;
+        }
+        out
+    };
+    let (nb, kb) = (num_blocks(n), num_blocks(k));
+    // Block scales vary log-uniformly over [base/√2, base·√2], so that a wrong scale index
+    // changes the output.
+    let s: Vec<f32> =
+        (0..nb * kb).map(|_| (base * (uniform_pm1(rng).abs() as f64 * 0.5f64.ln().abs() / 2.0).exp()) as f32).collect();
+    Fp8BlockLinear::new(w, Tensor::from_vec(s, (nb, kb), device)?, None)
+}
+
+fn random_normal(shape: (usize, usize), std: f64, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Tensor> {
+    if device.is_cpu() {
+        let v: Vec<f32> = (0..shape.0 * shape.1).map(|_| normal(rng) * std as f32).collect();
+        return Tensor::from_vec(v, shape, device)?.to_dtype(dtype);
+    }
+    // On the device in row chunks, so that a large table never holds a full f32 copy.
+    let (rows, cols) = shape;
+    let chunk = ((32usize << 20) / cols.max(1)).max(1);
+    if chunk >= rows {
+        return Tensor::randn(0f32, std as f32, shape, device)?.to_dtype(dtype);
+    }
+    let out = Tensor::zeros(shape, dtype, device)?;
+    let mut r0 = 0;
+    while r0 < rows {
+        let r = chunk.min(rows - r0);
+        out.slice_set(&Tensor::randn(0f32, std as f32, (r, cols), device)?.to_dtype(dtype)?, 0, r0)?;
+        r0 += r;
+    }
+    Ok(out)
+}
+
+impl DecoderModel {
+    /// Loads the model from a checkpoint `VarBuilder` (root of the checkpoint: names
+    /// `model.layers.N...`, `lm_head.weight`). `is_quantized(module_path)` follows
+    /// `quantization_config.modules_to_not_convert`; a module also loads dense when it has no
+    /// `weight_scale_inv`.
+    pub fn load(cfg: &DecoderConfig, vb: VarBuilder, is_quantized: &dyn Fn(&str) -> bool, opts: &ModelOptions) -> Result<Self> {
+        Self::load_with_progress(cfg, vb, is_quantized, opts, &mut |_, _| {})
+    }
+
+    /// [`DecoderModel::load`] calling `progress(done_layers, total_layers)` as layers load.
+    pub fn load_with_progress(
+        cfg: &DecoderConfig,
+        vb: VarBuilder,
+        is_quantized: &dyn Fn(&str) -> bool,
+        opts: &ModelOptions,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Self> {
+        let device = vb.device().clone();
+        Self::build(cfg, &device, Source::Checkpoint { vb, is_quantized }, opts, progress)
+    }
+
+    /// Loads the model of an opened checkpoint onto `device`: its `config.json`, its weights
+    /// (FP8 where the checkpoint quantized them) in the activation dtype of `opts`.
+    pub fn from_checkpoint(
+        ckpt: &Checkpoint,
+        device: &Device,
+        opts: &ModelOptions,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Self> {
+        let cfg = DecoderConfig::from_json(&ckpt.config_json().to_string())
+            .map_err(|e| e.context(format!("{}", ckpt.dir().join("config.json").display())))?;
+        let vb = ckpt.var_builder(opts.dtype_for(device), device);
+        Self::load_with_progress(&cfg, vb, &|p| ckpt.is_quantized(p), opts, progress)
+    }
+
+    /// The architecture of `cfg` with random FP8 weights generated on `device` (fast even for
+    /// Qwen3-32B). Activations stay well-conditioned: each linear has output ≈ input RMS.
+    /// Timings are meaningful, text is not.
+    pub fn random(cfg: &DecoderConfig, device: &Device, seed: u64, opts: &ModelOptions) -> Result<Self> {
+        Self::random_with_progress(cfg, device, seed, opts, &mut |_, _| {})
+    }
+
+    /// [`DecoderModel::random`] with a progress callback.
+    pub fn random_with_progress(
+        cfg: &DecoderConfig,
+        device: &Device,
+        seed: u64,
+        opts: &ModelOptions,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Self> {
+        if !device.is_cpu() {
+            device.set_seed(seed)?;
+        }
+        Self::build(cfg, device, Source::Random { rng: StdRng::seed_from_u64(seed) }, opts, progress)
+    }
+
+    fn build(cfg: &DecoderConfig, device: &Device, mut src: Source, opts: &ModelOptions, progress: &mut dyn FnMut(usize, usize)) -> Result<Self> {
+        cfg.validate()?;
+        let dtype = opts.dtype_for(device);
+        let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
+        let (hq, hkv, d) = (cfg.num_attention_heads, cfg.kv_heads(), cfg.head_dim());
+        let (qkv_bias, o_bias, qk_norm) = (cfg.qkv_bias()?, cfg.o_bias()?, cfg.qk_norm()?);
+        let dims = Dims { hq, hkv, d, eps: cfg.rms_norm_eps as f32, fused: opts.fused_kernels };
+        let nl = cfg.num_hidden_layers;
+        let embed = match &mut src {
+            Source::Checkpoint { vb, .. } => vb.get_with_hints_dtype((cfg.vocab_size, h), "model.embed_tokens.weight", Default::default(), dtype)?,
+            Source::Random { rng } => random_normal((cfg.vocab_size, h), 1.0, device, dtype, rng)?,
+        };
+        let fp8 = |l: AnyLinear| -> AnyLinear {
+            match (l, opts.fp8) {
+                (AnyLinear::Fp8(f), Some(o)) => AnyLinear::Fp8(f.with_options(&o)),
+                (l, _) => l,
+            }
+        };
+        let out_gain = 1.0 / (nl.max(1) as f64).sqrt();
+        let ones = Tensor::ones(d, dtype, device)?;
+        let mut layers = Vec::with_capacity(nl);
+        progress(0, nl);
+        for l in 0..nl {
+            let p = format!("model.layers.{l}");
+            let lin = |src: &mut Source, name: &str, i_, o_, b_, g| src.linear(&format!("{p}.{name}"), i_, o_, b_, g, device, dtype);
+            let m = |x: AnyLinear| to_mode(fp8(x), opts.mode, dtype);
+            // Projections sharing an input: random weights on a GPU are generated fused (one
+            // buffer, no concatenation transients); otherwise part by part, then fused.
+            let proj = |src: &mut Source, names: &[&str], outs: &[usize], bias: bool| -> Result<Proj> {
+                if let Some(fused) = src.random_fused(h, outs, bias, opts.fuse_projections, device)? {
+                    return Ok(Proj::Fused(m(AnyLinear::Fp8(fused))?, outs.to_vec()));
+                }
+                let parts = names.iter().zip(outs).map(|(name, &o)| m(lin(src, name, h, o, bias, 1.0)?)).collect::<Result<Vec<_>>>()?;
+                Proj::build(parts, opts.fuse_projections)
+            };
+            let qkv = proj(&mut src, &["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"], &[hq * d, hkv * d, hkv * d], qkv_bias)?;
+            let o = lin(&mut src, "self_attn.o_proj", hq * d, h, o_bias, out_gain)?;
+            let gate_up = proj(&mut src, &["mlp.gate_proj", "mlp.up_proj"], &[i, i], false)?;
+            let down = lin(&mut src, "mlp.down_proj", i, h, false, out_gain)?;
+            let (q_norm, k_norm) = if qk_norm {
+                (src.norm(&format!("{p}.self_attn.q_norm.weight"), d, device, dtype)?, src.norm(&format!("{p}.self_attn.k_norm.weight"), d, device, dtype)?)
+            } else {
+                (ones.clone(), ones.clone())
+            };
+            let input_norm = src.norm(&format!("{p}.input_layernorm.weight"), h, device, dtype)?;
+            let post_norm = src.norm(&format!("{p}.post_attention_layernorm.weight"), h, device, dtype)?;
+            layers.push(DecoderLayer {
+                input_norm,
+                post_norm,
+                qkv,
+                o: m(o)?,
+                qk_norm,
+                qk_weight: DecoderLayer::qk_weights(&q_norm, &k_norm, dims)?,
+                gate_up,
+                down: m(down)?,
+            });
+            progress(l + 1, nl);
+        }
+        let norm = src.norm("model.norm.weight", h, device, dtype)?;
+        let lm_head = if cfg.tie_word_embeddings {
+            AnyLinear::Dense(candle_nn::Linear::new(embed.clone(), None))
+        } else {
+            match &mut src {
+                Source::Checkpoint { .. } => to_mode(fp8(src.linear("lm_head", h, cfg.vocab_size, false, 1.0, device, dtype)?), opts.mode, dtype)?,
+                Source::Random { rng } => {
+                    AnyLinear::Dense(candle_nn::Linear::new(random_normal((cfg.vocab_size, h), 1.0 / (h as f64).sqrt(), device, dtype, rng)?, None))
+                }
+            }
+        };
+        let (cos, sin) = rope_tables(cfg, device, dtype)?;
+        Ok(Self {
+            cfg: cfg.clone(),
+            embed,
+            layers,
+            norm,
+            lm_head,
+            cos,
+            sin,
+            unit: ones,
+            kv: vec![KvCache::default(); nl],
+            capacity_hint: 0,
+            dtype,
+            device: device.clone(),
+            mode: opts.mode,
+            fused: opts.fused_kernels,
+        })
+    }
+
+    /// A copy of this model whose FP8 linears are dequantized into dense layers of the
+    /// activation dtype (the bf16 baseline: measures the FP8 format's effect), sharing the
+    /// embeddings and norms. Its KV cache starts empty.
+    pub fn to_dense(&self) -> Result<Self> {
+        let dtype = self.dtype;
+        self.map_linears(&|l| to_mode(l, LinearMode::Bf16, dtype), LinearMode::Bf16)
+    }
+
+    /// A copy of this model whose FP8 linears run [`Fp8BlockLinear::forward_reference`] (the same
+    /// quantized activations and weights, dequantized and multiplied in f32) with the fused
+    /// kernels off: it differs from this model only in the GEMMs and in the fused kernels' own
+    /// documented roundings. It shares every weight with `self`; its KV cache starts empty.
+    pub fn to_reference(&self) -> Result<Self> {
+        let f = |l: AnyLinear| {
+            Ok(match l {
+                AnyLinear::Fp8(f) => AnyLinear::Fp8Reference(f),
+                l => l,
+            })
+        };
+        self.map_linears(&f, self.mode)
+    }
+
+    fn map_linears(&self, f: &dyn Fn(AnyLinear) -> Result<AnyLinear>, mode: LinearMode) -> Result<Self> {
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| {
+                Ok(DecoderLayer {
+                    qkv: l.qkv.clone().map(f)?,
+                    o: f(l.o.clone())?,
+                    gate_up: l.gate_up.clone().map(f)?,
+                    down: f(l.down.clone())?,
+                    ..l.clone()
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self { layers, lm_head: f(self.lm_head.clone())?, kv: vec![KvCache::default(); self.kv.len()], mode, ..self.clone() })
+    }
+
+    /// A copy of this model (sharing every weight, with an empty KV cache) whose fused decode
+    /// kernels are on or off ([`ModelOptions::fused_kernels`]).
+    pub fn with_fused_kernels(&self, on: bool) -> Self {
+        Self { fused: on, kv: vec![KvCache::default(); self.kv.len()], ..self.clone() }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DecoderConfig {
+        &self.cfg
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Activation dtype.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// How the linears compute.
+    pub fn mode(&self) -> LinearMode {
+        self.mode
+    }
+
+    /// Whether the fused decode kernels may run ([`ModelOptions::fused_kernels`]).
+    pub fn fused_kernels(&self) -> bool {
+        self.fused
+    }
+
+    /// Number of layers that take the fused elementwise path (0 with the fused kernels off).
+    pub fn fused_elementwise_layers(&self) -> Result<usize> {
+        if !self.fused {
+            return Ok(0);
+        }
+        let mut n = 0;
+        for l in &self.layers {
+            n += l.fused_eligible()? as usize;
+        }
+        Ok(n)
+    }
+
+    /// Whether q/k/v and gate/up run as one GEMM each (in every layer).
+    pub fn projections_fused(&self) -> bool {
+        self.layers.iter().all(|l| l.qkv.is_fused() && l.gate_up.is_fused())
+    }
+
+    /// Kinds of the decoder's linear layers, one string per module as loaded: `"fp8"`,
+    /// `"fp8-reference"` or `"dense"`, keyed by `layer.module` (`0.qkv`, `0.o`, `0.gate_up`,
+    /// `0.down`, …, `lm_head`).
+    pub fn linear_kinds(&self) -> Vec<(String, &'static str)> {
+        self.linears()
+            .into_iter()
+            .map(|(n, l)| {
+                let kind = match l {
+                    AnyLinear::Fp8(_) => "fp8",
+                    AnyLinear::Fp8Reference(_) => "fp8-reference",
+                    AnyLinear::Dense(_) => "dense",
+                };
+                (n, kind)
+            })
+            .collect()
+    }
+
+    /// The GEMM provider of every FP8 linear layer (chosen on first use), keyed as
+    /// [`DecoderModel::linear_kinds`].
+    pub fn fp8_providers(&self) -> Result<Vec<(String, Provider)>> {
+        let mut out = Vec::new();
+        for (n, l) in self.linears() {
+            if let AnyLinear::Fp8(f) | AnyLinear::Fp8Reference(f) = l {
+                out.push((n, f.provider()?));
+            }
+        }
+        Ok(out)
+    }
+
+    fn linears(&self) -> Vec<(String, &AnyLinear)> {
+        let mut out = Vec::new();
+        for (i, l) in self.layers.iter().enumerate() {
+            for (name, p) in [("qkv", &l.qkv), ("gate_up", &l.gate_up)] {
+                for (j, x) in p.layers().into_iter().enumerate() {
+                    let n = if p.is_fused() { format!("{i}.{name}") } else { format!("{i}.{name}[{j}]") };
+                    out.push((n, x));
+                }
+            }
+            out.push((format!("{i}.o"), &l.o));
+            out.push((format!("{i}.down"), &l.down));
+        }
+        out.push(("lm_head".into(), &self.lm_head));
+        out
+    }
+
+    /// `(fp8 bytes incl. scales, dense linear bytes, embedding + norm bytes)` of the weights.
+    pub fn weight_bytes(&self) -> (usize, usize, usize) {
+        let (mut f, mut dn) = (0, 0);
+        for (name, l) in self.linears() {
+            if name == "lm_head" && self.cfg.tie_word_embeddings {
+                continue;
+            }
+            let (a, b) = linear_bytes(l);
+            f += a;
+            dn += b;
+        }
+        let es = self.dtype.size_in_bytes();
+        let other = self.embed.elem_count() * es + (self.layers.len() * 2 + 1) * self.cfg.hidden_size * es;
+        (f, dn, other)
+    }
+
+    /// Bytes of KV cache currently allocated.
+    pub fn kv_cache_bytes(&self) -> usize {
+        self.kv.iter().map(|c| c.k.as_ref().map(|k| 2 * k.elem_count() * k.dtype().size_in_bytes()).unwrap_or(0)).sum()
+    }
+
+    /// Preallocation hint: the KV cache is sized for `max_seq_len` positions at the first
+    /// forward (it still grows if a sequence goes beyond).
+    pub fn set_kv_capacity(&mut self, max_seq_len: usize) {
+        self.capacity_hint = max_seq_len;
+    }
+
+    /// Forgets the cached keys/values (the buffers are kept for reuse).
+    pub fn clear_kv_cache(&mut self) {
+        for c in &mut self.kv {
+            c.len = 0;
+        }
+    }
+
+    /// Number of positions in the KV cache.
+    pub fn kv_len(&self) -> usize {
+        self.kv.first().map(|c| c.len).unwrap_or(0)
+    }
+
+    /// Runs `input_ids` `[B, T]` (u32, any device) at positions `seqlen_offset..+T` and returns
+    /// the logits of the last position, f32 `[B, vocab]`.
+    pub fn forward(&mut self, input_ids: &Tensor, seqlen_offset: usize) -> Result<Tensor> {
+        self.forward_logits(input_ids, seqlen_offset)?.to_dtype(DType::F32)
+    }
+
+    /// [`Self::forward`] with the logits in the lm_head's output dtype (bf16 on CUDA): a greedy
+    /// sampler takes their argmax directly, without an f32 copy of `[B, vocab]`.
+    pub fn forward_logits(&mut self, input_ids: &Tensor, seqlen_offset: usize) -> Result<Tensor> {
+        let (b, t) = input_ids.dims2()?;
+        let x = self.forward_hidden(input_ids, seqlen_offset)?;
+        let x = if t > 1 { x.reshape((b, t, self.cfg.hidden_size))?.narrow(1, t - 1, 1)?.squeeze(1)?.contiguous()? } else { x };
+        let x = candle_nn::ops::rms_norm(&x, &self.norm, self.cfg.rms_norm_eps as f32)?;
+        self.lm_head.forward(&x)
+    }
+
+    /// The logits of every position, f32 `[B, T, vocab]` (for evaluation: perplexity, KL).
+    pub fn forward_all(&mut self, input_ids: &Tensor, seqlen_offset: usize) -> Result<Tensor> {
+        let (b, t) = input_ids.dims2()?;
+        let x = self.forward_hidden(input_ids, seqlen_offset)?;
+        let x = candle_nn::ops::rms_norm(&x, &self.norm, self.cfg.rms_norm_eps as f32)?;
+        self.lm_head.forward(&x)?.to_dtype(DType::F32)?.reshape((b, t, self.cfg.vocab_size))
+    }
+
+    /// The final residual stream `[B·T, hidden]` (before the last norm).
+    fn forward_hidden(&mut self, input_ids: &Tensor, seqlen_offset: usize) -> Result<Tensor> {
+        let (b, t) = input_ids.dims2()?;
+        if t == 0 || b == 0 {
+            bail!("decoder: input_ids must be non-empty, got shape [{b}, {t}]")
+        }
+        let max = self.cos.dim(0)?;
+        if seqlen_offset + t > max {
+            bail!(
+                "decoder: positions up to {} exceed the model's max_position_embeddings {max} ({} cached + {t} new)",
+                seqlen_offset + t,
+                seqlen_offset
+            )
+        }
+        let cfg = &self.cfg;
+        let dims = Dims {
+            hq: cfg.num_attention_heads,
+            hkv: cfg.kv_heads(),
+            d: cfg.head_dim(),
+            eps: cfg.rms_norm_eps as f32,
+            fused: self.fused,
+        };
+        if seqlen_offset == 0 {
+            // A new sequence: every layer's KV cache first, so that the caches do not share
+            // memory-pool chunks with the prefill's transient activations (a chunk with one live
+            // cache in it cannot go back to the device after the prefill).
+            for c in &mut self.kv {
+                c.reserve((b, dims.hkv, t, dims.d), self.dtype, &self.device, 0, self.capacity_hint)?;
+            }
+        }
+        let ids = input_ids.to_device(&self.device)?.to_dtype(DType::U32)?.flatten_all()?;
+        let mut x = self.embed.index_select(&ids, 0)?; // [B*T, H]
+        let cos = self.cos.narrow(0, seqlen_offset, t)?;
+        let sin = self.sin.narrow(0, seqlen_offset, t)?;
+        let mask = if t > 1 { Some(causal_mask(t, seqlen_offset, dims.hq / dims.hkv, &self.device, self.dtype)?) } else { None };
+        let hint = self.capacity_hint;
+        // A fused layer leaves its MLP output pending: the next layer adds it in its input norm.
+        let mut pending: Option<Unreduced> = None;
+        for (layer, cache) in self.layers.iter().zip(self.kv.iter_mut()) {
+            let rope = (&cos, &sin);
+            let (nx, p) = layer.forward(&x, pending.as_ref(), self.fused, b, t, seqlen_offset, rope, mask.as_ref(), &self.unit, cache, hint, dims)?;
+            (x, pending) = (nx, p);
+        }
+        if let Some(p) = pending {
+            let p = p.reduce()?.to_dtype(x.dtype())?;
+            x = (x + p)?;
+        }
+        Ok(x)
+    }
+}

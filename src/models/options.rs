@@ -1,0 +1,85 @@
+//! How a [`DecoderModel`](super::DecoderModel) is built and runs.
+
+use crate::dispatch::Fp8Options;
+use candle_core::{DType, Device};
+
+/// How the decoder's linear layers compute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinearMode {
+    /// Blocked-FP8 GEMMs (activations quantized per token per 128).
+    Fp8,
+    /// The baseline: weights dequantized once at load into dense layers in the model's
+    /// activation dtype (bf16 on CUDA, f32 on the CPU), plain matmuls.
+    Bf16,
+}
+
+impl std::str::FromStr for LinearMode {
+    type Err = String;
+
+    /// `fp8`, or `bf16` (also `dense`, `dequant`).
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "fp8" => Ok(Self::Fp8),
+            "bf16" | "dense" | "dequant" => Ok(Self::Bf16),
+            o => Err(format!("unknown linear mode {o:?} (expected fp8 or bf16)")),
+        }
+    }
+}
+
+/// Options for building a [`DecoderModel`](super::DecoderModel).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ModelOptions {
+    /// FP8 GEMMs or the dequantized dense baseline.
+    pub mode: LinearMode,
+    /// Fuse q/k/v and gate/up into one GEMM each (default). `false` keeps one layer per
+    /// checkpoint module.
+    pub fuse_projections: bool,
+    /// Activation / dense-weight dtype; `None`: bf16 on CUDA, f32 on the CPU.
+    pub dtype: Option<DType>,
+    /// The FP8 layers' options (GEMM backend); `None`: [`Fp8Options::from_env`].
+    pub fp8: Option<Fp8Options>,
+    /// Run the decode step's fused kernels where they apply (default): residual add + RMSNorm +
+    /// quantization and SiLU·up + quantization as one step each, and on CUDA sm_90 the decode
+    /// attention as one kernel. `false`: the composed candle ops (the same numbers up to the
+    /// documented roundings; for comparisons).
+    pub fused_kernels: bool,
+}
+
+impl Default for ModelOptions {
+    fn default() -> Self {
+        Self { mode: LinearMode::Fp8, fuse_projections: true, dtype: None, fp8: None, fused_kernels: true }
+    }
+}
+
+impl ModelOptions {
+    /// Default options with `mode`.
+    pub fn with_mode(mode: LinearMode) -> Self {
+        Self { mode, ..Self::default() }
+    }
+
+    /// These options with the activation dtype set.
+    pub fn dtype(self, dtype: DType) -> Self {
+        Self { dtype: Some(dtype), ..self }
+    }
+
+    /// These options with q/k/v and gate/up kept as separate GEMMs (`false`) or fused (`true`).
+    pub fn fuse_projections(self, on: bool) -> Self {
+        Self { fuse_projections: on, ..self }
+    }
+
+    /// These options with the fused decode kernels on or off.
+    pub fn fused_kernels(self, on: bool) -> Self {
+        Self { fused_kernels: on, ..self }
+    }
+
+    /// These options with the FP8 layers' options set.
+    pub fn fp8(self, fp8: Fp8Options) -> Self {
+        Self { fp8: Some(fp8), ..self }
+    }
+
+    /// The activation dtype on `device`.
+    pub fn dtype_for(&self, device: &Device) -> DType {
+        self.dtype.unwrap_or(if device.is_cpu() { DType::F32 } else { DType::BF16 })
+    }
+}
