@@ -61,7 +61,8 @@ fn default_act() -> String {
     "silu".to_string()
 }
 
-/// RoPE frequency scaling (`rope_scaling` in `config.json`); `None` there means plain RoPE.
+/// RoPE frequency scaling (`rope_scaling`, or `rope_parameters` in newer `config.json`s);
+/// absent, `null` or `rope_type: "default"` means plain RoPE.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct RopeScaling {
     /// `rope_type` (or the older `type`); only `"llama3"` is supported.
@@ -128,10 +129,11 @@ pub struct DecoderConfig {
     /// Epsilon of every RMSNorm (1e-6 when absent).
     #[serde(default = "default_eps")]
     pub rms_norm_eps: f64,
-    /// RoPE base frequency (10 000 when absent).
+    /// RoPE base frequency (from `rope_parameters.rope_theta` when only that is given; 10 000
+    /// when absent).
     #[serde(default = "default_theta")]
     pub rope_theta: f64,
-    /// RoPE frequency scaling.
+    /// RoPE frequency scaling (see [`RopeScaling`]).
     #[serde(default)]
     pub rope_scaling: Option<RopeScaling>,
     /// Longest sequence the RoPE tables cover (40960 when absent); longer prompts are refused.
@@ -161,8 +163,32 @@ pub struct DecoderConfig {
 impl DecoderConfig {
     /// Parses a `config.json` text and checks it (see [`DecoderConfig::validate`]).
     pub fn from_json(text: &str) -> Result<Self> {
-        let cfg: Self =
-            serde_json::from_str(text).map_err(|e| candle_core::Error::Msg(format!("config.json: {e}")))?;
+        let bad = |e: serde_json::Error| candle_core::Error::Msg(format!("config.json: {e}"));
+        let mut v: serde_json::Value = serde_json::from_str(text).map_err(bad)?;
+        if let Some(obj) = v.as_object_mut() {
+            // Newer transformers write `rope_parameters` (theta and scaling together); a
+            // scaling of type "default" is plain RoPE.
+            let params = obj.get("rope_parameters").cloned().filter(|p| p.is_object());
+            if let Some(p) = &params {
+                if !obj.contains_key("rope_theta") {
+                    if let Some(t) = p.get("rope_theta") {
+                        obj.insert("rope_theta".into(), t.clone());
+                    }
+                }
+            }
+            let scaling = obj.get("rope_scaling").cloned().filter(|s| !s.is_null()).or(params);
+            let kind = scaling.as_ref().and_then(|s| s.get("rope_type").or_else(|| s.get("type"))).and_then(|t| t.as_str()).map(str::to_owned);
+            match (kind.as_deref(), scaling) {
+                (None | Some("default"), _) => {
+                    obj.insert("rope_scaling".into(), serde_json::Value::Null);
+                }
+                (Some("llama3"), Some(s)) => {
+                    obj.insert("rope_scaling".into(), s);
+                }
+                (Some(other), _) => bail!("config.json: rope_scaling type {other:?} is not supported (supported: llama3)"),
+            }
+        }
+        let cfg: Self = serde_json::from_value(v).map_err(bad)?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -370,7 +396,7 @@ mod tests {
         let msg = DecoderConfig::from_json(bad_heads).unwrap_err().to_string();
         assert!(msg.contains('3') && msg.contains('2'), "{msg}");
         let e2 = e(r#", "model_type": "llama", "rope_scaling": {"rope_type": "yarn", "factor": 4.0}"#);
-        assert!(e2.contains("yarn") || e2.contains("rope_type"), "{e2}");
+        assert!(e2.contains("\"yarn\"") && e2.contains("not supported"), "{e2}");
     }
 
     #[test]
@@ -383,5 +409,13 @@ mod tests {
         assert_eq!(c.rope_scaling.unwrap().rope_type, RopeType::Llama3);
         assert_eq!(c.kv_heads(), 2);
         assert_eq!(c.head_dim(), 4);
+        // transformers 5: theta and scaling in rope_parameters; "default" is plain RoPE.
+        let c = DecoderConfig::from_json(&json(
+            r#", "model_type": "llama", "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0}"#,
+        ))
+        .unwrap();
+        assert_eq!((c.rope_theta, c.rope_scaling.unwrap().factor), (500000.0, 8.0));
+        let c = DecoderConfig::from_json(&json(r#", "model_type": "qwen3", "rope_scaling": {"rope_type": "default"}, "rope_theta": 7.0"#)).unwrap();
+        assert_eq!((c.rope_theta, c.rope_scaling), (7.0, None));
     }
 }

@@ -1,5 +1,7 @@
-//! Qwen3 on Fp8BlockLinear, on the CPU with tiny checkpoints written through our own
-//! quantization path and loaded through the real checkpoint loader.
+//! The decoder models on the CPU: tiny checkpoints written through our own quantization path
+//! and loaded through the real checkpoint loader, and — the reference that is not the model
+//! itself — Hugging Face transformers' logits of tiny Llama / Qwen2 / Qwen3 models and of an FP8
+//! checkpoint written by torch (tests/fixtures).
 
 use candle_core::{DType, Device, Result, Tensor};
 use candle_fp8::checkpoint::Checkpoint;
@@ -307,5 +309,132 @@ fn generate_matches_a_plain_loop_and_stops_at_eos() -> Result<()> {
 
     let none = generate(&mut model, &prompt(), 2, 0, &mut Sampler::greedy(), &[], &mut |_, _| panic!("no step"))?;
     assert!(none.tokens.iter().all(|t| t.is_empty()) && none.step_times.is_empty());
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Against Hugging Face transformers (tests/fixtures, written by tests/fixtures/make_fixtures.py)
+// ---------------------------------------------------------------------------------------------
+
+/// A fixture model directory and its `reference.json`.
+fn fixture(name: &str) -> Result<(std::path::PathBuf, serde_json::Value)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
+    let text = std::fs::read_to_string(dir.join("reference.json"))?;
+    Ok((dir, serde_json::from_str(&text).map_err(candle_core::Error::wrap)?))
+}
+
+fn u32s(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array().expect("an array").iter().map(|x| x.as_u64().expect("an id") as u32).collect()
+}
+
+/// `reference.json`'s `logits` `[T, vocab]` as f32 (the values round-trip through f32).
+fn ref_logits(r: &serde_json::Value) -> Vec<Vec<f32>> {
+    r["logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect())
+        .collect()
+}
+
+/// Max |a − b| over a position's logits, and the reference's rms there.
+fn row_diff(a: &[f32], b: &[f32]) -> (f32, f32) {
+    let d = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    let rms = (b.iter().map(|y| y * y).sum::<f32>() / b.len() as f32).sqrt();
+    (d, rms)
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    v.iter().enumerate().fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &x)| if x > bv { (i, x) } else { (bi, bv) }).0 as u32
+}
+
+/// The logits of every position of `ids` through the model: one prefill of the first half,
+/// then one decode step per remaining id (so the KV-cache path is what is compared).
+fn prefill_then_steps(model: &mut DecoderModel, ids: &[u32]) -> Result<Vec<Vec<f32>>> {
+    model.clear_kv_cache();
+    let half = ids.len() / 2;
+    let all = model.forward_all(&Tensor::new(&ids[..half], &Device::Cpu)?.unsqueeze(0)?, 0)?;
+    let mut out: Vec<Vec<f32>> = all.squeeze(0)?.to_vec2::<f32>()?;
+    for (i, &t) in ids.iter().enumerate().skip(half) {
+        out.push(model.forward(&Tensor::new(&[t], &Device::Cpu)?.unsqueeze(0)?, i)?.squeeze(0)?.to_vec1::<f32>()?);
+    }
+    Ok(out)
+}
+
+/// The dense f32 model equals transformers' float32 forward on tiny random Llama (Llama 3 RoPE
+/// scaling over all three frequency bands, tied embeddings, GQA 2:1, head_dim 64), Qwen2 (q/k/v
+/// biases, hidden 192: K % 128 = 64) and Qwen3 (q/k norms, head_dim 128 ≠ hidden / heads), at
+/// every position, through the prefill and the KV-cache steps; greedy continuations agree.
+///
+/// Tolerance: both sides compute in f32 and differ only in summation order. The logits are
+/// O(1) sums over a 2-layer network of width ≤ 192: each dot product of length ≤ 192 carries an
+/// order-dependent error of at most ~192 · 2^-24 relative to the sum of |terms|, which through
+/// two layers stays below 1e-4 of the logit scale; 2e-4 · (rms + 1) is a factor of 2 above that,
+/// while a wrong RoPE base, a missing bias, a skipped q/k norm or a GQA mix-up moves logits by
+/// ≥ 1e-2 (the fixtures' randomised norms and biases make each of those visible).
+#[test]
+fn tiny_models_match_transformers() -> Result<()> {
+    for name in ["tiny-llama", "tiny-qwen2", "tiny-qwen3"] {
+        let (dir, r) = fixture(name)?;
+        let ck = Checkpoint::open(&dir)?;
+        let mut model = DecoderModel::from_checkpoint(&ck, &Device::Cpu, &ModelOptions::default(), &mut |_, _| {})?;
+        assert!(model.linear_kinds().iter().all(|(_, k)| *k == "dense"), "{name}: an f32 checkpoint loads dense");
+        let ids = u32s(&r["input_ids"]);
+        let want = ref_logits(&r);
+        let got = prefill_then_steps(&mut model, &ids)?;
+        for (pos, (g, w)) in got.iter().zip(&want).enumerate() {
+            let (d, rms) = row_diff(g, w);
+            assert!(d <= 2e-4 * (rms + 1.0), "{name} position {pos}: max |Δlogit| {d} (reference rms {rms})");
+            assert_eq!(argmax(g), argmax(w), "{name} position {pos}");
+        }
+        let gen = generate(&mut model, &ids, 1, 8, &mut Sampler::greedy(), &[], &mut |_, _| {})?;
+        assert_eq!(gen.tokens[0], u32s(&r["greedy_new_ids"]), "{name}: greedy continuation");
+    }
+    Ok(())
+}
+
+/// The FP8 checkpoint written by torch (two shards, bf16 and f32 scales, partial edge blocks,
+/// lm_head unconverted) against transformers running its dequantized weights in float32:
+///
+/// - dequantized dense path (`LinearMode::Bf16` on the CPU keeps f32): the same weights, so the
+///   f32 summation-order bound of `tiny_models_match_transformers` applies;
+/// - FP8 path (activations quantized per token per 128): each GEMM input is rounded to e4m3 (3
+///   mantissa bits: relative error uniform in ±2^-4, rms 2^-4/√3 ≈ 0.036 per element, and the
+///   dot products inherit ≈ that relative rms). The 2 layers × 4 GEMMs add up (independently)
+///   to ≈ 0.036 · √8 ≈ 0.10 of the logit rms; the bound is 0.2 of the rms, and the top-1 must
+///   agree wherever the reference's top-2 gap is wider than 3σ of that error.
+#[test]
+fn fp8_checkpoint_written_by_torch_matches_transformers() -> Result<()> {
+    let (dir, r) = fixture("tiny-qwen3-fp8")?;
+    let ck = Checkpoint::open(&dir)?;
+    let ids = u32s(&r["input_ids"]);
+    let want = ref_logits(&r);
+    let mut fp8 = DecoderModel::from_checkpoint(&ck, &Device::Cpu, &ModelOptions::default(), &mut |_, _| {})?;
+    let kinds: HashMap<String, &str> = fp8.linear_kinds().into_iter().collect();
+    assert_eq!((kinds["0.qkv"], kinds["1.down"], kinds["lm_head"]), ("fp8", "fp8", "dense"));
+    let mut dense = fp8.to_dense()?;
+    for (pos, (g, w)) in prefill_then_steps(&mut dense, &ids)?.iter().zip(&want).enumerate() {
+        let (d, rms) = row_diff(g, w);
+        assert!(d <= 2e-4 * (rms + 1.0), "dequantized, position {pos}: max |Δlogit| {d} (rms {rms})");
+    }
+    let got = prefill_then_steps(&mut fp8, &ids)?;
+    let gaps: Vec<f64> = r["top2_gap"].as_array().unwrap().iter().map(|g| g.as_f64().unwrap()).collect();
+    let (mut sq, mut n, mut checked) = (0f64, 0usize, 0usize);
+    for (pos, (g, w)) in got.iter().zip(&want).enumerate() {
+        let (_, rms) = row_diff(g, w);
+        let e: f64 = g.iter().zip(w).map(|(x, y)| ((x - y) as f64).powi(2)).sum::<f64>() / g.len() as f64;
+        sq += e / (rms as f64).powi(2);
+        n += 1;
+        // Top-1 must agree where the reference's top-2 gap exceeds 3σ of the difference of two
+        // logits' errors (σ = 0.1 · rms per logit, as derived above): 3 · √2 · 0.1 · rms.
+        if gaps[pos] > 3.0 * 2f64.sqrt() * 0.1 * rms as f64 {
+            assert_eq!(argmax(g), argmax(w), "FP8 activations, position {pos} (reference gap {})", gaps[pos]);
+            checked += 1;
+        }
+    }
+    assert!(checked >= n / 2, "only {checked} of {n} positions have a gap wide enough to judge top-1");
+    let rel = (sq / n as f64).sqrt();
+    eprintln!("FP8 activations vs transformers (dequantized weights): rms |Δlogit| / rms logit = {rel:.4}, top-1 judged at {checked}/{n}");
+    assert!(rel <= 0.2, "FP8 activations: rms |Δlogit| / rms logit = {rel:.4}");
     Ok(())
 }
