@@ -113,6 +113,27 @@ pub fn calc_diff_slices(out: &[f64], reference: &[f64]) -> f64 {
     1.0 - 2.0 * xy / (xx + yy)
 }
 
+/// `x` rounded to the nearest bf16 (ties to even) from its full f64 value: the correctly rounded
+/// result. (`half::bf16::from_f64` goes through f32 first, a double rounding that moves values
+/// just off a bf16 tie onto it.) Overflow goes to ±∞, NaN stays NaN.
+pub fn bf16_round_f64(x: f64) -> f64 {
+    if !x.is_finite() || x == 0.0 {
+        return x;
+    }
+    // bf16 has 8 significant bits; below 2^-126 its spacing is fixed at 2^-133 (subnormals).
+    let e = x.abs().log2().floor() as i32;
+    let ulp = 2f64.powi(e.max(-126) - 7);
+    let q = x / ulp;
+    let r = q.round();
+    let r = if (q - q.trunc()).abs() == 0.5 && r % 2.0 != 0.0 { r - q.signum() } else { r };
+    let y = r * ulp;
+    if y.abs() > 3.389_531_389_251_535_5e38 {
+        f64::INFINITY.copysign(x)
+    } else {
+        y
+    }
+}
+
 /// How far a bf16 output is from the exact product, in units of the bf16 ulp of the exact
 /// value's binade (see [`rounding_stats`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -144,7 +165,7 @@ pub fn rounding_stats(out: &[f32], exact: &[f64]) -> Result<RoundingStats> {
     }
     let (mut off, mut sum, mut sq, mut max) = (0usize, 0f64, 0f64, 0f64);
     for (&o, &e) in out.iter().zip(exact) {
-        if o as f64 != half::bf16::from_f64(e).to_f64() {
+        if o as f64 != bf16_round_f64(e) {
             off += 1;
         }
         let u = (o as f64 - e) / bf16_ulp(e);
@@ -159,6 +180,21 @@ pub fn rounding_stats(out: &[f32], exact: &[f64]) -> Result<RoundingStats> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bf16_rounding_from_f64_is_correct_at_ties_and_just_off_them() {
+        let one_ulp = 2f64.powi(-7);
+        // 1 + ulp/2 is a tie: to even (1.0); a hair above goes up (f32 rounding would lose it).
+        assert_eq!(bf16_round_f64(1.0 + one_ulp / 2.0), 1.0);
+        assert_eq!(bf16_round_f64(1.0 + one_ulp / 2.0 + 1e-12), 1.0 + one_ulp);
+        assert_eq!(bf16_round_f64(1.0 + 1.5 * one_ulp), 1.0 + 2.0 * one_ulp);
+        assert_eq!(bf16_round_f64(-(1.0 + one_ulp / 2.0 + 1e-12)), -(1.0 + one_ulp));
+        for &x in &[0.1f64, -3.7, 448.0, 1e-30, 6.5e4] {
+            // Agrees with half's rounding away from ties.
+            assert_eq!(bf16_round_f64(x), half::bf16::from_f64(x).to_f64(), "{x}");
+        }
+        assert_eq!(bf16_round_f64(4e38), f64::INFINITY);
+    }
 
     #[test]
     fn rounding_stats_count_ulps_of_the_exact_binade() {
