@@ -263,7 +263,7 @@ thread_local! {
 }
 
 /// The configuration forced on the calling thread ([`crate::testing::with_gemm_config`]).
-#[cfg(feature = "test-utils")]
+#[cfg(all(feature = "cuda", feature = "test-utils"))]
 pub(crate) fn config_override() -> Option<GemmConfig> {
     CONFIG_OVERRIDE.with(|c| c.get())
 }

@@ -7,7 +7,7 @@ use super::kv_cache::KvCache;
 use super::layer::{causal_mask, linear_bytes, to_mode, DecoderLayer, Dims, Proj};
 use super::options::{LinearMode, ModelOptions};
 use super::rope::rope_tables;
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, GgufCheckpoint};
 use crate::dispatch::Provider;
 use crate::format::{f32_to_e4m3, num_blocks, BLOCK};
 use crate::linear::{AnyLinear, Fp8BlockLinear};
@@ -193,6 +193,20 @@ impl DecoderModel {
             .map_err(|e| e.context(format!("{}", ckpt.dir().join("config.json").display())))?;
         let vb = ckpt.var_builder(opts.dtype_for(device), device);
         Self::load_with_progress(&cfg, vb, &|p| ckpt.is_quantized(p), opts, progress)
+    }
+
+    /// Loads a GGUF file's model with its weights dequantized (from whatever ggml types it
+    /// stores) into dense layers of the activation dtype of `opts`: the unquantized baseline of
+    /// a model that is also converted to blocked FP8 (see `checkpoint::convert_gguf`).
+    pub fn from_gguf(gguf: &GgufCheckpoint, device: &Device, opts: &ModelOptions, progress: &mut dyn FnMut(usize, usize)) -> Result<Self> {
+        let cfg = gguf.decoder_config()?;
+        let dtype = opts.dtype_for(device);
+        let mut tensors = std::collections::HashMap::new();
+        for t in gguf.tensors() {
+            tensors.insert(t.hf_name.clone(), gguf.load(&t.hf_name, device)?.to_dtype(dtype)?);
+        }
+        let vb = VarBuilder::from_tensors(tensors, dtype, device);
+        Self::load_with_progress(&cfg, vb, &|_| false, opts, progress)
     }
 
     /// The architecture of `cfg` with random FP8 weights generated on `device` (fast even for
