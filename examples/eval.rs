@@ -19,9 +19,9 @@
 mod common;
 
 use anyhow::{bail, Context, Result};
-use candle_core::{Device, Tensor};
+use candle_core::Device;
 use candle_fp8::checkpoint::GgufCheckpoint;
-use candle_fp8::models::{DecoderModel, ModelOptions};
+use candle_fp8::models::{window_log_probs, DecoderModel, ModelOptions, TextScore as Score};
 use clap::Parser;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -71,73 +71,28 @@ struct Args {
     json: Option<PathBuf>,
 }
 
-/// Per-position log-probabilities of one window, `[positions][vocab]` (f64).
-type LogProbs = Vec<Vec<f64>>;
-
-/// Log-softmax of every position's logits of `ids` (one window, run from position 0).
-fn window_log_probs(model: &mut DecoderModel, ids: &[u32]) -> Result<LogProbs> {
-    model.clear_kv_cache();
-    let logits = model.forward_all(&Tensor::new(ids, model.device())?.unsqueeze(0)?, 0)?;
-    let rows: Vec<Vec<f32>> = logits.squeeze(0)?.to_device(&Device::Cpu)?.to_vec2()?;
-    Ok(rows
-        .into_iter()
-        .map(|r| {
-            let max = r.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
-            let lse = max + r.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
-            r.iter().map(|&x| x as f64 - lse).collect()
-        })
-        .collect())
-}
-
-/// Running totals of one model's scores (against a reference's log-probabilities).
-#[derive(Default, Clone, Copy)]
-struct Score {
-    nll: f64,
-    kl: f64,
-    agree: usize,
-    n: usize,
-}
-
-impl Score {
-    /// Adds a window: position `t` predicts `ids[t + 1]`.
-    fn add(&mut self, lp: &LogProbs, reference: Option<&LogProbs>, ids: &[u32]) {
-        for t in 0..ids.len() - 1 {
-            self.nll -= lp[t][ids[t + 1] as usize];
-            if let Some(r) = reference {
-                self.kl += r[t].iter().zip(&lp[t]).map(|(a, b)| a.exp() * (a - b)).sum::<f64>();
-                self.agree += (argmax(&lp[t]) == argmax(&r[t])) as usize;
-            }
-            self.n += 1;
-        }
-    }
-
-    fn ppl(&self) -> f64 {
-        (self.nll / self.n as f64).exp()
-    }
-    fn kl(&self) -> f64 {
-        self.kl / self.n as f64
-    }
-    fn top1(&self) -> f64 {
-        100.0 * self.agree as f64 / self.n as f64
-    }
-}
-
-fn argmax(v: &[f64]) -> usize {
-    v.iter().enumerate().fold((0, f64::NEG_INFINITY), |(bi, bv), (i, &x)| if x > bv { (i, x) } else { (bi, bv) }).0
-}
-
 /// The baseline model: a GGUF file's weights dequantized, or a dense checkpoint.
 fn baseline_model(src: &str, device: &Device) -> Result<DecoderModel> {
     let p = Path::new(src);
     let opts = ModelOptions::default();
     if p.is_file() && candle_fp8::checkpoint::is_gguf_file(p) {
-        return Ok(DecoderModel::from_gguf(&GgufCheckpoint::open(p)?, device, &opts, &mut |_, _| {})?);
+        return Ok(DecoderModel::from_gguf(
+            &GgufCheckpoint::open(p)?,
+            device,
+            &opts,
+            &mut |_, _| {},
+        )?);
     }
     let ck = candle_fp8::checkpoint::open_model(src)?;
     if ck.quantization().is_some() {
         bail!("--baseline {src}: an FP8 checkpoint; the baseline is the unquantized model")
     }
-    Ok(DecoderModel::from_checkpoint(&ck, device, &opts, &mut |_, _| {})?)
+    Ok(DecoderModel::from_checkpoint(
+        &ck,
+        device,
+        &opts,
+        &mut |_, _| {},
+    )?)
 }
 
 fn main() -> Result<()> {
@@ -145,14 +100,22 @@ fn main() -> Result<()> {
     let device = common::make_device(&args.device)?;
     let cache = common::cache_dir(args.cache_dir.as_deref())?;
     let src = common::open_source(args.model.as_deref(), &cache)?;
-    let common::Text::Hf(tok) = &src.text else { bail!("{}: the eval needs a real tokenizer", src.label) };
+    let common::Text::Hf(tok) = &src.text else {
+        bail!("{}: the eval needs a real tokenizer", src.label)
+    };
     let baseline_src = match &args.baseline {
         Some(b) => b.clone(),
-        None if args.model.is_none() => candle_fp8::checkpoint::SMOLLM2.fetch(&cache)?.display().to_string(),
+        None if args.model.is_none() => candle_fp8::checkpoint::SMOLLM2
+            .fetch(&cache)?
+            .display()
+            .to_string(),
         None => bail!("--baseline is required with --model"),
     };
-    let text_path = args.text.clone().unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/eval_text.txt"));
-    let text = std::fs::read_to_string(&text_path).with_context(|| format!("reading {}", text_path.display()))?;
+    let text_path = args.text.clone().unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/eval_text.txt")
+    });
+    let text = std::fs::read_to_string(&text_path)
+        .with_context(|| format!("reading {}", text_path.display()))?;
     let mut ids = tok.encode(&text, false)?;
     if let Some(n) = args.max_tokens {
         ids.truncate(n);
@@ -163,18 +126,38 @@ fn main() -> Result<()> {
 
     let t0 = Instant::now();
     let mut base = baseline_model(&baseline_src, &device)?;
-    let mut fp8 = DecoderModel::from_checkpoint(&src.ckpt, &device, &ModelOptions::default(), &mut |_, _| {})?;
+    let mut fp8 = DecoderModel::from_checkpoint(
+        &src.ckpt,
+        &device,
+        &ModelOptions::default(),
+        &mut |_, _| {},
+    )?;
     let mut weights_only = fp8.to_dense()?;
     let mut cpu = if args.compare_cpu && !device.is_cpu() {
-        Some(DecoderModel::from_checkpoint(&src.ckpt, &Device::Cpu, &ModelOptions::default(), &mut |_, _| {})?)
+        Some(DecoderModel::from_checkpoint(
+            &src.ckpt,
+            &Device::Cpu,
+            &ModelOptions::default(),
+            &mut |_, _| {},
+        )?)
     } else {
         None
     };
-    let (mut s_base, mut s_w, mut s_wa, mut s_cpu, mut s_gpu_vs_cpu) = (Score::default(), Score::default(), Score::default(), Score::default(), Score::default());
+    let (mut s_base, mut s_w, mut s_wa, mut s_cpu, mut s_gpu_vs_cpu) = (
+        Score::default(),
+        Score::default(),
+        Score::default(),
+        Score::default(),
+        Score::default(),
+    );
     for window in ids.chunks(args.window).filter(|w| w.len() >= 2) {
         let lb = window_log_probs(&mut base, window)?;
         s_base.add(&lb, None, window);
-        s_w.add(&window_log_probs(&mut weights_only, window)?, Some(&lb), window);
+        s_w.add(
+            &window_log_probs(&mut weights_only, window)?,
+            Some(&lb),
+            window,
+        );
         let lf = window_log_probs(&mut fp8, window)?;
         s_wa.add(&lf, Some(&lb), window);
         if let Some(c) = &mut cpu {
@@ -188,44 +171,80 @@ fn main() -> Result<()> {
     let pct = |a: f64, b: f64| 100.0 * (a / b - 1.0);
     println!("model     {}", src.label);
     println!("baseline  {baseline_src}");
-    println!("text      {} ({} tokens, windows of {}, {} positions scored)", text_path.display(), ids.len(), args.window, s_base.n);
+    println!(
+        "text      {} ({} tokens, windows of {}, {} positions scored)",
+        text_path.display(),
+        ids.len(),
+        args.window,
+        s_base.positions
+    );
     println!("device    {}", args.device);
     println!();
     println!("| row | perplexity | Δ vs baseline | mean KL | top-1 agreement |");
     println!("|---|---|---|---|---|");
-    println!("| baseline (weights dequantized) | {:.4} | – | – | – |", s_base.ppl());
-    for (name, s) in [("FP8 weights only", s_w), ("FP8 weights + activations", s_wa)] {
-        println!("| {name} | {:.4} | {:+.2} % | {:.4} | {:.2} % |", s.ppl(), pct(s.ppl(), s_base.ppl()), s.kl(), s.top1());
+    println!(
+        "| baseline (weights dequantized) | {:.4} | – | – | – |",
+        s_base.perplexity()
+    );
+    for (name, s) in [
+        ("FP8 weights only", s_w),
+        ("FP8 weights + activations", s_wa),
+    ] {
+        println!(
+            "| {name} | {:.4} | {:+.2} % | {:.4} | {:.2} % |",
+            s.perplexity(),
+            pct(s.perplexity(), s_base.perplexity()),
+            s.mean_kl(),
+            s.top1_pct()
+        );
     }
     if cpu.is_some() {
-        println!("| FP8 weights + activations, CPU | {:.4} | {:+.2} % | {:.4} | {:.2} % |", s_cpu.ppl(), pct(s_cpu.ppl(), s_base.ppl()), s_cpu.kl(), s_cpu.top1());
+        println!(
+            "| FP8 weights + activations, CPU | {:.4} | {:+.2} % | {:.4} | {:.2} % |",
+            s_cpu.perplexity(),
+            pct(s_cpu.perplexity(), s_base.perplexity()),
+            s_cpu.mean_kl(),
+            s_cpu.top1_pct()
+        );
         println!();
         println!(
             "GPU vs CPU (same FP8 model): top-1 agreement {:.2} %, perplexity {:+.3} %, mean KL {:.5}",
-            s_gpu_vs_cpu.top1(),
-            pct(s_wa.ppl(), s_cpu.ppl()),
-            s_gpu_vs_cpu.kl()
+            s_gpu_vs_cpu.top1_pct(),
+            pct(s_wa.perplexity(), s_cpu.perplexity()),
+            s_gpu_vs_cpu.mean_kl()
         );
     }
     println!("({secs:.1} s)");
 
     let mut missed = Vec::new();
-    if pct(s_wa.ppl(), s_base.ppl()) > args.max_dppl_pct {
-        missed.push(format!("FP8 perplexity {:+.2} % > {} %", pct(s_wa.ppl(), s_base.ppl()), args.max_dppl_pct));
+    if pct(s_wa.perplexity(), s_base.perplexity()) > args.max_dppl_pct {
+        missed.push(format!(
+            "FP8 perplexity {:+.2} % > {} %",
+            pct(s_wa.perplexity(), s_base.perplexity()),
+            args.max_dppl_pct
+        ));
     }
-    if s_wa.kl() > args.max_kl {
-        missed.push(format!("mean KL {:.4} > {}", s_wa.kl(), args.max_kl));
+    if s_wa.mean_kl() > args.max_kl {
+        missed.push(format!("mean KL {:.4} > {}", s_wa.mean_kl(), args.max_kl));
     }
     if cpu.is_some() {
-        if s_gpu_vs_cpu.top1() < args.min_top1_gpu_pct {
-            missed.push(format!("GPU vs CPU top-1 {:.2} % < {} %", s_gpu_vs_cpu.top1(), args.min_top1_gpu_pct));
+        if s_gpu_vs_cpu.top1_pct() < args.min_top1_gpu_pct {
+            missed.push(format!(
+                "GPU vs CPU top-1 {:.2} % < {} %",
+                s_gpu_vs_cpu.top1_pct(),
+                args.min_top1_gpu_pct
+            ));
         }
-        if pct(s_wa.ppl(), s_cpu.ppl()).abs() > args.max_dppl_gpu_pct {
-            missed.push(format!("GPU vs CPU perplexity {:+.3} % beyond ±{} %", pct(s_wa.ppl(), s_cpu.ppl()), args.max_dppl_gpu_pct));
+        if pct(s_wa.perplexity(), s_cpu.perplexity()).abs() > args.max_dppl_gpu_pct {
+            missed.push(format!(
+                "GPU vs CPU perplexity {:+.3} % beyond ±{} %",
+                pct(s_wa.perplexity(), s_cpu.perplexity()),
+                args.max_dppl_gpu_pct
+            ));
         }
     }
     if let Some(path) = &args.json {
-        let row = |s: &Score| serde_json::json!({"ppl": s.ppl(), "kl": s.kl(), "top1_pct": s.top1(), "positions": s.n});
+        let row = |s: &Score| serde_json::json!({"ppl": s.perplexity(), "kl": s.mean_kl(), "top1_pct": s.top1_pct(), "positions": s.positions});
         let j = serde_json::json!({
             "model": src.label, "baseline": baseline_src, "device": args.device, "tokens": ids.len(), "window": args.window,
             "baseline_row": row(&s_base), "fp8_weights_only": row(&s_w), "fp8": row(&s_wa),

@@ -1,8 +1,90 @@
-//! Comparing a model with a reference model: top-1 agreement and logit differences over greedy
-//! steps, teacher-forced.
+//! Measuring a model: perplexity, KL divergence and top-1 agreement against a reference model
+//! over a text ([`TextScore`]), and top-1 agreement / logit differences over greedy steps,
+//! teacher-forced ([`compare_greedy`]).
 
 use super::model::DecoderModel;
-use candle_core::{Result, Tensor};
+use candle_core::{Device, Result, Tensor};
+
+/// Log-probabilities `[positions][vocab]` (f64) of one window of a text.
+pub type LogProbs = Vec<Vec<f64>>;
+
+/// The log-softmax of every position's logits of `ids`, run as one sequence from position 0
+/// (the KV cache is cleared first).
+pub fn window_log_probs(model: &mut DecoderModel, ids: &[u32]) -> Result<LogProbs> {
+    model.clear_kv_cache();
+    let logits = model.forward_all(&Tensor::new(ids, model.device())?.unsqueeze(0)?, 0)?;
+    let rows: Vec<Vec<f32>> = logits.squeeze(0)?.to_device(&Device::Cpu)?.to_vec2()?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let max = r.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
+            let lse = max + r.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
+            r.iter().map(|&x| x as f64 - lse).collect()
+        })
+        .collect())
+}
+
+/// Running scores of a model over the windows of a text: the negative log-likelihood of each
+/// next token and, against a reference model's log-probabilities of the same window, the mean
+/// KL(reference ‖ model) and the share of positions with the same top-1 token.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct TextScore {
+    /// Σ −log p(next token).
+    pub nll: f64,
+    /// Σ KL(reference ‖ model) over the positions.
+    pub kl: f64,
+    /// Positions whose top-1 token equals the reference's.
+    pub top1_agree: usize,
+    /// Positions scored.
+    pub positions: usize,
+}
+
+impl TextScore {
+    /// Adds one window: position `t` predicts `ids[t + 1]` (the last position predicts nothing),
+    /// `lp` are the model's log-probabilities of `ids`, `reference` the reference model's.
+    pub fn add(&mut self, lp: &LogProbs, reference: Option<&LogProbs>, ids: &[u32]) {
+        for t in 0..ids.len().saturating_sub(1) {
+            self.nll -= lp[t][ids[t + 1] as usize];
+            if let Some(r) = reference {
+                self.kl += r[t]
+                    .iter()
+                    .zip(&lp[t])
+                    .map(|(a, b)| a.exp() * (a - b))
+                    .sum::<f64>();
+                self.top1_agree += (argmax_f64(&lp[t]) == argmax_f64(&r[t])) as usize;
+            }
+            self.positions += 1;
+        }
+    }
+
+    /// Perplexity, `exp(mean nll)`.
+    pub fn perplexity(&self) -> f64 {
+        (self.nll / self.positions as f64).exp()
+    }
+
+    /// Mean KL(reference ‖ model) per position.
+    pub fn mean_kl(&self) -> f64 {
+        self.kl / self.positions as f64
+    }
+
+    /// Share of positions with the reference's top-1 token, in percent.
+    pub fn top1_pct(&self) -> f64 {
+        100.0 * self.top1_agree as f64 / self.positions as f64
+    }
+}
+
+fn argmax_f64(v: &[f64]) -> usize {
+    v.iter()
+        .enumerate()
+        .fold((0, f64::NEG_INFINITY), |(bi, bv), (i, &x)| {
+            if x > bv {
+                (i, x)
+            } else {
+                (bi, bv)
+            }
+        })
+        .0
+}
 
 /// Agreement of two models (e.g. FP8 kernels vs the dequantized reference) over greedy steps.
 #[derive(Debug, Clone, Default)]
@@ -53,7 +135,12 @@ pub fn top1_outcome(test: &[f32], reference: &[f32]) -> (bool, bool, f32) {
 /// Runs `prompt` then `steps - 1` greedy steps through `test`, teacher-forcing `reference`
 /// with the same tokens, and compares the last-position logits at every step (a divergence
 /// cannot cascade into unrelated comparisons).
-pub fn compare_greedy(test: &mut DecoderModel, reference: &mut DecoderModel, prompt: &[u32], steps: usize) -> Result<AccuracyReport> {
+pub fn compare_greedy(
+    test: &mut DecoderModel,
+    reference: &mut DecoderModel,
+    prompt: &[u32],
+    steps: usize,
+) -> Result<AccuracyReport> {
     test.clear_kv_cache();
     reference.clear_kv_cache();
     let dev = test.device().clone();
@@ -63,7 +150,10 @@ pub fn compare_greedy(test: &mut DecoderModel, reference: &mut DecoderModel, pro
     let (mut sum_abs, mut sum_sq, mut count) = (0f64, 0f64, 0usize);
     for _ in 0..steps {
         let a = test.forward(&next, pos)?.squeeze(0)?.to_vec1::<f32>()?;
-        let b = reference.forward(&next, pos)?.squeeze(0)?.to_vec1::<f32>()?;
+        let b = reference
+            .forward(&next, pos)?
+            .squeeze(0)?
+            .to_vec1::<f32>()?;
         pos += next.dim(1)?;
         let ia = argmax(&a);
         rep.steps += 1;
@@ -72,11 +162,17 @@ pub fn compare_greedy(test: &mut DecoderModel, reference: &mut DecoderModel, pro
         if strict {
             rep.top1_agree += 1;
         } else {
-            rep.max_regret_at_disagreement = Some(rep.max_regret_at_disagreement.map_or(regret, |r: f32| r.max(regret)));
+            rep.max_regret_at_disagreement = Some(
+                rep.max_regret_at_disagreement
+                    .map_or(regret, |r: f32| r.max(regret)),
+            );
             let mut sorted = b.clone();
             sorted.sort_by(|x, y| y.partial_cmp(x).unwrap_or(std::cmp::Ordering::Equal));
             let margin = sorted[0] - sorted[1];
-            rep.min_margin_at_disagreement = Some(rep.min_margin_at_disagreement.map_or(margin, |m: f32| m.min(margin)));
+            rep.min_margin_at_disagreement = Some(
+                rep.min_margin_at_disagreement
+                    .map_or(margin, |m: f32| m.min(margin)),
+            );
         }
         for (x, y) in a.iter().zip(&b) {
             let dlt = (x - y).abs();
