@@ -135,7 +135,14 @@ fn main() -> Result<()> {
     }
     let (o, c) = (median(&mut tp_o), median(&mut tp_c));
     let agree = toks_o.iter().zip(&toks_c).take_while(|(a, b)| a == b).count();
-    println!("model     {} (prompt {} tokens, {} generated, {} runs, {} threads)", src.label, prompt.len(), args.tokens, args.runs, rayon_threads());
+    println!(
+        "model     {} (prompt {} tokens, {} generated, {} runs, {} threads)",
+        src.label,
+        prompt.len(),
+        args.tokens,
+        args.runs,
+        rayon_threads()
+    );
     println!("| | load | TTFT | TPOT (median) |");
     println!("|---|---|---|---|");
     println!("| candle-fp8, blocked FP8 | {:.2} s | {:.1} ms | {:.2} ms |", load_ours, median(&mut tt_o), o);

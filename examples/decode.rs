@@ -18,7 +18,9 @@ mod common;
 
 use anyhow::{bail, Result};
 use candle_core::{DType, Device, Tensor};
-use candle_fp8::models::{generate, launches_ahead, DecoderConfig, DecoderModel, LinearMode, Message, ModelOptions, Sampler};
+use candle_fp8::models::{
+    generate, launches_ahead, DecoderConfig, DecoderModel, LinearMode, Message, ModelOptions, Sampler,
+};
 use clap::Parser;
 use common::{human, memory_in_use, Text};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -107,7 +109,13 @@ fn profiler(device: &Device, start: bool) {
         use candle_core::cuda_backend::cudarc::driver::sys;
         let _ = d.cuda_stream().synchronize();
         // SAFETY: plain driver calls on the current context; failures only mean no profiler.
-        let r = unsafe { if start { sys::cuProfilerStart() } else { sys::cuProfilerStop() } };
+        let r = unsafe {
+            if start {
+                sys::cuProfilerStart()
+            } else {
+                sys::cuProfilerStop()
+            }
+        };
         if r != sys::CUresult::CUDA_SUCCESS {
             eprintln!("--profile-step: cuProfiler{} returned {r:?}", if start { "Start" } else { "Stop" });
         }
@@ -130,12 +138,15 @@ fn pool_stats(device: &Device, reset: bool) -> Option<[u64; 4]> {
     if reset {
         for attr in [CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, CU_MEMPOOL_ATTR_USED_MEM_HIGH] {
             let mut zero = 0u64;
-            unsafe { result::mem_pool::set_attribute(pool, attr, &mut zero as *mut u64 as *mut std::ffi::c_void) }.ok()?;
+            unsafe { result::mem_pool::set_attribute(pool, attr, &mut zero as *mut u64 as *mut std::ffi::c_void) }
+                .ok()?;
         }
     }
     let get = |attr| {
         let mut v = 0u64;
-        unsafe { result::mem_pool::get_attribute(pool, attr, &mut v as *mut u64 as *mut std::ffi::c_void) }.ok().map(|_| v)
+        unsafe { result::mem_pool::get_attribute(pool, attr, &mut v as *mut u64 as *mut std::ffi::c_void) }
+            .ok()
+            .map(|_| v)
     };
     Some([
         get(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?,
@@ -156,7 +167,9 @@ fn ms(d: Duration) -> f64 {
 
 fn progress_bar(len: u64, what: &str) -> ProgressBar {
     let pb = ProgressBar::new(len);
-    pb.set_style(ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} layers ({elapsed})").unwrap().progress_chars("=> "));
+    pb.set_style(
+        ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} layers ({elapsed})").unwrap().progress_chars("=> "),
+    );
     pb.set_message(what.to_string());
     pb
 }
@@ -206,7 +219,8 @@ fn main() -> Result<()> {
         bail!("--batch and --max-new-tokens must be at least 1")
     }
     let device = common::make_device(&args.device)?;
-    let opts = ModelOptions::with_mode(args.linear).fuse_projections(!args.no_fuse).fused_kernels(!args.no_fused_kernels);
+    let opts =
+        ModelOptions::with_mode(args.linear).fuse_projections(!args.no_fuse).fused_kernels(!args.no_fused_kernels);
 
     // ---- Load ----------------------------------------------------------------------------
     let t_load = Instant::now();
@@ -218,7 +232,8 @@ fn main() -> Result<()> {
         };
         println!("RANDOM WEIGHTS ({rw}): the timings are meaningful, the generated text is not.");
         let pb = progress_bar(cfg.num_hidden_layers as u64, "generating random FP8 weights");
-        let m = DecoderModel::random_with_progress(&cfg, &device, args.seed, &opts, &mut |d, _| pb.set_position(d as u64))?;
+        let m =
+            DecoderModel::random_with_progress(&cfg, &device, args.seed, &opts, &mut |d, _| pb.set_position(d as u64))?;
         pb.finish();
         (m, Text::None, format!("random weights, {rw} architecture"))
     } else {
@@ -387,15 +402,24 @@ fn main() -> Result<()> {
         cfg.intermediate_size,
         cfg.vocab_size
     );
-    let providers: std::collections::BTreeSet<String> = model.fp8_providers()?.into_iter().map(|(_, p)| p.to_string()).collect();
+    let providers: std::collections::BTreeSet<String> =
+        model.fp8_providers()?.into_iter().map(|(_, p)| p.to_string()).collect();
     println!(
         "linear           {:?}{}{} on {} ({:?} activations){}",
         model.mode(),
         if model.projections_fused() { ", fused qkv + gate_up" } else { ", unfused" },
-        if fused_layers > 0 { format!(", fused norm/swiglu + quantize in {fused_layers} layers") } else { String::new() },
+        if fused_layers > 0 {
+            format!(", fused norm/swiglu + quantize in {fused_layers} layers")
+        } else {
+            String::new()
+        },
         args.device,
         model.dtype(),
-        if providers.is_empty() { String::new() } else { format!("; FP8 GEMMs on {}", providers.into_iter().collect::<Vec<_>>().join(", ")) }
+        if providers.is_empty() {
+            String::new()
+        } else {
+            format!("; FP8 GEMMs on {}", providers.into_iter().collect::<Vec<_>>().join(", "))
+        }
     );
     println!(
         "weights          fp8 {} + dense linears {} + embeddings/norms {}; KV cache {}",
@@ -443,8 +467,16 @@ fn main() -> Result<()> {
         ),
         (None, _) => println!("peak memory      n/a"),
     }
-    if let (Some(l), Some(w), [Some(p), Some(d)], false) = (mem_after_load, mem_after_warmup, mem_steps, device.is_cpu()) {
-        println!("memory in use    after load {}, after warm-up {}, after prefill {}, after decode step 1 {}", human(l), human(w), human(p), human(d));
+    if let (Some(l), Some(w), [Some(p), Some(d)], false) =
+        (mem_after_load, mem_after_warmup, mem_steps, device.is_cpu())
+    {
+        println!(
+            "memory in use    after load {}, after warm-up {}, after prefill {}, after decode step 1 {}",
+            human(l),
+            human(w),
+            human(p),
+            human(d)
+        );
     }
     if let Some([res, res_high, used, used_high]) = pool {
         println!(

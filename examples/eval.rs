@@ -76,23 +76,13 @@ fn baseline_model(src: &str, device: &Device) -> Result<DecoderModel> {
     let p = Path::new(src);
     let opts = ModelOptions::default();
     if p.is_file() && candle_fp8::checkpoint::is_gguf_file(p) {
-        return Ok(DecoderModel::from_gguf(
-            &GgufCheckpoint::open(p)?,
-            device,
-            &opts,
-            &mut |_, _| {},
-        )?);
+        return Ok(DecoderModel::from_gguf(&GgufCheckpoint::open(p)?, device, &opts, &mut |_, _| {})?);
     }
     let ck = candle_fp8::checkpoint::open_model(src)?;
     if ck.quantization().is_some() {
         bail!("--baseline {src}: an FP8 checkpoint; the baseline is the unquantized model")
     }
-    Ok(DecoderModel::from_checkpoint(
-        &ck,
-        device,
-        &opts,
-        &mut |_, _| {},
-    )?)
+    Ok(DecoderModel::from_checkpoint(&ck, device, &opts, &mut |_, _| {})?)
 }
 
 fn main() -> Result<()> {
@@ -100,22 +90,15 @@ fn main() -> Result<()> {
     let device = common::make_device(&args.device)?;
     let cache = common::cache_dir(args.cache_dir.as_deref())?;
     let src = common::open_source(args.model.as_deref(), &cache)?;
-    let common::Text::Hf(tok) = &src.text else {
-        bail!("{}: the eval needs a real tokenizer", src.label)
-    };
+    let common::Text::Hf(tok) = &src.text else { bail!("{}: the eval needs a real tokenizer", src.label) };
     let baseline_src = match &args.baseline {
         Some(b) => b.clone(),
-        None if args.model.is_none() => candle_fp8::checkpoint::SMOLLM2
-            .fetch(&cache)?
-            .display()
-            .to_string(),
+        None if args.model.is_none() => candle_fp8::checkpoint::SMOLLM2.fetch(&cache)?.display().to_string(),
         None => bail!("--baseline is required with --model"),
     };
-    let text_path = args.text.clone().unwrap_or_else(|| {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/eval_text.txt")
-    });
-    let text = std::fs::read_to_string(&text_path)
-        .with_context(|| format!("reading {}", text_path.display()))?;
+    let text_path =
+        args.text.clone().unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/eval_text.txt"));
+    let text = std::fs::read_to_string(&text_path).with_context(|| format!("reading {}", text_path.display()))?;
     let mut ids = tok.encode(&text, false)?;
     if let Some(n) = args.max_tokens {
         ids.truncate(n);
@@ -126,38 +109,19 @@ fn main() -> Result<()> {
 
     let t0 = Instant::now();
     let mut base = baseline_model(&baseline_src, &device)?;
-    let mut fp8 = DecoderModel::from_checkpoint(
-        &src.ckpt,
-        &device,
-        &ModelOptions::default(),
-        &mut |_, _| {},
-    )?;
+    let mut fp8 = DecoderModel::from_checkpoint(&src.ckpt, &device, &ModelOptions::default(), &mut |_, _| {})?;
     let mut weights_only = fp8.to_dense()?;
     let mut cpu = if args.compare_cpu && !device.is_cpu() {
-        Some(DecoderModel::from_checkpoint(
-            &src.ckpt,
-            &Device::Cpu,
-            &ModelOptions::default(),
-            &mut |_, _| {},
-        )?)
+        Some(DecoderModel::from_checkpoint(&src.ckpt, &Device::Cpu, &ModelOptions::default(), &mut |_, _| {})?)
     } else {
         None
     };
-    let (mut s_base, mut s_w, mut s_wa, mut s_cpu, mut s_gpu_vs_cpu) = (
-        Score::default(),
-        Score::default(),
-        Score::default(),
-        Score::default(),
-        Score::default(),
-    );
+    let (mut s_base, mut s_w, mut s_wa, mut s_cpu, mut s_gpu_vs_cpu) =
+        (Score::default(), Score::default(), Score::default(), Score::default(), Score::default());
     for window in ids.chunks(args.window).filter(|w| w.len() >= 2) {
         let lb = window_log_probs(&mut base, window)?;
         s_base.add(&lb, None, window);
-        s_w.add(
-            &window_log_probs(&mut weights_only, window)?,
-            Some(&lb),
-            window,
-        );
+        s_w.add(&window_log_probs(&mut weights_only, window)?, Some(&lb), window);
         let lf = window_log_probs(&mut fp8, window)?;
         s_wa.add(&lf, Some(&lb), window);
         if let Some(c) = &mut cpu {
@@ -182,14 +146,8 @@ fn main() -> Result<()> {
     println!();
     println!("| row | perplexity | Δ vs baseline | mean KL | top-1 agreement |");
     println!("|---|---|---|---|---|");
-    println!(
-        "| baseline (weights dequantized) | {:.4} | – | – | – |",
-        s_base.perplexity()
-    );
-    for (name, s) in [
-        ("FP8 weights only", s_w),
-        ("FP8 weights + activations", s_wa),
-    ] {
+    println!("| baseline (weights dequantized) | {:.4} | – | – | – |", s_base.perplexity());
+    for (name, s) in [("FP8 weights only", s_w), ("FP8 weights + activations", s_wa)] {
         println!(
             "| {name} | {:.4} | {:+.2} % | {:.4} | {:.2} % |",
             s.perplexity(),
@@ -229,11 +187,7 @@ fn main() -> Result<()> {
     }
     if cpu.is_some() {
         if s_gpu_vs_cpu.top1_pct() < args.min_top1_gpu_pct {
-            missed.push(format!(
-                "GPU vs CPU top-1 {:.2} % < {} %",
-                s_gpu_vs_cpu.top1_pct(),
-                args.min_top1_gpu_pct
-            ));
+            missed.push(format!("GPU vs CPU top-1 {:.2} % < {} %", s_gpu_vs_cpu.top1_pct(), args.min_top1_gpu_pct));
         }
         if pct(s_wa.perplexity(), s_cpu.perplexity()).abs() > args.max_dppl_gpu_pct {
             missed.push(format!(

@@ -18,13 +18,13 @@
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
-use candle_fp8::{Backend, Fp8Options};
+use candle_fp8::format::act_scales_view;
 use candle_fp8::format::{act_scale_m_stride, num_blocks, weight_scale_shape};
 use candle_fp8::ops::fp8_block_matmul_with;
-use candle_fp8::format::act_scales_view;
 use candle_fp8::quant::{quantize_activation_slice, quantize_weight_slice};
 use candle_fp8::testing::reference::{naive_matmul_f64, rounding_stats};
 use candle_fp8::testing::Rng;
+use candle_fp8::{Backend, Fp8Options};
 use clap::Parser;
 
 #[derive(Parser)]
@@ -44,12 +44,13 @@ fn main() -> Result<()> {
     let args = Args::parse();
     let device = Device::cuda_if_available(0)?;
     println!("device: {device:?}");
-    println!(
-        "{:<18} {:<9} {:>10} {:>11} {:>9} {:>9}",
-        "M,N,K", "provider", "≠ rounded", "mean (ulp)", "rms", "max"
-    );
+    println!("{:<18} {:<9} {:>10} {:>11} {:>9} {:>9}", "M,N,K", "provider", "≠ rounded", "mean (ulp)", "rms", "max");
     for spec in &args.shapes {
-        let d: Vec<usize> = spec.split(',').map(|t| t.trim().parse()).collect::<Result<_, _>>().with_context(|| format!("shape {spec:?}"))?;
+        let d: Vec<usize> = spec
+            .split(',')
+            .map(|t| t.trim().parse())
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("shape {spec:?}"))?;
         let [m, n, k] = d[..] else { bail!("shape {spec:?}: expected M,N,K") };
         let kb = num_blocks(k);
         let mut rng = Rng::new(args.seed ^ (m * 31 + n * 7 + k) as u64);

@@ -90,20 +90,16 @@ impl Fp8BlockLinear {
     /// from a `VarBuilder` prefix, e.g. `Fp8BlockLinear::load(vb.pp("q_proj"), 5120, 8192, false)`.
     pub fn load(vb: VarBuilder, in_dim: usize, out_dim: usize, bias: bool) -> Result<Self> {
         let name = vb.prefix();
-        let weight = vb
-            .get_unchecked_dtype("weight", DType::F8E4M3)
-            .map_err(|e| e.context(format!("{name}.weight")))?;
+        let weight =
+            vb.get_unchecked_dtype("weight", DType::F8E4M3).map_err(|e| e.context(format!("{name}.weight")))?;
         if weight.dims() != [out_dim, in_dim] {
             bail!("{name}.weight: shape {:?}, expected [{out_dim}, {in_dim}] from the config", weight.dims())
         }
         let scale = vb
             .get_unchecked_dtype("weight_scale_inv", DType::F32)
             .map_err(|e| e.context(format!("{name}.weight_scale_inv is missing or unreadable")))?;
-        let bias = if bias {
-            Some(vb.get(out_dim, "bias").map_err(|e| e.context(format!("{name}.bias")))?)
-        } else {
-            None
-        };
+        let bias =
+            if bias { Some(vb.get(out_dim, "bias").map_err(|e| e.context(format!("{name}.bias")))?) } else { None };
         Self::new_named(&name, weight, scale, bias)
     }
 
@@ -277,7 +273,13 @@ impl Fp8BlockLinear {
             }
             p => {
                 let (qa, sa) = quant::quantize_activation(x)?;
-                ops::fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(p)), &qa, &sa, &self.weight, &self.scale_inv)
+                ops::fp8_block_matmul_with(
+                    &Fp8Options::with_backend(Backend::Force(p)),
+                    &qa,
+                    &sa,
+                    &self.weight,
+                    &self.scale_inv,
+                )
             }
         }
     }
@@ -318,7 +320,10 @@ impl Fp8BlockLinear {
     /// Everywhere else it is the composed path.
     pub fn forward_swiglu_quantized(&self, qa: &Tensor, sa: &Tensor) -> Result<(Tensor, Tensor)> {
         if self.out_dim() % 2 != 0 {
-            bail!("Fp8BlockLinear::forward_swiglu_quantized: {} output features are not [gate | up] halves", self.out_dim())
+            bail!(
+                "Fp8BlockLinear::forward_swiglu_quantized: {} output features are not [gate | up] halves",
+                self.out_dim()
+            )
         }
         #[cfg(feature = "cuda")]
         if self.bias.is_none() && qa.device().is_cuda() && self.provider()? == Provider::Hopper {
@@ -354,7 +359,13 @@ impl Fp8BlockLinear {
                 let a = dequantize_activation(qa, sa)?.to_dtype(DType::BF16)?;
                 a.matmul(&self.dequantized_bf16()?.t()?)?
             }
-            p => ops::fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(p)), qa, sa, &self.weight, &self.scale_inv)?,
+            p => ops::fp8_block_matmul_with(
+                &Fp8Options::with_backend(Backend::Force(p)),
+                qa,
+                sa,
+                &self.weight,
+                &self.scale_inv,
+            )?,
         };
         self.finish(y, vec![m], DType::BF16)
     }
@@ -413,11 +424,8 @@ impl AnyLinear {
             return Ok(Self::Fp8(Fp8BlockLinear::load(vb, in_dim, out_dim, bias)?));
         }
         let name = vb.prefix();
-        let l = if bias {
-            candle_nn::linear(in_dim, out_dim, vb)
-        } else {
-            candle_nn::linear_no_bias(in_dim, out_dim, vb)
-        };
+        let l =
+            if bias { candle_nn::linear(in_dim, out_dim, vb) } else { candle_nn::linear_no_bias(in_dim, out_dim, vb) };
         Ok(Self::Dense(l.map_err(|e| e.context(format!("{name} (unquantized linear)")))?))
     }
 

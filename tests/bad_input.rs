@@ -25,13 +25,13 @@ use candle_fp8::checkpoint::{
     parse_safetensors_header, read_safetensors_header, Checkpoint, QuantizationConfig, CONFIG_FILE, INDEX_FILE,
     SINGLE_FILE,
 };
-use candle_fp8::{Backend, Fp8Options, Provider};
+use candle_fp8::format::act_scales_view;
 use candle_fp8::format::F8E4M3;
 use candle_fp8::ops::{fp8_block_matmul, fp8_block_matmul_into, fp8_block_matmul_with};
-use candle_fp8::format::act_scales_view;
 use candle_fp8::quant::{quantize_activation, quantize_weight};
 use candle_fp8::testing::{random_operands, Operands};
 use candle_fp8::Fp8BlockLinear;
+use candle_fp8::{Backend, Fp8Options, Provider};
 use fixtures::{
     check_gemm_rounding, check_gemm_tensor, contract_gemm, fp8_quant_config, test_weight, write_fp8_checkpoint,
     write_raw_checkpoint, GemmMutant, HostGemm,
@@ -51,7 +51,12 @@ struct Case {
     run: Arc<dyn Fn() -> Result<()> + Send + Sync>,
 }
 
-fn case(id: &'static str, what: &'static str, needles: &[&str], run: impl Fn() -> Result<()> + Send + Sync + 'static) -> Case {
+fn case(
+    id: &'static str,
+    what: &'static str,
+    needles: &[&str],
+    run: impl Fn() -> Result<()> + Send + Sync + 'static,
+) -> Case {
     Case { id, what, needles: needles.iter().map(|s| s.to_string()).collect(), run: Arc::new(run) }
 }
 
@@ -76,7 +81,8 @@ fn run_with_deadline(c: &Case, limit: Duration) -> Option<Outcome> {
         .spawn(move || {
             let outcome = match catch_unwind(AssertUnwindSafe(|| run())) {
                 Err(p) => {
-                    let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
+                    let msg =
+                        p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
                     Outcome::Panicked(msg.unwrap_or_default())
                 }
                 Ok(Ok(())) => Outcome::Ok,
@@ -221,7 +227,14 @@ fn gemm_cases() -> Vec<Case> {
         }),
         case("G16", "hopper forced on CPU tensors", &["backend hopper", "cannot run", "CPU"], || {
             let o = ops()?;
-            fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(Provider::Hopper)), &o.qa, &o.sa, &o.w, &o.sw).map(|_| ())
+            fp8_block_matmul_with(
+                &Fp8Options::with_backend(Backend::Force(Provider::Hopper)),
+                &o.qa,
+                &o.sa,
+                &o.w,
+                &o.sw,
+            )
+            .map(|_| ())
         }),
         case("G17", "scale buffer of the wrong length", &["activation scale buffer", "7 elements", "3 × 8"], || {
             act_scales_view(Tensor::zeros(7, DType::F32, &Device::Cpu)?, 5, 3).map(|_| ())
@@ -278,10 +291,15 @@ fn linear_cases() -> Vec<Case> {
         scale_case("L04", "weight scale 0", 0.0, "scale 0"),
         scale_case("L05", "weight scale -0.0", -0.0, "scale -0"),
         scale_case("L06", "weight scale negative", -0.25, "scale -0.25"),
-        case("L07", "NaN scale stored as BF16, module named", &["model.layers.3.mlp.up_proj.weight_scale_inv", "NaN"], || {
-            let (q, s) = with_scale(f32::NAN)?;
-            Fp8BlockLinear::new_named("model.layers.3.mlp.up_proj", q, s.to_dtype(DType::BF16)?, None).map(|_| ())
-        }),
+        case(
+            "L07",
+            "NaN scale stored as BF16, module named",
+            &["model.layers.3.mlp.up_proj.weight_scale_inv", "NaN"],
+            || {
+                let (q, s) = with_scale(f32::NAN)?;
+                Fp8BlockLinear::new_named("model.layers.3.mlp.up_proj", q, s.to_dtype(DType::BF16)?, None).map(|_| ())
+            },
+        ),
         case("L08", "weight scale dtype U8", &["weight_scale_inv", "F32, BF16 or F16", "U8"], || {
             let (q, s) = qweight()?;
             Fp8BlockLinear::new(q, s.to_dtype(DType::U8)?, None).map(|_| ())
@@ -337,11 +355,16 @@ fn linear_cases() -> Vec<Case> {
             let b = Fp8BlockLinear::from_weight(&test_weight(128, 128, 1), None)?;
             Fp8BlockLinear::concat(&[&a, &b]).map(|_| ())
         }),
-        case("L23", "concat with an unaligned leading part", &["concat", "part 0", "out_dim 200", "multiple of 128"], || {
-            let a = Fp8BlockLinear::from_weight(&test_weight(200, 256, 1), None)?;
-            let b = linear()?;
-            Fp8BlockLinear::concat(&[&a, &b]).map(|_| ())
-        }),
+        case(
+            "L23",
+            "concat with an unaligned leading part",
+            &["concat", "part 0", "out_dim 200", "multiple of 128"],
+            || {
+                let a = Fp8BlockLinear::from_weight(&test_weight(200, 256, 1), None)?;
+                let b = linear()?;
+                Fp8BlockLinear::concat(&[&a, &b]).map(|_| ())
+            },
+        ),
         case("L24", "concat of nothing", &["concat", "no layers"], || Fp8BlockLinear::concat(&[]).map(|_| ())),
     ]
 }
@@ -397,17 +420,25 @@ fn config_cases() -> Vec<Case> {
         case("C04", "weight_block_size [128, 64]", &["weight_block_size", "[128,64]", "[128, 128]"], || {
             parse_qc(qc_with("weight_block_size", json!([128, 64])))
         }),
-        case("C05", "weight_block_size [-128, 128]", &["weight_block_size", "[-128,128]", "non-negative integers"], || {
-            parse_qc(qc_with("weight_block_size", json!([-128, 128])))
-        }),
+        case(
+            "C05",
+            "weight_block_size [-128, 128]",
+            &["weight_block_size", "[-128,128]", "non-negative integers"],
+            || parse_qc(qc_with("weight_block_size", json!([-128, 128]))),
+        ),
         case("C06", "weight_block_size [128.5, 128]", &["weight_block_size", "128.5"], || {
             parse_qc(qc_with("weight_block_size", json!([128.5, 128])))
         }),
-        case("C07", "weight_block_size missing (per-tensor FP8)", &["weight_block_size", "missing", "per-tensor"], || {
-            let mut q = fp8_quant_config(&[]);
-            q.as_object_mut().unwrap().remove("weight_block_size");
-            parse_qc(q)
-        }),
+        case(
+            "C07",
+            "weight_block_size missing (per-tensor FP8)",
+            &["weight_block_size", "missing", "per-tensor"],
+            || {
+                let mut q = fp8_quant_config(&[]);
+                q.as_object_mut().unwrap().remove("weight_block_size");
+                parse_qc(q)
+            },
+        ),
         case("C08", "fmt \"E4M3\" (case matters)", &["quantization_config.fmt", "\"E4M3\""], || {
             parse_qc(qc_with("fmt", json!("E4M3")))
         }),
@@ -421,7 +452,10 @@ fn config_cases() -> Vec<Case> {
             QuantizationConfig::from_config_json(&json!({ "quantization_config": "fp8" })).map(|_| ())
         }),
         case("C12", "activation_scheme static, via open", &[CONFIG_FILE, "activation_scheme", "static"], || {
-            let d = ckpt_with_config(json!({ "quantization_config": qc_with("activation_scheme", json!("static")) }), true)?;
+            let d = ckpt_with_config(
+                json!({ "quantization_config": qc_with("activation_scheme", json!("static")) }),
+                true,
+            )?;
             open(d.path())
         }),
         case("C13", "config.json is an array", &[CONFIG_FILE, "JSON object"], || {
@@ -517,7 +551,12 @@ fn fp8_ckpt_with_scale(scale: Tensor) -> Result<tempfile::TempDir> {
     let dir = tempfile::tempdir()?;
     let (q, _) = quantize_weight(&test_weight(256, 384, 1))?;
     let cfg = json!({ "quantization_config": fp8_quant_config(&[]) });
-    write_raw_checkpoint(dir.path(), vec![(format!("{UP}.weight"), q), (format!("{UP}.weight_scale_inv"), scale)], &cfg, 1)?;
+    write_raw_checkpoint(
+        dir.path(),
+        vec![(format!("{UP}.weight"), q), (format!("{UP}.weight_scale_inv"), scale)],
+        &cfg,
+        1,
+    )?;
     Ok(dir)
 }
 
@@ -528,23 +567,39 @@ fn load_up(dir: &Path) -> Result<()> {
 fn good_ckpt() -> Result<tempfile::TempDir> {
     let dir = tempfile::tempdir()?;
     let cfg = fp8_quant_config(&[]);
-    write_fp8_checkpoint(dir.path(), &[(&format!("{UP}.weight"), test_weight(256, 384, 1))], Some(&cfg), 1, DType::F32)?;
+    write_fp8_checkpoint(
+        dir.path(),
+        &[(&format!("{UP}.weight"), test_weight(256, 384, 1))],
+        Some(&cfg),
+        1,
+        DType::F32,
+    )?;
     Ok(dir)
 }
 
 fn safetensors_cases() -> Vec<Case> {
     vec![
         case("S01", "5-byte file", &[SINGLE_FILE, "truncated", "5 bytes"], || open_bytes(&[8, 0, 0, 0, 0])),
-        case("S02", "header length 1000 in a 12-byte file", &[SINGLE_FILE, "header length 1000", "larger than the file", "at most 4"], || {
-            let mut b = 1000u64.to_le_bytes().to_vec();
-            b.extend_from_slice(b"{}  ");
-            open_bytes(&b)
-        }),
-        case("S03", "header length 2^40", &[SINGLE_FILE, "header length 1099511627776", "100000000-byte limit"], || {
-            let mut b = (1u64 << 40).to_le_bytes().to_vec();
-            b.extend_from_slice(b"{}");
-            open_bytes(&b)
-        }),
+        case(
+            "S02",
+            "header length 1000 in a 12-byte file",
+            &[SINGLE_FILE, "header length 1000", "larger than the file", "at most 4"],
+            || {
+                let mut b = 1000u64.to_le_bytes().to_vec();
+                b.extend_from_slice(b"{}  ");
+                open_bytes(&b)
+            },
+        ),
+        case(
+            "S03",
+            "header length 2^40",
+            &[SINGLE_FILE, "header length 1099511627776", "100000000-byte limit"],
+            || {
+                let mut b = (1u64 << 40).to_le_bytes().to_vec();
+                b.extend_from_slice(b"{}");
+                open_bytes(&b)
+            },
+        ),
         case("S04", "header length u64::MAX", &[SINGLE_FILE, "18446744073709551615", "limit"], || {
             let mut b = u64::MAX.to_le_bytes().to_vec();
             b.extend_from_slice(b"{}");
@@ -566,9 +621,12 @@ fn safetensors_cases() -> Vec<Case> {
         case("S08", "negative dimension", &[SINGLE_FILE, "tensor a", "invalid shape [-1]"], || {
             open_header(one("U8", json!([-1]), json!([0, 1])), &[0])
         }),
-        case("S09", "data_offsets past the end", &[SINGLE_FILE, "tensor a", "[0, 16]", "run past the end", "(8 bytes)"], || {
-            open_header(one("F32", json!([4]), json!([0, 16])), &[0; 8])
-        }),
+        case(
+            "S09",
+            "data_offsets past the end",
+            &[SINGLE_FILE, "tensor a", "[0, 16]", "run past the end", "(8 bytes)"],
+            || open_header(one("F32", json!([4]), json!([0, 16])), &[0; 8]),
+        ),
         case("S10", "overlapping tensors", &[SINGLE_FILE, "tensor b", "starts at data offset 4", "expected 8"], || {
             let h = json!({
                 "a": { "dtype": "F32", "shape": [2], "data_offsets": [0, 8] },
@@ -576,15 +634,21 @@ fn safetensors_cases() -> Vec<Case> {
             });
             open_header(h, &[0; 12])
         }),
-        case("S11", "size does not match dtype x shape", &[SINGLE_FILE, "tensor a", "span 8 bytes", "F32 [3] needs 12 bytes"], || {
-            open_header(one("F32", json!([3]), json!([0, 8])), &[0; 8])
-        }),
+        case(
+            "S11",
+            "size does not match dtype x shape",
+            &[SINGLE_FILE, "tensor a", "span 8 bytes", "F32 [3] needs 12 bytes"],
+            || open_header(one("F32", json!([3]), json!([0, 8])), &[0; 8]),
+        ),
         case("S12", "reversed data_offsets", &[SINGLE_FILE, "tensor a", "invalid data_offsets [8,0]"], || {
             open_header(one("F32", json!([0]), json!([8, 0])), &[0; 8])
         }),
-        case("S13", "trailing bytes after the data", &[SINGLE_FILE, "holds 8 bytes", "cover 4", "trailing bytes"], || {
-            open_header(one("F32", json!([1]), json!([0, 4])), &[0; 8])
-        }),
+        case(
+            "S13",
+            "trailing bytes after the data",
+            &[SINGLE_FILE, "holds 8 bytes", "cover 4", "trailing bytes"],
+            || open_header(one("F32", json!([1]), json!([0, 4])), &[0; 8]),
+        ),
         case("S14", "file truncated inside the data", &[SINGLE_FILE, "up_proj.weight", "run past the end"], || {
             let d = good_ckpt()?;
             let f = d.path().join(SINGLE_FILE);
@@ -592,9 +656,12 @@ fn safetensors_cases() -> Vec<Case> {
             std::fs::write(&f, &b[..b.len() - 4])?;
             open(d.path())
         }),
-        case("S15", "shape whose element count overflows", &[SINGLE_FILE, "tensor a", "[4294967296, 4294967296, 2]", "overflows"], || {
-            open_header(one("U8", json!([4294967296u64, 4294967296u64, 2]), json!([0, 0])), &[])
-        }),
+        case(
+            "S15",
+            "shape whose element count overflows",
+            &[SINGLE_FILE, "tensor a", "[4294967296, 4294967296, 2]", "overflows"],
+            || open_header(one("U8", json!([4294967296u64, 4294967296u64, 2]), json!([0, 0])), &[]),
+        ),
         case("S16", "tensor entry without dtype", &[SINGLE_FILE, "tensor a", "no dtype"], || {
             open_header(json!({ "a": { "shape": [1], "data_offsets": [0, 1] } }), &[0])
         }),
@@ -602,12 +669,18 @@ fn safetensors_cases() -> Vec<Case> {
             let b = st_bytes(&one("U8", json!([1]), json!([0, 1])), &[0]);
             parse_safetensors_header(&b[..20], b.len() as u64, Path::new("mem.safetensors")).map(|_| ())
         }),
-        case("S18", "F8 weight with U8 scales", &["up_proj.weight_scale_inv", SINGLE_FILE, "U8", "F32, BF16 or F16"], || {
-            open(fp8_ckpt_with_scale(Tensor::zeros((2, 3), DType::U8, &Device::Cpu)?)?.path())
-        }),
-        case("S19", "F8 weight with [2, 2] scales", &["up_proj.weight_scale_inv", SINGLE_FILE, "[2, 2]", "expected [2, 3]"], || {
-            open(fp8_ckpt_with_scale(Tensor::ones((2, 2), DType::F32, &Device::Cpu)?)?.path())
-        }),
+        case(
+            "S18",
+            "F8 weight with U8 scales",
+            &["up_proj.weight_scale_inv", SINGLE_FILE, "U8", "F32, BF16 or F16"],
+            || open(fp8_ckpt_with_scale(Tensor::zeros((2, 3), DType::U8, &Device::Cpu)?)?.path()),
+        ),
+        case(
+            "S19",
+            "F8 weight with [2, 2] scales",
+            &["up_proj.weight_scale_inv", SINGLE_FILE, "[2, 2]", "expected [2, 3]"],
+            || open(fp8_ckpt_with_scale(Tensor::ones((2, 2), DType::F32, &Device::Cpu)?)?.path()),
+        ),
         case("S20", "NaN in stored scales", &["up_proj.weight_scale_inv", "block [1, 2]", "NaN"], || {
             let mut v = vec![1f32; 6];
             v[5] = f32::NAN;
@@ -625,11 +698,16 @@ fn safetensors_cases() -> Vec<Case> {
             write_raw_checkpoint(dir.path(), t, &cfg, 1)?;
             open(dir.path())
         }),
-        case("S23", "FP8 weight read as a dense F32 tensor", &["up_proj.weight", SINGLE_FILE, "stored as F8_E4M3", "requested as F32"], || {
-            let d = good_ckpt()?;
-            let ck = Checkpoint::open(d.path())?;
-            ck.var_builder(DType::F32, &Device::Cpu).get((256, 384), &format!("{UP}.weight")).map(|_| ())
-        }),
+        case(
+            "S23",
+            "FP8 weight read as a dense F32 tensor",
+            &["up_proj.weight", SINGLE_FILE, "stored as F8_E4M3", "requested as F32"],
+            || {
+                let d = good_ckpt()?;
+                let ck = Checkpoint::open(d.path())?;
+                ck.var_builder(DType::F32, &Device::Cpu).get((256, 384), &format!("{UP}.weight")).map(|_| ())
+            },
+        ),
         case("S24", "layer loaded with the wrong dims", &["up_proj.weight", "[256, 384]", "[512, 384]"], || {
             let d = good_ckpt()?;
             let ck = Checkpoint::open(d.path())?;
@@ -642,12 +720,18 @@ fn safetensors_cases() -> Vec<Case> {
         case("S26", "__metadata__ is not an object", &[SINGLE_FILE, "__metadata__", "[1]"], || {
             open_header(json!({ "__metadata__": [1] }), &[])
         }),
-        case("S28", "__metadata__ with a non-string value", &[SINGLE_FILE, "__metadata__", "object of strings", "{\"format\":1}"], || {
-            open_header(json!({ "__metadata__": { "format": 1 } }), &[])
-        }),
-        case("S29", "empty tensor whose strides overflow", &[SINGLE_FILE, "tensor a", "[0, 4294967296, 4294967296]", "overflows"], || {
-            open_header(one("F32", json!([0, 4294967296u64, 4294967296u64]), json!([0, 0])), &[])
-        }),
+        case(
+            "S28",
+            "__metadata__ with a non-string value",
+            &[SINGLE_FILE, "__metadata__", "object of strings", "{\"format\":1}"],
+            || open_header(json!({ "__metadata__": { "format": 1 } }), &[]),
+        ),
+        case(
+            "S29",
+            "empty tensor whose strides overflow",
+            &[SINGLE_FILE, "tensor a", "[0, 4294967296, 4294967296]", "overflows"],
+            || open_header(one("F32", json!([0, 4294967296u64, 4294967296u64]), json!([0, 0])), &[]),
+        ),
         case("S30", "duplicate field in a tensor entry", &[SINGLE_FILE, "duplicate field `shape`"], || {
             let h = br#"{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,1],"shape":[1]}}"#;
             let mut b = (h.len() as u64).to_le_bytes().to_vec();
@@ -688,15 +772,24 @@ fn index_cases() -> Vec<Case> {
             std::fs::remove_file(d.path().join(SHARD2))?;
             open(d.path())
         }),
-        case("I02", "index points at a shard name that is not there", &["model-00009-of-00009.safetensors", "does not exist", "1 tensors"], || {
-            open(sharded(|i| i["weight_map"]["lm_head.weight"] = json!("model-00009-of-00009.safetensors"))?.path())
-        }),
-        case("I03", "index maps a tensor no shard holds", &[INDEX_FILE, "model.ghost.weight", "no such tensor"], || {
-            open(sharded(|i| i["weight_map"]["model.ghost.weight"] = json!(SHARD2))?.path())
-        }),
-        case("I04", "index maps a tensor to the wrong shard", &[INDEX_FILE, "up_proj.weight_scale_inv", SHARD2, "stored in"], || {
-            open(sharded(|i| i["weight_map"][format!("{UP}.weight_scale_inv")] = json!(SHARD2))?.path())
-        }),
+        case(
+            "I02",
+            "index points at a shard name that is not there",
+            &["model-00009-of-00009.safetensors", "does not exist", "1 tensors"],
+            || open(sharded(|i| i["weight_map"]["lm_head.weight"] = json!("model-00009-of-00009.safetensors"))?.path()),
+        ),
+        case(
+            "I03",
+            "index maps a tensor no shard holds",
+            &[INDEX_FILE, "model.ghost.weight", "no such tensor"],
+            || open(sharded(|i| i["weight_map"]["model.ghost.weight"] = json!(SHARD2))?.path()),
+        ),
+        case(
+            "I04",
+            "index maps a tensor to the wrong shard",
+            &[INDEX_FILE, "up_proj.weight_scale_inv", SHARD2, "stored in"],
+            || open(sharded(|i| i["weight_map"][format!("{UP}.weight_scale_inv")] = json!(SHARD2))?.path()),
+        ),
         case("I05", "shard name with ../", &[INDEX_FILE, "\"../x.safetensors\"", "not a file name"], || {
             open(sharded(|i| i["weight_map"]["lm_head.weight"] = json!("../x.safetensors"))?.path())
         }),
@@ -766,8 +859,10 @@ fn matrix_index() {
 
 #[test]
 fn matrix_size_and_ids() {
-    let all: Vec<Case> =
-        [gemm_cases(), linear_cases(), config_cases(), safetensors_cases(), index_cases()].into_iter().flatten().collect();
+    let all: Vec<Case> = [gemm_cases(), linear_cases(), config_cases(), safetensors_cases(), index_cases()]
+        .into_iter()
+        .flatten()
+        .collect();
     let mut ids: Vec<&str> = all.iter().map(|c| c.id).collect();
     ids.sort();
     let n = ids.len();
@@ -914,6 +1009,7 @@ fn fuzz_seeds_safetensors_header() {
 fn fuzz_seeds_checkpoint_open() {
     let dir = tempfile::tempdir().expect("tempdir");
     for (name, data) in seeds("checkpoint_open") {
-        catch_unwind(|| fuzz_logic::checkpoint_open(&data, dir.path())).unwrap_or_else(|_| panic!("seed {name} crashed"));
+        catch_unwind(|| fuzz_logic::checkpoint_open(&data, dir.path()))
+            .unwrap_or_else(|_| panic!("seed {name} crashed"));
     }
 }

@@ -11,9 +11,9 @@ use candle_core::{DType, Device, Module, Tensor};
 use candle_fp8::checkpoint::{
     open_model, read_safetensors_header, Checkpoint, QuantizationConfig, ShardWriter, INDEX_FILE, SINGLE_FILE,
 };
-use candle_fp8::{AnyLinear, Fp8BlockLinear};
 use candle_fp8::quant::{quantize_activation, quantize_weight};
 use candle_fp8::testing::reference::rel_err;
+use candle_fp8::{AnyLinear, Fp8BlockLinear};
 use fixtures::*;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -119,9 +119,11 @@ fn single_file_f32_scales() -> R {
 
 #[test]
 fn sharded_with_bf16_and_f16_scales() -> R {
-    for (shards, sdt, st) in
-        [(3, DType::BF16, safetensors::Dtype::BF16), (2, DType::F16, safetensors::Dtype::F16), (4, DType::F32, safetensors::Dtype::F32)]
-    {
+    for (shards, sdt, st) in [
+        (3, DType::BF16, safetensors::Dtype::BF16),
+        (2, DType::F16, safetensors::Dtype::F16),
+        (4, DType::F32, safetensors::Dtype::F32),
+    ] {
         let dir = tempfile::tempdir()?;
         let ck = write_default(dir.path(), shards, sdt)?;
         assert_eq!(ck.files().len(), shards, "{shards} shards");
@@ -144,8 +146,7 @@ fn modules_to_not_convert_load_dense() -> R {
     let dir = tempfile::tempdir()?;
     // Layer 0's MLP and lm_head stay in bf16; everything else under the rule is FP8.
     let q = fp8_quant_config(&["lm_head", "model.layers.0.mlp"]);
-    let ts: Vec<(&str, Tensor)> =
-        tensors().into_iter().map(|(n, t)| (n, t.to_dtype(DType::BF16).unwrap())).collect();
+    let ts: Vec<(&str, Tensor)> = tensors().into_iter().map(|(n, t)| (n, t.to_dtype(DType::BF16).unwrap())).collect();
     write_fp8_checkpoint(dir.path(), &ts, Some(&q), 2, DType::F32)?;
     let ck = Checkpoint::open(dir.path())?;
     assert!(!ck.is_quantized(DOWN));
@@ -204,7 +205,8 @@ fn module_matching_rule() {
 
 #[test]
 fn bad_quantization_configs() {
-    let base = json!({"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]});
+    let base =
+        json!({"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]});
     let with = |k: &str, v: Value| {
         let mut q = base.clone();
         q[k] = v;
@@ -263,13 +265,19 @@ fn fp8_tensors_must_agree_with_config() -> R {
     // FP8 weights but no quantization_config.
     let dir = with_config(json!({"quantization_config": fp8_quant_config(&[])}))?;
     std::fs::write(dir.path().join("config.json"), "{}")?;
-    assert_has(&err_text(Checkpoint::open(dir.path())), &[&format!("{DOWN}.weight"), "F8_E4M3", "no quantization_config"]);
+    assert_has(
+        &err_text(Checkpoint::open(dir.path())),
+        &[&format!("{DOWN}.weight"), "F8_E4M3", "no quantization_config"],
+    );
     // An FP8 weight whose module the config excludes.
     std::fs::write(
         dir.path().join("config.json"),
         json!({"quantization_config": fp8_quant_config(&["self_attn"])}).to_string(),
     )?;
-    assert_has(&err_text(Checkpoint::open(dir.path())), &[&format!("{Q}.weight"), "\"self_attn\"", "modules_to_not_convert"]);
+    assert_has(
+        &err_text(Checkpoint::open(dir.path())),
+        &[&format!("{Q}.weight"), "\"self_attn\"", "modules_to_not_convert"],
+    );
     Ok(())
 }
 
@@ -363,7 +371,10 @@ fn corrupt_safetensors_files() -> R {
     assert_has(&err_text(Checkpoint::open(dir.path())), &[&fname, "truncated"]);
     // Truncated inside the header.
     std::fs::write(&f, &good[..8 + n / 2])?;
-    assert_has(&err_text(Checkpoint::open(dir.path())), &[&fname, &format!("header length {n}"), "larger than the file"]);
+    assert_has(
+        &err_text(Checkpoint::open(dir.path())),
+        &[&fname, &format!("header length {n}"), "larger than the file"],
+    );
     // Shorter than the length prefix.
     std::fs::write(&f, &good[..5])?;
     assert_has(&err_text(Checkpoint::open(dir.path())), &[&fname, "5 bytes"]);
@@ -445,11 +456,15 @@ fn index_problems() -> R {
     let mut index: Value = serde_json::from_str(&index_text)?;
     index["weight_map"]["model.ghost.weight"] = json!("model-00001-of-00003.safetensors");
     std::fs::write(&index_path, index.to_string())?;
-    assert_has(&err_text(Checkpoint::open(dir.path())), &["model.ghost.weight", "model-00001-of-00003.safetensors", "no such tensor"]);
+    assert_has(
+        &err_text(Checkpoint::open(dir.path())),
+        &["model.ghost.weight", "model-00001-of-00003.safetensors", "no such tensor"],
+    );
     // A tensor mapped to the wrong shard.
     let mut index: Value = serde_json::from_str(&index_text)?;
     let first = index["weight_map"]["lm_head.weight"].as_str().unwrap().to_string();
-    let other = if first.contains("00001") { "model-00002-of-00003.safetensors" } else { "model-00001-of-00003.safetensors" };
+    let other =
+        if first.contains("00001") { "model-00002-of-00003.safetensors" } else { "model-00001-of-00003.safetensors" };
     index["weight_map"]["lm_head.weight"] = json!(other);
     std::fs::write(&index_path, index.to_string())?;
     assert_has(&err_text(Checkpoint::open(dir.path())), &["lm_head.weight", other, "stored in"]);
@@ -493,7 +508,8 @@ fn shard_writer_splits_by_size() -> R {
     let dir = tempfile::tempdir()?;
     let mut w = ShardWriter::new(dir.path(), Some(3000))?;
     for i in 0..5 {
-        w.push(format!("t{i}.weight"), Tensor::ones((10, 100), DType::F16, &Device::Cpu)?)?; // 2000 bytes
+        w.push(format!("t{i}.weight"), Tensor::ones((10, 100), DType::F16, &Device::Cpu)?)?;
+        // 2000 bytes
     }
     assert!(w.push("t0.weight", Tensor::ones(1, DType::F32, &Device::Cpu)?).is_err());
     let files = w.finish()?;
@@ -651,18 +667,30 @@ fn torch_written_fp8_layers_dequantize_to_the_recorded_values() -> R {
         let module = name.strip_suffix(".weight").expect("FP8 tensors are weights");
         let (n, k) = (info.shape[0], info.shape[1]);
         let stored_scale = ck.load_tensor(&format!("{module}.weight_scale_inv"), &Device::Cpu)?;
-        for layer in [ck.load_fp8_linear(module, &Device::Cpu, false)?, Fp8BlockLinear::load(vb.pp(module), k, n, false)?] {
+        for layer in
+            [ck.load_fp8_linear(module, &Device::Cpu, false)?, Fp8BlockLinear::load(vb.pp(module), k, n, false)?]
+        {
             assert_eq!((layer.out_dim(), layer.in_dim()), (n, k), "{module}");
             let scales: Vec<f32> = layer.weight_scale_inv().flatten_all()?.to_vec1()?;
-            assert_eq!(bits_of(&scales), bits_of(&stored_scale.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?), "{module}: scales");
-            let codes: Vec<u8> = layer.weight().flatten_all()?.to_vec1::<candle_fp8::F8E4M3>()?.iter().map(|c| c.to_bits()).collect();
+            assert_eq!(
+                bits_of(&scales),
+                bits_of(&stored_scale.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?),
+                "{module}: scales"
+            );
+            let codes: Vec<u8> =
+                layer.weight().flatten_all()?.to_vec1::<candle_fp8::F8E4M3>()?.iter().map(|c| c.to_bits()).collect();
             let deq: Vec<f32> = layer.dequantize()?.flatten_all()?.to_vec1()?;
             assert_eq!(deq.len(), n * k);
             let kb = k.div_ceil(128);
             for (p, &d) in deq.iter().enumerate() {
                 // e4m3 (4 significant bits) × f32 scale (24) is exact in f64: one rounding to f32.
                 let want = (e4m3_value(codes[p]) * f64::from(scales[(p / k / 128) * kb + (p % k) / 128])) as f32;
-                assert!(d.to_bits() == want.to_bits(), "{module}: [{}, {}] dequantizes to {d:e}, expected {want:e}", p / k, p % k);
+                assert!(
+                    d.to_bits() == want.to_bits(),
+                    "{module}: [{}, {}] dequantizes to {d:e}, expected {want:e}",
+                    p / k,
+                    p % k
+                );
             }
             if let Some(c) = reference["raw_checks"].as_array().unwrap().iter().find(|c| c["name"] == name) {
                 check_raw(c, &ck, &layer, &codes, &deq)?;
@@ -681,18 +709,28 @@ fn check_raw(c: &Value, ck: &Checkpoint, layer: &Fp8BlockLinear, codes: &[u8], d
     assert_eq!(layer.weight().dims(), dims(&c["shape"]), "{name}: shape");
     assert_eq!(format!("{:?}", ck.tensor_info(name).unwrap().dtype), c["weight_dtype"].as_str().unwrap());
     let scale_name = c["scale_name"].as_str().unwrap();
-    assert_eq!(format!("{:?}", ck.tensor_info(scale_name).unwrap().dtype), c["scale_dtype"].as_str().unwrap(), "{scale_name}");
+    assert_eq!(
+        format!("{:?}", ck.tensor_info(scale_name).unwrap().dtype),
+        c["scale_dtype"].as_str().unwrap(),
+        "{scale_name}"
+    );
     assert_eq!(layer.weight_scale_inv().dims(), dims(&c["scale_shape"]), "{scale_name}: shape");
     let scales: Vec<f32> = layer.weight_scale_inv().flatten_all()?.to_vec1()?;
     assert_eq!(bits_of(&scales), bits_of(&f32s(&c["scale"])), "{scale_name}: values");
-    let first_codes: Vec<u8> = c["first8_codes"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u8).collect();
+    let first_codes: Vec<u8> =
+        c["first8_codes"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u8).collect();
     assert_eq!(&codes[..8], &first_codes[..], "{name}: first 8 codes");
     assert_eq!(bits_of(&deq[..8]), bits_of(&f32s(&c["first8_dequantized"])), "{name}: first 8 values");
-    assert_eq!(bits_of(&deq[deq.len() - 8..]), bits_of(&f32s(&c["last_row_last8_dequantized"])), "{name}: last 8 values");
+    assert_eq!(
+        bits_of(&deq[deq.len() - 8..]),
+        bits_of(&f32s(&c["last_row_last8_dequantized"])),
+        "{name}: last 8 values"
+    );
     // f64 sums of the f32 values: torch / numpy sum pairwise, we sequentially; the two differ
     // by at most (N − 1 + log2 N)·2^-53·Σ|v| ≤ 2N·2^-53·Σ|v| — far below any changed value.
     let (sum, abs_sum) = deq.iter().fold((0f64, 0f64), |(s, a), &v| (s + f64::from(v), a + f64::from(v).abs()));
-    let (want_sum, want_abs) = (c["sum_dequantized_f64"].as_f64().unwrap(), c["abs_sum_dequantized_f64"].as_f64().unwrap());
+    let (want_sum, want_abs) =
+        (c["sum_dequantized_f64"].as_f64().unwrap(), c["abs_sum_dequantized_f64"].as_f64().unwrap());
     let tol = 2.0 * deq.len() as f64 * 2f64.powi(-53) * want_abs;
     assert!((sum - want_sum).abs() <= tol, "{name}: sum {sum} vs torch {want_sum} (tolerance {tol:e})");
     assert!((abs_sum - want_abs).abs() <= tol, "{name}: abs sum {abs_sum} vs torch {want_abs} (tolerance {tol:e})");
@@ -710,9 +748,13 @@ fn torch_written_lm_head_loads_dense() -> R {
     assert_eq!((lin.weight().dims(), lin.weight().dtype()), (&[128, 128][..], DType::BF16));
     let stored = ck.load_tensor("lm_head.weight", &Device::Cpu)?;
     assert_eq!(stored.dtype(), DType::BF16);
-    let diff = (lin.weight().to_dtype(DType::F32)? - stored.to_dtype(DType::F32)?)?.abs()?.max_all()?.to_scalar::<f32>()?;
+    let diff =
+        (lin.weight().to_dtype(DType::F32)? - stored.to_dtype(DType::F32)?)?.abs()?.max_all()?.to_scalar::<f32>()?;
     assert_eq!(diff, 0.0, "lm_head: the stored bf16 values");
     assert!(matches!(ck.load_linear(vb.pp("model.layers.0.mlp.up_proj"), 128, 192, false)?, AnyLinear::Fp8(_)));
-    assert_has(&err_text(Fp8BlockLinear::load(vb.pp("lm_head"), 128, 128, false)), &["lm_head.weight", "BF16", "F8_E4M3"]);
+    assert_has(
+        &err_text(Fp8BlockLinear::load(vb.pp("lm_head"), 128, 128, false)),
+        &["lm_head.weight", "BF16", "F8_E4M3"],
+    );
     Ok(())
 }

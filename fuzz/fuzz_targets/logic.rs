@@ -18,12 +18,11 @@ use std::path::Path;
 /// Invariants: never panics; an accepted config has `[128, 128]` blocks, round-trips through
 /// `to_json`, and excludes every module it lists; every error names `quantization_config`.
 pub fn quant_config(data: &[u8]) {
-    let Ok(v) = serde_json::from_slice::<Value>(data) else { return };
+    let Ok(v) = serde_json::from_slice::<Value>(data) else {
+        return;
+    };
     // As a whole config.json and as a bare quantization_config object.
-    let results = [
-        QuantizationConfig::from_config_json(&v),
-        QuantizationConfig::from_json(&v).map(Some),
-    ];
+    let results = [QuantizationConfig::from_config_json(&v), QuantizationConfig::from_json(&v).map(Some)];
     for r in results {
         match r {
             Ok(None) => assert!(
@@ -120,7 +119,9 @@ pub fn join_checkpoint_input(config: &[u8], st: &[u8]) -> Vec<u8> {
 /// Invariants: never panics; errors from `open` name a file of the checkpoint; a tensor loaded
 /// from the mmap has the validated shape; a built FP8 layer produces `[2, N]`.
 pub fn checkpoint_open(data: &[u8], dir: &Path) {
-    let Some((config, st)) = split_checkpoint_input(data) else { return };
+    let Some((config, st)) = split_checkpoint_input(data) else {
+        return;
+    };
     std::fs::write(dir.join("config.json"), config).expect("write config.json");
     std::fs::write(dir.join("model.safetensors"), st).expect("write model.safetensors");
     let ck = match Checkpoint::open(dir) {
@@ -140,7 +141,9 @@ pub fn checkpoint_open(data: &[u8], dir: &Path) {
         if let Ok(t) = ck.load_tensor(name, &dev) {
             assert_eq!(t.dims(), info.shape.as_slice(), "{name}: loaded shape");
         }
-        let Some(module) = name.strip_suffix(".weight") else { continue };
+        let Some(module) = name.strip_suffix(".weight") else {
+            continue;
+        };
         if info.dtype != safetensors::Dtype::F8_E4M3 {
             // The checked VarBuilder refuses to read a non-FP8 tensor as FP8.
             let vb = ck.var_builder(DType::F32, &dev);
@@ -149,7 +152,9 @@ pub fn checkpoint_open(data: &[u8], dir: &Path) {
         }
         // Keep the GEMM small: inputs are at most a few KiB, but shapes with a zero dim can
         // claim large sizes.
-        let Ok(layer) = ck.load_fp8_linear(module, &dev, false) else { continue };
+        let Ok(layer) = ck.load_fp8_linear(module, &dev, false) else {
+            continue;
+        };
         let (n, k) = (layer.out_dim(), layer.in_dim());
         if n.saturating_mul(k) > 1 << 20 || k == 0 {
             continue;

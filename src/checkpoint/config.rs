@@ -98,9 +98,7 @@ impl QuantizationConfig {
                         "quantization_config.weight_block_size = {v} is not supported: candle-fp8 needs \
                          [{BLOCK}, {BLOCK}]"
                     ),
-                    _ => bail!(
-                        "quantization_config.weight_block_size must be two non-negative integers, got {v}"
-                    ),
+                    _ => bail!("quantization_config.weight_block_size must be two non-negative integers, got {v}"),
                 }
             }
             Some(v) => bail!("quantization_config.weight_block_size must be a list [128, 128], got {v}"),
@@ -166,7 +164,9 @@ fn module_matches(module: &str, entry: &str) -> bool {
 /// component contains `_proj` (`q_proj`, `gate_proj`, `kv_a_proj_with_mqa`, ...). Embeddings
 /// (`embed_tokens`), `lm_head` and norms are therefore kept in their original dtype.
 pub fn is_default_fp8_target(name: &str, dims: &[usize]) -> bool {
-    let Some(module) = name.strip_suffix(".weight") else { return false };
+    let Some(module) = name.strip_suffix(".weight") else {
+        return false;
+    };
     let last = module.rsplit('.').next().unwrap_or(module);
     dims.len() == 2 && last.contains("_proj")
 }

@@ -315,7 +315,9 @@ pub fn convert_safetensors(
     let mut items = Vec::new();
     for file in ck.files() {
         for name in ck.tensor_names() {
-            let Some(info) = ck.tensor_info(name).filter(|i| &i.file == file) else { continue };
+            let Some(info) = ck.tensor_info(name).filter(|i| &i.file == file) else {
+                continue;
+            };
             use ::safetensors::Dtype as St;
             let float = matches!(info.dtype, St::BF16 | St::F16 | St::F32 | St::F64);
             items.push(Item {

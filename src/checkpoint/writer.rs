@@ -81,7 +81,8 @@ impl ShardWriter {
         self.flush()?;
         let n = self.written.len();
         let rename = |from: &Path, to: &Path| {
-            std::fs::rename(from, to).map_err(|e| err(format!("cannot rename {} to {}: {e}", from.display(), to.display())))
+            std::fs::rename(from, to)
+                .map_err(|e| err(format!("cannot rename {} to {}: {e}", from.display(), to.display())))
         };
         if n <= 1 {
             let out = self.dir.join(SINGLE_FILE);

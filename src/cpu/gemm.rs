@@ -150,7 +150,18 @@ impl Simd {
     /// vector path, whose 2⁻⁸ factor is multiplied out of each sum: exact, no product of two
     /// e4m3 values is small enough to reach f32's subnormal range).
     #[allow(clippy::too_many_arguments)]
-    fn partials(self, a: &[f32], lda: usize, m: usize, tile: &[f32], rows: usize, cols: usize, out: &mut [f32], ldo: usize, r0: usize) {
+    fn partials(
+        self,
+        a: &[f32],
+        lda: usize,
+        m: usize,
+        tile: &[f32],
+        rows: usize,
+        cols: usize,
+        out: &mut [f32],
+        ldo: usize,
+        r0: usize,
+    ) {
         match self {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: the CPU has the features (Simd::detect); every index is bounds-checked
@@ -164,7 +175,17 @@ impl Simd {
 /// One (token, weight row) dot product in the contract's order: 8 lanes accumulated over the
 /// 8-wide chunks (multiply, then add), the lanes summed in order, then the tail columns.
 #[allow(clippy::too_many_arguments)]
-fn portable_partials(a: &[f32], lda: usize, m: usize, tile: &[f32], rows: usize, cols: usize, out: &mut [f32], ldo: usize, r0: usize) {
+fn portable_partials(
+    a: &[f32],
+    lda: usize,
+    m: usize,
+    tile: &[f32],
+    rows: usize,
+    cols: usize,
+    out: &mut [f32],
+    ldo: usize,
+    r0: usize,
+) {
     let full = cols / 8 * 8;
     for t in 0..m {
         let at = &a[t * lda..][..cols];
@@ -172,7 +193,8 @@ fn portable_partials(a: &[f32], lda: usize, m: usize, tile: &[f32], rows: usize,
             let b = &tile[r * cols..(r + 1) * cols];
             let mut lanes = [0f32; 8];
             for c in (0..full).step_by(8) {
-                let (ac, bc): (&[f32; 8], &[f32; 8]) = (at[c..c + 8].try_into().expect("8"), b[c..c + 8].try_into().expect("8"));
+                let (ac, bc): (&[f32; 8], &[f32; 8]) =
+                    (at[c..c + 8].try_into().expect("8"), b[c..c + 8].try_into().expect("8"));
                 for l in 0..8 {
                     lanes[l] += ac[l] * bc[l];
                 }
@@ -225,7 +247,11 @@ mod x86 {
     /// decoded by `decode_scaled`, in the portable order (no FMA: a product is rounded before
     /// it is added); the sums come out unscaled.
     #[inline(always)]
-    unsafe fn block<const G: usize, const R: usize>(a: [*const f32; G], b: [*const f32; R], cols: usize) -> [[f32; R]; G] {
+    unsafe fn block<const G: usize, const R: usize>(
+        a: [*const f32; G],
+        b: [*const f32; R],
+        cols: usize,
+    ) -> [[f32; R]; G] {
         let mut acc = [[_mm256_setzero_ps(); R]; G];
         let mut c = 0;
         while c < cols {
@@ -257,7 +283,11 @@ mod x86 {
     unsafe fn lane_sums(v: [__m256; 8]) -> __m256 {
         let t: [__m256; 8] = std::array::from_fn(|i| {
             let (x, y) = (v[2 * (i / 2)], v[2 * (i / 2) + 1]);
-            if i % 2 == 0 { _mm256_unpacklo_ps(x, y) } else { _mm256_unpackhi_ps(x, y) }
+            if i % 2 == 0 {
+                _mm256_unpacklo_ps(x, y)
+            } else {
+                _mm256_unpackhi_ps(x, y)
+            }
         });
         // u[l] holds lanes l and l + 4 of rows 0-3 (u[0..4]) or rows 4-7 (u[4..8]).
         let u = [
@@ -273,7 +303,11 @@ mod x86 {
         // Column l (lane l of every row): l < 4 from the low 128-bit halves, else the high ones.
         let col = |l: usize| {
             let (lo, hi) = (u[l % 4], u[l % 4 + 4]);
-            if l < 4 { _mm256_permute2f128_ps::<0x20>(lo, hi) } else { _mm256_permute2f128_ps::<0x31>(lo, hi) }
+            if l < 4 {
+                _mm256_permute2f128_ps::<0x20>(lo, hi)
+            } else {
+                _mm256_permute2f128_ps::<0x31>(lo, hi)
+            }
         };
         let mut s = col(0);
         for l in 1..8 {
@@ -313,7 +347,17 @@ mod x86 {
     /// to cover the add latency (6-8), and at most 16 vector registers in all.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn tokens<const G: usize>(a: &[f32], lda: usize, t0: usize, tile: &[f32], rows: usize, cols: usize, out: &mut [f32], ldo: usize, r0: usize) {
+    unsafe fn tokens<const G: usize>(
+        a: &[f32],
+        lda: usize,
+        t0: usize,
+        tile: &[f32],
+        rows: usize,
+        cols: usize,
+        out: &mut [f32],
+        ldo: usize,
+        r0: usize,
+    ) {
         let mut r = 0;
         if G == 1 {
             while r + 8 <= rows {
@@ -340,7 +384,17 @@ mod x86 {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn partials(a: &[f32], lda: usize, m: usize, tile: &[f32], rows: usize, cols: usize, out: &mut [f32], ldo: usize, r0: usize) {
+    pub(super) unsafe fn partials(
+        a: &[f32],
+        lda: usize,
+        m: usize,
+        tile: &[f32],
+        rows: usize,
+        cols: usize,
+        out: &mut [f32],
+        ldo: usize,
+        r0: usize,
+    ) {
         let mut t = 0;
         while t + 4 <= m {
             tokens::<4>(a, lda, t, tile, rows, cols, out, ldo, r0);
@@ -388,9 +442,12 @@ mod tests {
         let mut rng = crate::testing::Rng::new(3);
         let simd = Simd::detect();
         let e4m3 = |v: f32| crate::format::f32_to_e4m3(v);
-        for (m, rows, cols) in [(1, 8, 128), (1, 11, 128), (2, 8, 128), (3, 3, 128), (4, 2, 64), (5, 1, 16), (7, 8, 128), (9, 5, 144)] {
+        for (m, rows, cols) in
+            [(1, 8, 128), (1, 11, 128), (2, 8, 128), (3, 3, 128), (4, 2, 64), (5, 1, 16), (7, 8, 128), (9, 5, 144)]
+        {
             let lda = cols + 8;
-            let a: Vec<f32> = (0..m * lda).map(|i| e4m3_to_f32(e4m3(rng.normal() * 2f32.powi((i % 11) as i32 - 5)))).collect();
+            let a: Vec<f32> =
+                (0..m * lda).map(|i| e4m3_to_f32(e4m3(rng.normal() * 2f32.powi((i % 11) as i32 - 5)))).collect();
             let w: Vec<F8E4M3> = (0..rows * cols).map(|_| e4m3(rng.normal() * 100.0)).collect();
             let (mut exact, mut scaled) = (vec![0f32; rows * cols], vec![0f32; rows * cols]);
             Simd::Portable.decode(&w, &mut exact);

@@ -21,9 +21,7 @@ use std::ffi::c_void;
 use std::sync::Mutex;
 
 use candle_core::cuda_backend::cudarc::cublaslt::{result, sys};
-use candle_core::cuda_backend::cudarc::driver::{
-    CudaSlice, CudaView, DevicePtr, DevicePtrMut, PushKernelArg,
-};
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DevicePtr, DevicePtrMut, PushKernelArg};
 use candle_core::cuda_backend::{CudaDevice, CudaStorage, WrapErr};
 use candle_core::{bail, Result};
 use half::bf16;
@@ -56,9 +54,9 @@ pub(crate) fn blockwise_unavailable_reason(compute_cap: u32) -> Option<String> {
     }
     match cublaslt_version() {
         Err(e) => Some(e),
-        Ok(v) if v < MIN_VERSION => Some(format!(
-            "cuBLASLt {v} is older than {MIN_VERSION} (CUDA 12.9), which added 128-block scaling"
-        )),
+        Ok(v) if v < MIN_VERSION => {
+            Some(format!("cuBLASLt {v} is older than {MIN_VERSION} (CUDA 12.9), which added 128-block scaling"))
+        }
         Ok(_) => None,
     }
 }
@@ -107,15 +105,8 @@ impl Drop for Pref {
 }
 
 fn set<T>(desc: &Desc, attr: sys::cublasLtMatmulDescAttributes_t, v: &T) -> Result<()> {
-    unsafe {
-        result::set_matmul_desc_attribute(
-            desc.0,
-            attr,
-            v as *const T as *const c_void,
-            std::mem::size_of::<T>(),
-        )
-    }
-    .map_err(|e| lt_err(&format!("set {attr:?}"), e))
+    unsafe { result::set_matmul_desc_attribute(desc.0, attr, v as *const T as *const c_void, std::mem::size_of::<T>()) }
+        .map_err(|e| lt_err(&format!("set {attr:?}"), e))
 }
 
 fn layout(ty: sys::cudaDataType, rows: usize, cols: usize, ld: usize) -> Result<MatLayout> {
@@ -236,12 +227,11 @@ pub(crate) fn gemm(
                     )
                 }
                 .map_err(|e| lt_err("preference workspace", e))?;
-                let h = unsafe {
-                    result::get_matmul_algo_heuristic(st.handle, desc.0, a_l.0, b_l.0, d_l.0, d_l.0, pref.0)
-                }
-                .map_err(|e| {
-                    lt_err(&format!("no algorithm for m'={m_pad} n={n} k={k} (block-scaled e4m3 -> bf16)"), e)
-                })?;
+                let h =
+                    unsafe { result::get_matmul_algo_heuristic(st.handle, desc.0, a_l.0, b_l.0, d_l.0, d_l.0, pref.0) }
+                        .map_err(|e| {
+                            lt_err(&format!("no algorithm for m'={m_pad} n={n} k={k} (block-scaled e4m3 -> bf16)"), e)
+                        })?;
                 st.algos.insert(key, h.algo);
                 h.algo
             }

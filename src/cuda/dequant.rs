@@ -97,7 +97,6 @@ pub(crate) fn dequant_gemm(dev: &CudaDevice, ops: &Operands, m: usize, n: usize,
     Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
 }
 
-
 #[cfg(test)]
 mod tests {
     /// Every helper kernel the providers load by name (`get_or_load_custom_func("NAME",

@@ -52,9 +52,7 @@ pub(crate) fn device_info(dev: &CudaDevice) -> Result<DeviceInfo> {
     let stream = dev.cuda_stream();
     let ctx = stream.context();
     let (major, minor) = ctx.compute_capability().w()?;
-    let num_sms = ctx
-        .attribute(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-        .w()? as usize;
+    let num_sms = ctx.attribute(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).w()? as usize;
     let compute_cap = (major * 10 + minor) as u32;
     let info = DeviceInfo {
         caps: DeviceCaps {
@@ -68,7 +66,6 @@ pub(crate) fn device_info(dev: &CudaDevice) -> Result<DeviceInfo> {
     map.lock().unwrap().insert(ord, info);
     Ok(info)
 }
-
 
 /// Per-`CudaDevice` (i.e. per stream) scratch state.
 #[derive(Default)]
@@ -145,21 +142,14 @@ pub(crate) fn view<'a, T: CudaDType>(
     let slice = s.as_cuda_slice::<T>()?;
     let off = l.start_offset();
     if off + len > slice.len() {
-        bail!(
-            "candle-fp8: {what} needs {len} elements from offset {off}, its storage holds {}",
-            slice.len()
-        )
+        bail!("candle-fp8: {what} needs {len} elements from offset {off}, its storage holds {}", slice.len())
     }
     Ok(slice.slice(off..off + len))
 }
 
 pub(crate) fn require_contiguous(what: &str, l: &Layout) -> Result<()> {
     if !l.is_contiguous() {
-        bail!(
-            "candle-fp8: {what} must be contiguous (row-major), got shape {:?} stride {:?}",
-            l.dims(),
-            l.stride()
-        )
+        bail!("candle-fp8: {what} must be contiguous (row-major), got shape {:?} stride {:?}", l.dims(), l.stride())
     }
     Ok(())
 }
@@ -172,7 +162,6 @@ pub(crate) fn act_scale_len(m: usize, k: usize) -> usize {
 pub(crate) fn raw_stream(dev: &CudaDevice) -> *mut c_void {
     dev.cuda_stream().cu_stream() as *mut c_void
 }
-
 
 /// What a CUDA device offers this crate (printed by `examples/check_env.rs`).
 #[derive(Debug, Clone)]
@@ -231,4 +220,3 @@ pub fn device_report(dev: &CudaDevice) -> Result<DeviceReport> {
         nvcc_flags: option_env!("CANDLE_FP8_NVCC_FLAGS_USED").unwrap_or(""),
     })
 }
-

@@ -43,9 +43,7 @@ impl std::fmt::Debug for IdReadback {
 impl IdReadback {
     /// A readback for tensors of `len` u32 ids on `device` (a CUDA device).
     pub fn new(device: &Device, len: usize) -> Result<Self> {
-        let Device::Cuda(dev) = device else {
-            bail!("candle-fp8 IdReadback: needs a CUDA device, got {device:?}")
-        };
+        let Device::Cuda(dev) = device else { bail!("candle-fp8 IdReadback: needs a CUDA device, got {device:?}") };
         if len == 0 {
             bail!("candle-fp8 IdReadback: len must be at least 1")
         }

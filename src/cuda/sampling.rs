@@ -55,12 +55,7 @@ fn row_geometry(dims: &[usize], stride: &[usize]) -> Result<(usize, usize, usize
     // the rows of the dimensions inside it. Size-1 dimensions have arbitrary strides.
     let mut row_stride = None;
     let mut next = 0;
-    for (&d, &s) in lead
-        .iter()
-        .zip(&stride[..lead.len()])
-        .rev()
-        .filter(|(&d, _)| d > 1)
-    {
+    for (&d, &s) in lead.iter().zip(&stride[..lead.len()]).rev().filter(|(&d, _)| d > 1) {
         match row_stride {
             None => row_stride = Some(s),
             Some(_) if s != next => bail!(
@@ -110,9 +105,7 @@ pub fn argmax_last_dim(logits: &Tensor) -> Result<Tensor> {
     let mut out = unsafe { dev.alloc::<u32>(rows)? };
     {
         let (st, l) = logits.storage_and_layout();
-        let Storage::Cuda(cs) = &*st else {
-            bail!("candle-fp8 argmax_last_dim: logits are not in CUDA storage")
-        };
+        let Storage::Cuda(cs) = &*st else { bail!("candle-fp8 argmax_last_dim: logits are not in CUDA storage") };
         let len = (rows - 1) * row_stride + cols;
         let (out_ptr, _go) = out.device_ptr_mut(&stream);
         let (rows_i, cols_i, stride_i) = (rows as i64, cols as i64, row_stride as i64);
@@ -127,12 +120,17 @@ pub fn argmax_last_dim(logits: &Tensor) -> Result<Tensor> {
         };
         let dtype = if bf16 { ffi::FP8GEMM_BF16 } else { ffi::FP8GEMM_F32 };
         let status = unsafe {
-            ffi::fp8gemm_argmax_rows(x_ptr as *const std::ffi::c_void, dtype, rows_i, cols_i, stride_i, out_ptr as *mut u32, raw_stream(dev))
+            ffi::fp8gemm_argmax_rows(
+                x_ptr as *const std::ffi::c_void,
+                dtype,
+                rows_i,
+                cols_i,
+                stride_i,
+                out_ptr as *mut u32,
+                raw_stream(dev),
+            )
         };
-        ffi::check(
-            &format!("argmax_last_dim (rows {rows}, cols {cols}, row stride {row_stride})"),
-            status,
-        )?;
+        ffi::check(&format!("argmax_last_dim (rows {rows}, cols {cols}, row stride {row_stride})"), status)?;
     }
     let out_dims = logits.dims()[..logits.rank() - 1].to_vec();
     Ok(Tensor::from_storage(
@@ -147,19 +145,13 @@ pub fn argmax_last_dim(logits: &Tensor) -> Result<Tensor> {
 mod tests {
     use super::row_geometry;
 
-    fn geometry(
-        dims: &[usize],
-        stride: &[usize],
-    ) -> std::result::Result<(usize, usize, usize), String> {
+    fn geometry(dims: &[usize], stride: &[usize]) -> std::result::Result<(usize, usize, usize), String> {
         row_geometry(dims, stride).map_err(|e| e.to_string())
     }
 
     #[test]
     fn rows_of_the_layouts_the_kernel_reads() {
-        assert_eq!(
-            geometry(&[16, 151936], &[151936, 1]),
-            Ok((16, 151936, 151936))
-        );
+        assert_eq!(geometry(&[16, 151936], &[151936, 1]), Ok((16, 151936, 151936)));
         assert_eq!(geometry(&[151937], &[1]), Ok((1, 151937, 151937)));
         assert_eq!(geometry(&[2, 3, 10], &[30, 10, 1]), Ok((6, 10, 10)));
         // Columns 1..=10 of [4, 13]: a wider row stride.
@@ -175,28 +167,14 @@ mod tests {
     #[test]
     fn layouts_the_kernel_cannot_read_are_named() {
         let e = geometry(&[4, 10, 6], &[60, 1, 10]).unwrap_err();
-        assert!(
-            e.contains("contiguous along the last dimension") && e.contains("stride [60, 1, 10]"),
-            "{e}"
-        );
+        assert!(e.contains("contiguous along the last dimension") && e.contains("stride [60, 1, 10]"), "{e}");
         let e = geometry(&[4, 3, 10], &[60, 10, 1]).unwrap_err();
-        assert!(
-            e.contains("flatten") && e.contains("shape [4, 3, 10] stride [60, 10, 1]"),
-            "{e}"
-        );
+        assert!(e.contains("flatten") && e.contains("shape [4, 3, 10] stride [60, 10, 1]"), "{e}");
         let e = geometry(&[2, 3, 10], &[0, 10, 1]).unwrap_err();
         assert!(e.contains("flatten"), "{e}");
-        assert!(geometry(&[], &[])
-            .unwrap_err()
-            .contains("at least one dimension"));
-        assert!(geometry(&[0, 10], &[10, 1])
-            .unwrap_err()
-            .contains("must not be empty"));
-        assert!(geometry(&[3, 0], &[0, 1])
-            .unwrap_err()
-            .contains("must not be empty"));
-        assert!(geometry(&[1 << 31, 2], &[2, 1])
-            .unwrap_err()
-            .contains("exceeds"));
+        assert!(geometry(&[], &[]).unwrap_err().contains("at least one dimension"));
+        assert!(geometry(&[0, 10], &[10, 1]).unwrap_err().contains("must not be empty"));
+        assert!(geometry(&[3, 0], &[0, 1]).unwrap_err().contains("must not be empty"));
+        assert!(geometry(&[1 << 31, 2], &[2, 1]).unwrap_err().contains("exceeds"));
     }
 }

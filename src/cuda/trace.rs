@@ -18,4 +18,3 @@ pub fn trace_dump(path: &std::path::Path) -> Result<usize> {
         e => bail!("candle-fp8 trace_dump: cannot write {} (status {e})", path.display()),
     }
 }
-

@@ -7,9 +7,9 @@ mod provider;
 mod schedule;
 
 pub use provider::{choose_provider, Backend, DeviceCaps, Fp8Options, Provider, BACKEND_ENV};
-#[cfg(any(feature = "cuda", feature = "test-utils"))]
-pub use schedule::{choose_config, GemmConfig, ScheduleKind, DISPATCHED_CONFIGS};
 #[cfg(all(feature = "cuda", feature = "test-utils"))]
 pub(crate) use schedule::config_override;
 #[cfg(feature = "test-utils")]
 pub(crate) use schedule::set_config_override;
+#[cfg(any(feature = "cuda", feature = "test-utils"))]
+pub use schedule::{choose_config, GemmConfig, ScheduleKind, DISPATCHED_CONFIGS};

@@ -177,7 +177,11 @@ impl DecoderConfig {
                 }
             }
             let scaling = obj.get("rope_scaling").cloned().filter(|s| !s.is_null()).or(params);
-            let kind = scaling.as_ref().and_then(|s| s.get("rope_type").or_else(|| s.get("type"))).and_then(|t| t.as_str()).map(str::to_owned);
+            let kind = scaling
+                .as_ref()
+                .and_then(|s| s.get("rope_type").or_else(|| s.get("type")))
+                .and_then(|t| t.as_str())
+                .map(str::to_owned);
             match (kind.as_deref(), scaling) {
                 (None | Some("default"), _) => {
                     obj.insert("rope_scaling".into(), serde_json::Value::Null);
@@ -185,7 +189,9 @@ impl DecoderConfig {
                 (Some("llama3"), Some(s)) => {
                     obj.insert("rope_scaling".into(), s);
                 }
-                (Some(other), _) => bail!("config.json: rope_scaling type {other:?} is not supported (supported: llama3)"),
+                (Some(other), _) => {
+                    bail!("config.json: rope_scaling type {other:?} is not supported (supported: llama3)")
+                }
             }
         }
         let cfg: Self = serde_json::from_value(v).map_err(bad)?;
@@ -415,7 +421,10 @@ mod tests {
         ))
         .unwrap();
         assert_eq!((c.rope_theta, c.rope_scaling.unwrap().factor), (500000.0, 8.0));
-        let c = DecoderConfig::from_json(&json(r#", "model_type": "qwen3", "rope_scaling": {"rope_type": "default"}, "rope_theta": 7.0"#)).unwrap();
+        let c = DecoderConfig::from_json(&json(
+            r#", "model_type": "qwen3", "rope_scaling": {"rope_type": "default"}, "rope_theta": 7.0"#,
+        ))
+        .unwrap();
         assert_eq!((c.rope_theta, c.rope_scaling), (7.0, None));
     }
 }

@@ -46,11 +46,7 @@ impl TextScore {
         for t in 0..ids.len().saturating_sub(1) {
             self.nll -= lp[t][ids[t + 1] as usize];
             if let Some(r) = reference {
-                self.kl += r[t]
-                    .iter()
-                    .zip(&lp[t])
-                    .map(|(a, b)| a.exp() * (a - b))
-                    .sum::<f64>();
+                self.kl += r[t].iter().zip(&lp[t]).map(|(a, b)| a.exp() * (a - b)).sum::<f64>();
                 self.top1_agree += (argmax_f64(&lp[t]) == argmax_f64(&r[t])) as usize;
             }
             self.positions += 1;
@@ -74,16 +70,7 @@ impl TextScore {
 }
 
 fn argmax_f64(v: &[f64]) -> usize {
-    v.iter()
-        .enumerate()
-        .fold((0, f64::NEG_INFINITY), |(bi, bv), (i, &x)| {
-            if x > bv {
-                (i, x)
-            } else {
-                (bi, bv)
-            }
-        })
-        .0
+    v.iter().enumerate().fold((0, f64::NEG_INFINITY), |(bi, bv), (i, &x)| if x > bv { (i, x) } else { (bi, bv) }).0
 }
 
 /// Agreement of two models (e.g. FP8 kernels vs the dequantized reference) over greedy steps.
@@ -150,10 +137,7 @@ pub fn compare_greedy(
     let (mut sum_abs, mut sum_sq, mut count) = (0f64, 0f64, 0usize);
     for _ in 0..steps {
         let a = test.forward(&next, pos)?.squeeze(0)?.to_vec1::<f32>()?;
-        let b = reference
-            .forward(&next, pos)?
-            .squeeze(0)?
-            .to_vec1::<f32>()?;
+        let b = reference.forward(&next, pos)?.squeeze(0)?.to_vec1::<f32>()?;
         pos += next.dim(1)?;
         let ia = argmax(&a);
         rep.steps += 1;
@@ -162,17 +146,13 @@ pub fn compare_greedy(
         if strict {
             rep.top1_agree += 1;
         } else {
-            rep.max_regret_at_disagreement = Some(
-                rep.max_regret_at_disagreement
-                    .map_or(regret, |r: f32| r.max(regret)),
-            );
+            rep.max_regret_at_disagreement =
+                Some(rep.max_regret_at_disagreement.map_or(regret, |r: f32| r.max(regret)));
             let mut sorted = b.clone();
             sorted.sort_by(|x, y| y.partial_cmp(x).unwrap_or(std::cmp::Ordering::Equal));
             let margin = sorted[0] - sorted[1];
-            rep.min_margin_at_disagreement = Some(
-                rep.min_margin_at_disagreement
-                    .map_or(margin, |m: f32| m.min(margin)),
-            );
+            rep.min_margin_at_disagreement =
+                Some(rep.min_margin_at_disagreement.map_or(margin, |m: f32| m.min(margin)));
         }
         for (x, y) in a.iter().zip(&b) {
             let dlt = (x - y).abs();

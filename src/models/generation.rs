@@ -37,7 +37,9 @@ impl Sampler {
             // Our one-launch argmax (candle's CPU argmax semantics) where it can run: candle's
             // CUDA argmax costs ~100 µs per step on f32 [B, 151936] logits.
             #[cfg(feature = "cuda")]
-            if matches!(logits.dtype(), DType::F32 | DType::BF16) && crate::cuda::sampling::is_available(logits.device()) {
+            if matches!(logits.dtype(), DType::F32 | DType::BF16)
+                && crate::cuda::sampling::is_available(logits.device())
+            {
                 return crate::cuda::sampling::argmax_last_dim(&logits.contiguous()?);
             }
             return logits.argmax(D::Minus1)?.to_dtype(DType::U32);
@@ -50,7 +52,8 @@ impl Sampler {
     fn sample_row(&mut self, logits: &[f32]) -> u32 {
         let t = self.temperature;
         let max = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
-        let mut probs: Vec<(u32, f64)> = logits.iter().enumerate().map(|(i, &l)| (i as u32, ((l as f64 - max) / t).exp())).collect();
+        let mut probs: Vec<(u32, f64)> =
+            logits.iter().enumerate().map(|(i, &l)| (i as u32, ((l as f64 - max) / t).exp())).collect();
         let total: f64 = probs.iter().map(|p| p.1).sum();
         probs.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap_or(std::cmp::Ordering::Equal).then(a.0.cmp(&b.0)));
         let mut keep = probs.len();

@@ -18,7 +18,13 @@ impl KvCache {
 
     /// Writes `k`, `v` `[B, kv_heads, T, head_dim]` (contiguous) at `offset` and returns views of
     /// the first `offset + T` positions.
-    pub(crate) fn append(&mut self, k: &Tensor, v: &Tensor, offset: usize, capacity_hint: usize) -> Result<(Tensor, Tensor)> {
+    pub(crate) fn append(
+        &mut self,
+        k: &Tensor,
+        v: &Tensor,
+        offset: usize,
+        capacity_hint: usize,
+    ) -> Result<(Tensor, Tensor)> {
         let (b, h, t, d) = k.dims4()?;
         self.reserve((b, h, t, d), k.dtype(), k.device(), offset, capacity_hint)?;
         let (kc, vc) = (self.k.as_ref().unwrap(), self.v.as_ref().unwrap());
@@ -31,7 +37,14 @@ impl KvCache {
     /// Checks that `T` positions `[B, kv_heads, T, head_dim]` can be written at `offset` (a new
     /// sequence at 0, or the next position) and grows the buffers (keeping their first `len`
     /// positions) so that they hold `offset + T`. `len` is left to the writer.
-    pub(crate) fn reserve(&mut self, (b, h, t, d): (usize, usize, usize, usize), dtype: DType, device: &Device, offset: usize, capacity_hint: usize) -> Result<()> {
+    pub(crate) fn reserve(
+        &mut self,
+        (b, h, t, d): (usize, usize, usize, usize),
+        dtype: DType,
+        device: &Device,
+        offset: usize,
+        capacity_hint: usize,
+    ) -> Result<()> {
         if offset != self.len {
             if offset == 0 {
                 self.len = 0;

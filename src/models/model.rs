@@ -58,7 +58,16 @@ const E4M3_UNIFORM_STD: f64 = 258.6;
 impl Source<'_> {
     /// A linear layer `prefix` `[out, in]`.
     #[allow(clippy::too_many_arguments)]
-    fn linear(&mut self, prefix: &str, in_dim: usize, out_dim: usize, bias: bool, gain: f64, device: &Device, dtype: DType) -> Result<AnyLinear> {
+    fn linear(
+        &mut self,
+        prefix: &str,
+        in_dim: usize,
+        out_dim: usize,
+        bias: bool,
+        gain: f64,
+        device: &Device,
+        dtype: DType,
+    ) -> Result<AnyLinear> {
         match self {
             Self::Checkpoint { vb, is_quantized } => {
                 let vb = vb.pp(prefix);
@@ -82,8 +91,17 @@ impl Source<'_> {
     /// (multiples of 128) sharing one input of width `in_dim`, generated as one FP8 layer —
     /// what [`Proj::build`] makes of the parts, without the parts and their concatenation as
     /// device transients. `None` elsewhere.
-    fn random_fused(&mut self, in_dim: usize, outs: &[usize], bias: bool, fuse: bool, device: &Device) -> Result<Option<Fp8BlockLinear>> {
-        let Self::Random { rng } = self else { return Ok(None) };
+    fn random_fused(
+        &mut self,
+        in_dim: usize,
+        outs: &[usize],
+        bias: bool,
+        fuse: bool,
+        device: &Device,
+    ) -> Result<Option<Fp8BlockLinear>> {
+        let Self::Random { rng } = self else {
+            return Ok(None);
+        };
         if !fuse || bias || device.is_cpu() || outs.len() < 2 || outs.iter().any(|o| o % BLOCK != 0) {
             return Ok(None);
         }
@@ -165,7 +183,12 @@ impl DecoderModel {
     /// `model.layers.N...`, `lm_head.weight`). `is_quantized(module_path)` follows
     /// `quantization_config.modules_to_not_convert`; a module also loads dense when it has no
     /// `weight_scale_inv`.
-    pub fn load(cfg: &DecoderConfig, vb: VarBuilder, is_quantized: &dyn Fn(&str) -> bool, opts: &ModelOptions) -> Result<Self> {
+    pub fn load(
+        cfg: &DecoderConfig,
+        vb: VarBuilder,
+        is_quantized: &dyn Fn(&str) -> bool,
+        opts: &ModelOptions,
+    ) -> Result<Self> {
         Self::load_with_progress(cfg, vb, is_quantized, opts, &mut |_, _| {})
     }
 
@@ -198,7 +221,12 @@ impl DecoderModel {
     /// Loads a GGUF file's model with its weights dequantized (from whatever ggml types it
     /// stores) into dense layers of the activation dtype of `opts`: the unquantized baseline of
     /// a model that is also converted to blocked FP8 (see `checkpoint::convert_gguf`).
-    pub fn from_gguf(gguf: &GgufCheckpoint, device: &Device, opts: &ModelOptions, progress: &mut dyn FnMut(usize, usize)) -> Result<Self> {
+    pub fn from_gguf(
+        gguf: &GgufCheckpoint,
+        device: &Device,
+        opts: &ModelOptions,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Self> {
         let cfg = gguf.decoder_config()?;
         let dtype = opts.dtype_for(device);
         let mut tensors = std::collections::HashMap::new();
@@ -230,7 +258,13 @@ impl DecoderModel {
         Self::build(cfg, device, Source::Random { rng: StdRng::seed_from_u64(seed) }, opts, progress)
     }
 
-    fn build(cfg: &DecoderConfig, device: &Device, mut src: Source, opts: &ModelOptions, progress: &mut dyn FnMut(usize, usize)) -> Result<Self> {
+    fn build(
+        cfg: &DecoderConfig,
+        device: &Device,
+        mut src: Source,
+        opts: &ModelOptions,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Self> {
         cfg.validate()?;
         let dtype = opts.dtype_for(device);
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
@@ -239,7 +273,9 @@ impl DecoderModel {
         let dims = Dims { hq, hkv, d, eps: cfg.rms_norm_eps as f32, fused: opts.fused_kernels };
         let nl = cfg.num_hidden_layers;
         let embed = match &mut src {
-            Source::Checkpoint { vb, .. } => vb.get_with_hints_dtype((cfg.vocab_size, h), "model.embed_tokens.weight", Default::default(), dtype)?,
+            Source::Checkpoint { vb, .. } => {
+                vb.get_with_hints_dtype((cfg.vocab_size, h), "model.embed_tokens.weight", Default::default(), dtype)?
+            }
             Source::Random { rng } => random_normal((cfg.vocab_size, h), 1.0, device, dtype, rng)?,
         };
         let fp8 = |l: AnyLinear| -> AnyLinear {
@@ -254,7 +290,9 @@ impl DecoderModel {
         progress(0, nl);
         for l in 0..nl {
             let p = format!("model.layers.{l}");
-            let lin = |src: &mut Source, name: &str, i_, o_, b_, g| src.linear(&format!("{p}.{name}"), i_, o_, b_, g, device, dtype);
+            let lin = |src: &mut Source, name: &str, i_, o_, b_, g| {
+                src.linear(&format!("{p}.{name}"), i_, o_, b_, g, device, dtype)
+            };
             let m = |x: AnyLinear| to_mode(fp8(x), opts.mode, dtype);
             // Projections sharing an input: random weights on a GPU are generated fused (one
             // buffer, no concatenation transients); otherwise part by part, then fused.
@@ -262,15 +300,27 @@ impl DecoderModel {
                 if let Some(fused) = src.random_fused(h, outs, bias, opts.fuse_projections, device)? {
                     return Ok(Proj::Fused(m(AnyLinear::Fp8(fused))?, outs.to_vec()));
                 }
-                let parts = names.iter().zip(outs).map(|(name, &o)| m(lin(src, name, h, o, bias, 1.0)?)).collect::<Result<Vec<_>>>()?;
+                let parts = names
+                    .iter()
+                    .zip(outs)
+                    .map(|(name, &o)| m(lin(src, name, h, o, bias, 1.0)?))
+                    .collect::<Result<Vec<_>>>()?;
                 Proj::build(parts, opts.fuse_projections)
             };
-            let qkv = proj(&mut src, &["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"], &[hq * d, hkv * d, hkv * d], qkv_bias)?;
+            let qkv = proj(
+                &mut src,
+                &["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
+                &[hq * d, hkv * d, hkv * d],
+                qkv_bias,
+            )?;
             let o = lin(&mut src, "self_attn.o_proj", hq * d, h, o_bias, out_gain)?;
             let gate_up = proj(&mut src, &["mlp.gate_proj", "mlp.up_proj"], &[i, i], false)?;
             let down = lin(&mut src, "mlp.down_proj", i, h, false, out_gain)?;
             let (q_norm, k_norm) = if qk_norm {
-                (src.norm(&format!("{p}.self_attn.q_norm.weight"), d, device, dtype)?, src.norm(&format!("{p}.self_attn.k_norm.weight"), d, device, dtype)?)
+                (
+                    src.norm(&format!("{p}.self_attn.q_norm.weight"), d, device, dtype)?,
+                    src.norm(&format!("{p}.self_attn.k_norm.weight"), d, device, dtype)?,
+                )
             } else {
                 (ones.clone(), ones.clone())
             };
@@ -293,10 +343,15 @@ impl DecoderModel {
             AnyLinear::Dense(candle_nn::Linear::new(embed.clone(), None))
         } else {
             match &mut src {
-                Source::Checkpoint { .. } => to_mode(fp8(src.linear("lm_head", h, cfg.vocab_size, false, 1.0, device, dtype)?), opts.mode, dtype)?,
-                Source::Random { rng } => {
-                    AnyLinear::Dense(candle_nn::Linear::new(random_normal((cfg.vocab_size, h), 1.0 / (h as f64).sqrt(), device, dtype, rng)?, None))
-                }
+                Source::Checkpoint { .. } => to_mode(
+                    fp8(src.linear("lm_head", h, cfg.vocab_size, false, 1.0, device, dtype)?),
+                    opts.mode,
+                    dtype,
+                )?,
+                Source::Random { rng } => AnyLinear::Dense(candle_nn::Linear::new(
+                    random_normal((cfg.vocab_size, h), 1.0 / (h as f64).sqrt(), device, dtype, rng)?,
+                    None,
+                )),
             }
         };
         let (cos, sin) = rope_tables(cfg, device, dtype)?;
@@ -354,7 +409,13 @@ impl DecoderModel {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self { layers, lm_head: f(self.lm_head.clone())?, kv: vec![KvCache::default(); self.kv.len()], mode, ..self.clone() })
+        Ok(Self {
+            layers,
+            lm_head: f(self.lm_head.clone())?,
+            kv: vec![KvCache::default(); self.kv.len()],
+            mode,
+            ..self.clone()
+        })
     }
 
     /// A copy of this model (sharing every weight, with an empty KV cache) whose fused decode
@@ -500,7 +561,11 @@ impl DecoderModel {
     pub fn forward_logits(&mut self, input_ids: &Tensor, seqlen_offset: usize) -> Result<Tensor> {
         let (b, t) = input_ids.dims2()?;
         let x = self.forward_hidden(input_ids, seqlen_offset)?;
-        let x = if t > 1 { x.reshape((b, t, self.cfg.hidden_size))?.narrow(1, t - 1, 1)?.squeeze(1)?.contiguous()? } else { x };
+        let x = if t > 1 {
+            x.reshape((b, t, self.cfg.hidden_size))?.narrow(1, t - 1, 1)?.squeeze(1)?.contiguous()?
+        } else {
+            x
+        };
         let x = candle_nn::ops::rms_norm(&x, &self.norm, self.cfg.rms_norm_eps as f32)?;
         self.lm_head.forward(&x)
     }
@@ -547,13 +612,30 @@ impl DecoderModel {
         let mut x = self.embed.index_select(&ids, 0)?; // [B*T, H]
         let cos = self.cos.narrow(0, seqlen_offset, t)?;
         let sin = self.sin.narrow(0, seqlen_offset, t)?;
-        let mask = if t > 1 { Some(causal_mask(t, seqlen_offset, dims.hq / dims.hkv, &self.device, self.dtype)?) } else { None };
+        let mask = if t > 1 {
+            Some(causal_mask(t, seqlen_offset, dims.hq / dims.hkv, &self.device, self.dtype)?)
+        } else {
+            None
+        };
         let hint = self.capacity_hint;
         // A fused layer leaves its MLP output pending: the next layer adds it in its input norm.
         let mut pending: Option<Unreduced> = None;
         for (layer, cache) in self.layers.iter().zip(self.kv.iter_mut()) {
             let rope = (&cos, &sin);
-            let (nx, p) = layer.forward(&x, pending.as_ref(), self.fused, b, t, seqlen_offset, rope, mask.as_ref(), &self.unit, cache, hint, dims)?;
+            let (nx, p) = layer.forward(
+                &x,
+                pending.as_ref(),
+                self.fused,
+                b,
+                t,
+                seqlen_offset,
+                rope,
+                mask.as_ref(),
+                &self.unit,
+                cache,
+                hint,
+                dims,
+            )?;
             (x, pending) = (nx, p);
         }
         if let Some(p) = pending {

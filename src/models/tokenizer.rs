@@ -180,7 +180,9 @@ impl Tokenizer {
         let cfg_path = dir.join(TOKENIZER_CONFIG_FILE);
         let cfg = read_json(&cfg_path)?.unwrap_or(Value::Null);
         let lookup = |field: &str| -> Result<Option<(String, u32)>> {
-            let Some(text) = token_text(cfg.get(field)) else { return Ok(None) };
+            let Some(text) = token_text(cfg.get(field)) else {
+                return Ok(None);
+            };
             match tok.inner.token_to_id(&text) {
                 Some(id) => Ok(Some((text, id))),
                 None => bail!("{}: {field} {text:?} is not in the vocabulary of {TOKENIZER_FILE}", cfg_path.display()),
@@ -222,7 +224,9 @@ impl Tokenizer {
             Some(v) => {
                 v.to_string().map_err(|_| err("GGUF metadata tokenizer.ggml.model is not a string".into()))?.clone()
             }
-            None => bail!("GGUF metadata tokenizer.ggml.model is missing: the file has no tokenizer"),
+            None => {
+                bail!("GGUF metadata tokenizer.ggml.model is missing: the file has no tokenizer")
+            }
         };
         if model != "gpt2" {
             bail!("GGUF tokenizer model {model:?} is not supported (only \"gpt2\", byte-level BPE)")

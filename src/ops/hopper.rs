@@ -78,7 +78,12 @@ pub(crate) fn fp8_block_matmul_unreduced(qa: &Tensor, sa: &Tensor, w: &Tensor, s
 /// epilogue (`cuda::hopper_gemm_swiglu_quant`): `w` = `[gate; up]` `[2·I, K]`; returns the
 /// `(qa, sa)` of `silu(gate) * up` `[M, I]`. Operands validated as for [`fp8_block_matmul`];
 /// all on one CUDA device; `M <= 16`, `I % 128 == 0`.
-pub(crate) fn fp8_swiglu_matmul_quantize(qa: &Tensor, sa: &Tensor, w: &Tensor, sw: &Tensor) -> Result<(Tensor, Tensor)> {
+pub(crate) fn fp8_swiglu_matmul_quantize(
+    qa: &Tensor,
+    sa: &Tensor,
+    w: &Tensor,
+    sw: &Tensor,
+) -> Result<(Tensor, Tensor)> {
     let GemmShape { m, n, k } = validate_operands(qa, sa, w, sw)?;
     if n % 2 != 0 {
         bail!("fp8 gate/up with SwiGLU: the weight has {n} rows, expected [gate; up] of equal halves")
@@ -108,4 +113,3 @@ pub(crate) fn reduce_partials(partials: &Tensor) -> Result<Tensor> {
     };
     Ok(Tensor::from_storage(Storage::Cuda(y), (m, n), BackpropOp::none(), false))
 }
-

@@ -100,8 +100,9 @@ impl candle_core::InplaceOp3 for Fp8BlockMatmulInto {
         w_l: &Layout,
     ) -> Result<()> {
         let GemmShape { m, n, .. } = self.shape;
-        let (y, _) = Fp8BlockMatmul { sa: self.sa.clone(), sw: self.sw.clone(), shape: self.shape, provider: Provider::Cpu }
-            .cpu_fwd(qa, qa_l, w, w_l)?;
+        let (y, _) =
+            Fp8BlockMatmul { sa: self.sa.clone(), sw: self.sw.clone(), shape: self.shape, provider: Provider::Cpu }
+                .cpu_fwd(qa, qa_l, w, w_l)?;
         let (CpuStorage::BF16(dst), CpuStorage::BF16(y)) = (out, &y) else {
             bail!("fp8-block-matmul-into: out must be bf16")
         };
@@ -176,13 +177,7 @@ pub fn fp8_block_matmul_into(qa: &Tensor, sa: &Tensor, w: &Tensor, sw: &Tensor, 
 }
 
 /// [`fp8_block_matmul`] with explicit options instead of the environment.
-pub fn fp8_block_matmul_with(
-    opts: &Fp8Options,
-    qa: &Tensor,
-    sa: &Tensor,
-    w: &Tensor,
-    sw: &Tensor,
-) -> Result<Tensor> {
+pub fn fp8_block_matmul_with(opts: &Fp8Options, qa: &Tensor, sa: &Tensor, w: &Tensor, sw: &Tensor) -> Result<Tensor> {
     let shape = validate_operands(qa, sa, w, sw)?;
     let GemmShape { m, n, k } = shape;
     if m == 0 || n == 0 {

@@ -27,7 +27,9 @@ impl Unreduced {
             #[cfg(feature = "cuda")]
             Unreduced::Partials(p) => super::hopper::reduce_partials(p),
             #[cfg(not(feature = "cuda"))]
-            Unreduced::Partials(_) => candle_core::bail!("candle-fp8: split-K partials exist only on the CUDA kernel path"),
+            Unreduced::Partials(_) => {
+                candle_core::bail!("candle-fp8: split-K partials exist only on the CUDA kernel path")
+            }
         }
     }
 }

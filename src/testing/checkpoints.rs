@@ -40,12 +40,22 @@ fn bigram_successors(corpus: &str) -> Vec<u8> {
         .map(|i| {
             let row = &counts[i];
             let (best, n) = row.iter().enumerate().max_by_key(|(j, n)| (**n, std::cmp::Reverse(*j))).unwrap();
-            if *n == 0 { b.first().copied().unwrap_or(b' ') } else { best as u8 }
+            if *n == 0 {
+                b.first().copied().unwrap_or(b' ')
+            } else {
+                best as u8
+            }
         })
         .collect()
 }
 
-fn write_checkpoint(dir: &Path, cfg: &DecoderConfig, seed: u64, not_convert: &[&str], corpus: Option<&str>) -> Result<()> {
+fn write_checkpoint(
+    dir: &Path,
+    cfg: &DecoderConfig,
+    seed: u64,
+    not_convert: &[&str],
+    corpus: Option<&str>,
+) -> Result<()> {
     cfg.validate()?;
     std::fs::create_dir_all(dir).map_err(|e| candle_core::Error::Msg(format!("creating {}: {e}", dir.display())))?;
     let cpu = Device::Cpu;
@@ -142,6 +152,7 @@ fn write_checkpoint(dir: &Path, cfg: &DecoderConfig, seed: u64, not_convert: &[&
     );
     obj.insert("candle_fp8_tokenizer".into(), serde_json::json!("bytes"));
     let text = serde_json::to_string_pretty(&json).map_err(|e| candle_core::Error::Msg(e.to_string()))?;
-    std::fs::write(dir.join("config.json"), text).map_err(|e| candle_core::Error::Msg(format!("writing config.json: {e}")))?;
+    std::fs::write(dir.join("config.json"), text)
+        .map_err(|e| candle_core::Error::Msg(format!("writing config.json: {e}")))?;
     Ok(())
 }

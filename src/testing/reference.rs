@@ -32,8 +32,7 @@ pub fn dequantize_weight(w: &Tensor, sw: &Tensor) -> Result<Tensor> {
     let (_, kb) = weight_scale_shape(n, k);
     let q = to_vec2d::<F8E4M3>(w)?;
     let s = to_vec2d::<f32>(&sw.to_dtype(DType::F32)?)?;
-    let out: Vec<f32> =
-        (0..n * k).map(|i| e4m3_to_f32(q[i]) * s[(i / k / BLOCK) * kb + (i % k) / BLOCK]).collect();
+    let out: Vec<f32> = (0..n * k).map(|i| e4m3_to_f32(q[i]) * s[(i / k / BLOCK) * kb + (i % k) / BLOCK]).collect();
     Tensor::from_vec(out, (n, k), &Device::Cpu)
 }
 

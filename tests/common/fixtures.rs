@@ -77,8 +77,7 @@ pub fn write_checkpoint_with_config(
     let mut out: Vec<(String, Tensor)> = Vec::new();
     for (name, t) in tensors {
         let module = name.strip_suffix(".weight").unwrap_or(name);
-        let quantize =
-            quant.as_ref().is_some_and(|q| q.is_quantized(module)) && is_default_fp8_target(name, t.dims());
+        let quantize = quant.as_ref().is_some_and(|q| q.is_quantized(module)) && is_default_fp8_target(name, t.dims());
         if quantize {
             let (w, s) = candle_fp8::quant::quantize_weight(&t.to_dtype(DType::F32)?)?;
             out.push((name.to_string(), w));
@@ -427,7 +426,10 @@ pub fn check_gemm_rounding(y: &[f32], op: &HostGemm) -> std::result::Result<Gemm
     }
     let mean_allowed = ((2.0f64 / 1e-9).ln() / (2.0 * count)).sqrt() + e_ulp_sum / count;
     if !(stats.mean_ulp.abs() <= mean_allowed) {
-        return Err(format!("mean error {:.4} ulp: a bias beyond the ±{mean_allowed:.4} that rounding allows", stats.mean_ulp));
+        return Err(format!(
+            "mean error {:.4} ulp: a bias beyond the ±{mean_allowed:.4} that rounding allows",
+            stats.mean_ulp
+        ));
     }
     if !(stats.max_ulp <= max_allowed * (1.0 + 1e-9)) {
         return Err(format!("max error {:.3} ulp > {max_allowed:.3}", stats.max_ulp));
@@ -464,8 +466,12 @@ pub enum GemmMutant {
 }
 
 impl GemmMutant {
-    pub const ALL: [GemmMutant; 4] =
-        [GemmMutant::TruncatingStore, GemmMutant::WrongScaleBlock, GemmMutant::SkippedKBlock, GemmMutant::PromoteOnceAtEnd];
+    pub const ALL: [GemmMutant; 4] = [
+        GemmMutant::TruncatingStore,
+        GemmMutant::WrongScaleBlock,
+        GemmMutant::SkippedKBlock,
+        GemmMutant::PromoteOnceAtEnd,
+    ];
 
     /// Whether the bug changes anything for this shape (a scale-block mix-up needs two N
     /// blocks; a skipped or mis-promoted K block needs two K blocks).
@@ -492,7 +498,8 @@ pub fn contract_gemm(op: &HostGemm, mutant: Option<GemmMutant>) -> Vec<f32> {
         .flat_map_iter(|i| {
             let dec = &dec;
             (0..n).map(move |j| {
-                let n_block = if mutant == Some(GemmMutant::WrongScaleBlock) { (j / BLOCK + 1) % nb } else { j / BLOCK };
+                let n_block =
+                    if mutant == Some(GemmMutant::WrongScaleBlock) { (j / BLOCK + 1) % nb } else { j / BLOCK };
                 let (mut acc, mut raw) = (0f32, 0f32);
                 for b in 0..kb {
                     if mutant == Some(GemmMutant::SkippedKBlock) && b == kb - 1 {
