@@ -49,7 +49,7 @@ pub struct DecoderModel {
 /// Where the model's tensors come from while building it.
 enum Source<'a> {
     Checkpoint { vb: VarBuilder<'a>, is_quantized: &'a dyn Fn(&str) -> bool },
-    Random { rng: StdRng },
+    Random { rng: Box<StdRng> },
 }
 
 /// Standard deviation of e4m3 codes drawn uniformly over [-448, 448] (≈ 448/√3).
@@ -255,7 +255,7 @@ impl DecoderModel {
         if !device.is_cpu() {
             device.set_seed(seed)?;
         }
-        Self::build(cfg, device, Source::Random { rng: StdRng::seed_from_u64(seed) }, opts, progress)
+        Self::build(cfg, device, Source::Random { rng: Box::new(StdRng::seed_from_u64(seed)) }, opts, progress)
     }
 
     fn build(

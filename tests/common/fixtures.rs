@@ -402,7 +402,7 @@ pub fn check_gemm_rounding(y: &[f32], op: &HostGemm) -> std::result::Result<Gemm
         let ulp = bf16_ulp(e);
         let err = ((o - e) / ulp).abs();
         let allowed = (big_e + 0.5 * bf16_ulp(e.abs() + big_e)) / ulp;
-        if !(err <= allowed * (1.0 + 1e-9)) {
+        if err.is_nan() || err > allowed * (1.0 + 1e-9) {
             return Err(format!(
                 "[{i}, {j}] = {o:e} is {err:.3} ulp from the exact {e:e}; at most {allowed:.3} (½ ulp + budget {big_e:.3e}) allowed"
             ));
@@ -425,13 +425,13 @@ pub fn check_gemm_rounding(y: &[f32], op: &HostGemm) -> std::result::Result<Gemm
         ));
     }
     let mean_allowed = ((2.0f64 / 1e-9).ln() / (2.0 * count)).sqrt() + e_ulp_sum / count;
-    if !(stats.mean_ulp.abs() <= mean_allowed) {
+    if stats.mean_ulp.is_nan() || stats.mean_ulp.abs() > mean_allowed {
         return Err(format!(
             "mean error {:.4} ulp: a bias beyond the ±{mean_allowed:.4} that rounding allows",
             stats.mean_ulp
         ));
     }
-    if !(stats.max_ulp <= max_allowed * (1.0 + 1e-9)) {
+    if stats.max_ulp.is_nan() || stats.max_ulp > max_allowed * (1.0 + 1e-9) {
         return Err(format!("max error {:.3} ulp > {max_allowed:.3}", stats.max_ulp));
     }
     Ok(GemmRounding {
