@@ -15,7 +15,7 @@
 //! - [`models`]: Llama / Qwen2 / Qwen3 decoders on these layers, generation and sampling.
 //! - [`Backend`] / [`Fp8Options`]: which GEMM provider runs (`CANDLE_FP8_BACKEND` is the default).
 //!
-//! The numeric contract is in [`format`]; docs/design.md describes the kernels and the decode
+//! The numeric contract is in [`format`](mod@format); docs/design.md describes the kernels and the decode
 //! step.
 
 pub mod checkpoint;
