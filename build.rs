@@ -32,14 +32,7 @@ fn main() {
     if env::var_os("CARGO_FEATURE_CUDA").is_none() {
         return;
     }
-    for var in [
-        "NVCC",
-        "CUDA_HOME",
-        "CUDA_PATH",
-        "NVCC_CCBIN",
-        "CANDLE_FP8_NVCC_FLAGS",
-        "CANDLE_FP8_NVCC_JOBS",
-    ] {
+    for var in ["NVCC", "CUDA_HOME", "CUDA_PATH", "NVCC_CCBIN", "CANDLE_FP8_NVCC_FLAGS", "CANDLE_FP8_NVCC_JOBS"] {
         println!("cargo::rerun-if-env-changed={var}");
     }
     if let Err(e) = build_kernels() {
@@ -50,7 +43,9 @@ fn main() {
 
 /// Every file below `dir` (sorted), so that cargo reruns when any of them changes.
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
     let mut entries: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
     entries.sort();
     for p in entries {
@@ -138,8 +133,7 @@ fn build_kernels() -> Result<(), String> {
     // One object per source, named after its path below kernels/ (gemm/quant.cu: gemm_quant.o).
     let object_of = |src: &Path| -> PathBuf {
         let rel = src.strip_prefix(&kernels).unwrap_or(src).with_extension("o");
-        let name: Vec<String> =
-            rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+        let name: Vec<String> = rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
         PathBuf::from(name.join("_"))
     };
     let nvcc = find_nvcc()?;
@@ -177,9 +171,7 @@ fn build_kernels() -> Result<(), String> {
         ));
     }
     if sources.is_empty() {
-        println!(
-            "cargo::warning=candle-fp8: no kernel sources under kernels/; building without the Hopper kernels"
-        );
+        println!("cargo::warning=candle-fp8: no kernel sources under kernels/; building without the Hopper kernels");
         return Ok(());
     }
     let mut flags: Vec<String> = [
@@ -220,7 +212,9 @@ fn build_kernels() -> Result<(), String> {
     std::thread::scope(|s| {
         for _ in 0..jobs.min(sources.len()) {
             s.spawn(|| loop {
-                let Some(src) = queue.lock().unwrap().pop() else { break };
+                let Some(src) = queue.lock().unwrap().pop() else {
+                    break;
+                };
                 let obj = obj_dir.join(object_of(&src));
                 let mut cmd = Command::new(&nvcc);
                 cmd.args(&flags).arg("-c").arg(&src).arg("-o").arg(&obj);
@@ -239,10 +233,7 @@ fn build_kernels() -> Result<(), String> {
                         String::from_utf8_lossy(&o.stdout),
                         String::from_utf8_lossy(&o.stderr)
                     )),
-                    Err(e) => errors
-                        .lock()
-                        .unwrap()
-                        .push(format!("cannot run {}: {e}", nvcc.display())),
+                    Err(e) => errors.lock().unwrap().push(format!("cannot run {}: {e}", nvcc.display())),
                 }
             });
         }
@@ -278,10 +269,7 @@ fn build_kernels() -> Result<(), String> {
         .output()
         .ok()
         .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .find(|l| l.contains("release"))
-                .map(|l| l.trim().to_string())
+            String::from_utf8_lossy(&o.stdout).lines().find(|l| l.contains("release")).map(|l| l.trim().to_string())
         })
         .unwrap_or_default();
     println!("cargo::rustc-env=CANDLE_FP8_NVCC_VERSION={version}");

@@ -12,9 +12,10 @@
 //   x       [m, k]        bf16 or f32, row-major
 //   q       [m, k]        e4m3 (fn) bytes, row-major
 //   sa      [kb][m_pad]   f32, MN-major: element (row, kblock) at sa[kblock * m_pad + row],
-//                         kb = k / 128, m_pad = round_up(m, 4); base 16-byte aligned
+//                         kb = ceil(k / 128), m_pad = round_up(m, 4); base 16-byte aligned
 //   w       [n, k]        e4m3 (fn) bytes, row-major
 //   sw      [nb][kb]      f32, row-major, nb = ceil(n / 128)
+// When k % 128 != 0 the last K group / block is partial: its scale covers its k % 128 columns.
 //   y       [m, n]        bf16, row-major
 #pragma once
 
@@ -84,7 +85,9 @@ int32_t fp8gemm_compiled_configs(fp8gemm_config* out, int32_t capacity);
 
 // Per-token, per-128-column activation quantization, one pass:
 //   s = max(amax, 1e-4) / 448, q = cvt.rn.satfinite.e4m3(x / s); scales written MN-major.
-// Requires k % 128 == 0. Rows of sa between m and m_pad are set to zero.
+// Requires k % 8 == 0 (whole 16-byte vectors of x per row); when k % 128 != 0 the last group of
+// a row is partial: its amax is over its valid columns, codes are written for those only. Rows
+// of sa between m and m_pad are set to zero.
 int32_t fp8gemm_quantize_act(const void* x, int32_t x_dtype, uint8_t* q, float* sa,
                              int64_t m, int64_t k, void* stream);
 
@@ -94,7 +97,9 @@ size_t fp8gemm_workspace_bytes(const fp8gemm_config* cfg, int64_t m, int64_t n, 
 
 // y = blocked-FP8 GEMM (two-level accumulation, both scales applied every 128-wide K block)
 // with the configuration `cfg` (required: NULL or an uncompiled one is FP8GEMM_ERR_CONFIG).
-// Requires k % 128 == 0, n % 16 == 0, m >= 1. `workspace` may be NULL when
+// Requires k >= 16, k % 16 == 0 (TMA row strides), n >= 16, n % 16 == 0, m >= 1. When
+// k % 128 != 0 the last K block is partial: TMA fills its columns past k with zeros (in qa and
+// w), and it is promoted with its own scales sa[.][kb-1], sw[.][kb-1]. `workspace` may be NULL when
 // fp8gemm_workspace_bytes() returns 0. PERSISTENT with a split tail (split_k > 1) and
 // SWAP_AB_STREAMK: the workspace starts with a 4 KiB page of flags that must be zero when the
 // buffer is first used and that every launch leaves zero; give these launches a buffer of their
@@ -120,7 +125,8 @@ int32_t fp8gemm_gemm_unreduced(const uint8_t* qa, const float* sa, const uint8_t
 //   h       = bf16(bf16(silu(bf16 gu[:, :inter])) * bf16 gu[:, inter:])   (candle's roundings)
 //   q, sa_q = quantize(h): q [m, inter] e4m3, sa_q [inter/128][m_pad] f32 (padding rows zeroed)
 // Bit-identical to fp8gemm_gemm without K split followed by fp8gemm_swiglu_quant. Requires
-// 1 <= m <= 16, inter % 128 == 0, k % 128 == 0. One compiled variant: 16-token tiles of 256
+// 1 <= m <= 16, inter % 128 == 0, k >= 16, k % 16 == 0 (a partial last K block as in
+// fp8gemm_gemm). One compiled variant: 16-token tiles of 256
 // weight rows (a whole 128-feature group per CTA, no cluster), 3 stages.
 int32_t fp8gemm_gemm_swiglu_quant(const uint8_t* qa, const float* sa, const uint8_t* w,
                                   const float* sw, int64_t m, int64_t inter, int64_t k,
@@ -139,21 +145,21 @@ int32_t fp8gemm_dequant_weight(const uint8_t* w, const float* sw, void* out, int
 // ---- Fused elementwise + quantization (kernels/fused/) -----------------------------------------
 // The elementwise work that feeds an FP8 GEMM, fused with the activation quantization. Outputs
 // q / sa follow the activation contract of fp8gemm_quantize_act: q [m, k] e4m3 row-major,
-// sa [k/128][round_up(m, 4)] f32 MN-major; the padding rows of sa (m .. m_pad) are written as
-// zeros, so sa needs no memset. All bf16 tensors are row-major and contiguous; every pointer
-// must be 16-byte aligned.
+// sa [ceil(k/128)][round_up(m, 4)] f32 MN-major (a partial last group when k % 128 != 0, as
+// there); the padding rows of sa (m .. m_pad) are written as zeros, so sa needs no memset. All
+// bf16 tensors are row-major and contiguous; every pointer must be 16-byte aligned.
 
 // h = residual ? bf16(x + residual) : x          (written to x_sum_out when residual != NULL)
 // y = bf16(rsqrt(mean(h^2) + eps) * h * gamma)    (bit-identical to candle 0.11's bf16 rmsnorm)
 // q, sa = quantize(y)                             (bit-identical to fp8gemm_quantize_act on y)
 // x, residual, x_sum_out: bf16 [m, k]; gamma: bf16 [k]. x_sum_out may be NULL only when
-// residual is NULL. Requires m >= 1, k % 128 == 0, and k small enough for the row and gamma to
+// residual is NULL. Requires m >= 1, k % 8 == 0, and k small enough for the row and gamma to
 // fit in shared memory (k <= ~58K on H100/H200). gamma is read before the kernel waits for the
 // previous one (PDL): it must be a model constant, not the output of a kernel still in flight.
 // row_barrier: NULL, or FP8GEMM_NORM_BARRIER_WORDS * m zeroed u32 of device memory (4-byte
 // aligned) that the kernel leaves zeroed again — then rows with k >= 1024 (m <=
-// FP8GEMM_NORM_SPLIT_MAX_ROWS, k <= 65536) are each spread over 8 CTAs that exchange their
-// partial sums through it (same bits). Launches sharing one barrier must be stream-ordered.
+// FP8GEMM_NORM_SPLIT_MAX_ROWS, k <= 65536, k % 128 == 0; other rows leave it unused) are each
+// spread over 8 CTAs that exchange their partial sums through it (same bits). Launches sharing one barrier must be stream-ordered.
 // One row only: measured faster at batch 1, slower from 4 rows on.
 // flags: 0, or FP8GEMM_NORM_X_SETTLED: x is complete by the time the previous kernel in the
 // stream passes its griddepcontrol.wait (e.g. x was written two or more launches back and the
@@ -177,53 +183,65 @@ int32_t fp8gemm_add_partials_rmsnorm_quant(const void* x, const float* partials,
 
 // gu: bf16 [m, 2 * inter], gate = columns [0, inter), up = [inter, 2 * inter).
 // a = bf16(bf16(silu(gate)) * up)   (bit-identical to candle 0.11's bf16 silu then mul)
-// q, sa = quantize(a) with k = inter. Requires m >= 1, inter % 128 == 0.
+// q, sa = quantize(a) with k = inter. Requires m >= 1, inter % 8 == 0 (a partial last group
+// when inter % 128 != 0).
 int32_t fp8gemm_swiglu_quant(const void* gu, int64_t m, int64_t inter, uint8_t* q, float* sa,
                              void* stream);
 
 // ---- Decode attention (kernels/attention/) ------------------------------------------------------
 // The decode-step attention of a grouped-query model (one new token per sequence).
-// Layouts (all bf16 tensors contiguous, row-major; d = head_dim = 128):
+// Layouts (all bf16 tensors contiguous, row-major; d = head_dim, 64 or 128):
 //   qkv      [batch, (hq + 2*hkv) * d]   q heads, then k heads, then v heads
-//   qk_norm  [hq + hkv, d]               per-head RMSNorm weights (q rows, then k rows)
+//   qk_norm  [hq + hkv, d]               per-head weights (q rows, then k rows): the RMSNorm
+//                                        weights, or ones without a q/k norm; any attention
+//                                        scale folded into the q rows
 //   cos/sin  [d/2]                       RoPE table rows of the new position (rotate-half)
-//   q        [batch, hq, d]              normalized, roped query
+//   q        [batch, hq, d]              normalized (or weighted), roped query
 //   k/v cache[batch, hkv, cap, d]        position p of head g of sequence b at ((b*hkv+g)*cap+p)*d
-//   qa       [batch, hq*d]               e4m3, the o-projection's quantized activation
+//   qa       [batch, hq*d]               e4m3, the o-projection's quantized activation (d = 128)
 //   sa       [hq][m_pad]                 f32 scales, MN-major, m_pad = round_up(batch, 4)
-//   out      [batch, hq*d]               bf16 attention output (optional)
+//   out      [batch, hq*d]               bf16 attention output (optional at d = 128)
+// At d = 64 a 128-wide quantization group spans two heads, which need not be in one CTA (GQA 3:
+// a kv head's three query heads): the attention entry points take qa == NULL and write `out`;
+// the caller quantizes it with fp8gemm_quantize_act (k = hq * 64; one launch more).
 
-// Per q and k head of each sequence: RMSNorm over d (f32 sum of squares, bf16 result), times
-// the head's qk_norm row (bf16), then RoPE with `cos_row`/`sin_row` (the d/2 table values of
-// the new token's position; bf16 arithmetic: x1*c - x2*s, x1*s + x2*c) — candle's rms_norm,
-// broadcast_mul and rope_thd rounding points. Normalized q goes to `q_out`; k and v (v
-// unchanged) are written at position `offset` of the caches. Requires head_dim == 128,
-// hq % hkv == 0, 0 <= offset < cap, 16-byte aligned pointers. qk_norm, cos_row and sin_row are
-// read before the kernel waits for the previous one (PDL): they must be model constants, not
-// outputs of kernels still in flight.
+// flags of the decode-step entry points: FP8GEMM_ATTN_NO_QK_NORM = q and k are not
+// RMS-normalized (Llama, Qwen2): each value is only multiplied by its qk_norm weight (one bf16
+// rounding, candle's broadcast_mul), then roped. Other bits: FP8GEMM_ERR_SHAPE.
+#define FP8GEMM_ATTN_NO_QK_NORM 1u
+
+// Per q and k head of each sequence: RMSNorm over d (f32 sum of squares, bf16 result; skipped
+// with FP8GEMM_ATTN_NO_QK_NORM), times the head's qk_norm row (bf16), then RoPE with
+// `cos_row`/`sin_row` (the d/2 table values of the new token's position; bf16 arithmetic:
+// x1*c - x2*s, x1*s + x2*c) — candle's rms_norm, broadcast_mul and rope_thd rounding points.
+// Normalized q goes to `q_out`; k and v (v unchanged) are written at position `offset` of the
+// caches. Requires head_dim 64 or 128, hq % hkv == 0, 0 <= offset < cap, 16-byte aligned
+// pointers. qk_norm, cos_row and sin_row are read before the kernel waits for the previous one
+// (PDL): they must be model constants, not outputs of kernels still in flight.
 int32_t fp8gemm_qk_norm_rope_append(const void* qkv, const void* qk_norm, const void* cos_row,
                                     const void* sin_row, void* q_out, void* k_cache,
                                     void* v_cache, int64_t batch, int64_t hq, int64_t hkv,
                                     int64_t head_dim, int64_t cap, int64_t offset, float eps,
-                                    void* stream);
+                                    uint32_t flags, void* stream);
 
 // Bytes of workspace fp8gemm_decode_attention needs for `splits` position splits (0 when
-// splits <= 1).
+// splits <= 1); the same for head_dim 64 and 128 (slots of 128 floats).
 size_t fp8gemm_decode_attention_workspace_bytes(int64_t batch, int64_t hq, int64_t splits);
 
 // Decode attention: for each sequence b and kv head g, its hq/hkv query heads attend over cache
 // positions [0, len) (q already carries the 1/sqrt(d) scale): f32 scores, max-subtracted f32
 // softmax, f32 P·V. Positions are split into `splits` ranges (clamped to [1, ceil(len/32)];
 // with more than one, partial results go to `workspace` and a second kernel combines them).
-// Each head's 128 outputs are then written as
-//   - `qa`/`sa` (when qa != NULL): quantized exactly like fp8gemm_quantize_act (amax with NaN
-//     propagation, s = max(amax, 1e-4) / 448, q = e4m3(x / s)), head h of row b in column
-//     block h: sa[h * m_pad + b]. Padding rows b in [batch, m_pad) of sa are set to zero.
+// Each head's d outputs are then written as
+//   - `qa`/`sa` (when qa != NULL; d = 128 only): quantized exactly like fp8gemm_quantize_act
+//     (amax with NaN propagation, s = max(amax, 1e-4) / 448, q = e4m3(x / s)), head h of row b
+//     in column block h: sa[h * m_pad + b]. Padding rows b in [batch, m_pad) of sa are set to
+//     zero. qa != NULL at d = 64 is FP8GEMM_ERR_SHAPE.
 //   - `out` (when out != NULL): bf16.
 // At least one of qa / out must be given; sa is required with qa. Cache positions before
 // len - 1 are read before the kernel waits for the previous one (PDL): only q and position
 // len - 1 may come from the kernel just before (qk_norm_rope_append, as in a decode step).
-// Requires head_dim == 128, hq % hkv == 0, hq / hkv <= 16, 1 <= len <= cap, 16-byte aligned
+// Requires head_dim 64 or 128, hq % hkv == 0, hq / hkv <= 16, 1 <= len <= cap, 16-byte aligned
 // pointers.
 int32_t fp8gemm_decode_attention(const void* q, const void* k_cache, const void* v_cache,
                                  int64_t batch, int64_t hq, int64_t hkv, int64_t head_dim,
@@ -247,16 +265,17 @@ int32_t fp8gemm_decode_attention(const void* q, const void* k_cache, const void*
 //     distributed shared memory, no workspace); more take the workspace and the combine kernel
 //     as fp8gemm_decode_attention does (0 workspace bytes suffice for splits <= 8).
 // Outputs and `splits` as fp8gemm_decode_attention; the result is bit-identical to
-// fp8gemm_qk_norm_rope_append followed by fp8gemm_decode_attention with the same `splits`,
-// whatever head_splits. qk_norm, cos_row, sin_row and cache positions before `offset` are read
-// before the kernel waits for the previous one (PDL): only qkv may come from the kernel just
-// before. Requires head_dim == 128, hq % hkv == 0, hq / hkv <= 16, 0 <= offset < cap,
-// 16-byte aligned pointers.
+// fp8gemm_qk_norm_rope_append (same flags) followed by fp8gemm_decode_attention with the same
+// `splits`, whatever head_splits. qk_norm, cos_row, sin_row and cache positions before `offset`
+// are read before the kernel waits for the previous one (PDL): only qkv may come from the
+// kernel just before. Requires head_dim 64 or 128 (qa == NULL at 64), flags 0 or
+// FP8GEMM_ATTN_NO_QK_NORM, hq % hkv == 0, hq / hkv <= 16, 0 <= offset < cap, 16-byte aligned
+// pointers.
 int32_t fp8gemm_decode_step_attention(const void* qkv, const void* qk_norm, const void* cos_row,
                                       const void* sin_row, void* k_cache, void* v_cache,
                                       int64_t batch, int64_t hq, int64_t hkv, int64_t head_dim,
-                                      int64_t cap, int64_t offset, float eps, int64_t splits,
-                                      int64_t head_splits, void* workspace,
+                                      int64_t cap, int64_t offset, float eps, uint32_t flags,
+                                      int64_t splits, int64_t head_splits, void* workspace,
                                       size_t workspace_bytes, uint32_t* counters, uint8_t* qa,
                                       float* sa, void* out, void* stream);
 

@@ -95,17 +95,32 @@ pub fn group_scale(amax: f32) -> f32 {
     amax.max(SCALE_EPS) / E4M3_MAX
 }
 
+/// Multiple of which `K` must be for the fast path: TMA needs the rows of `qa` and `w` (`K`
+/// e4m3 bytes each) to be 16-byte multiples.
+pub const FAST_PATH_K_MULTIPLE: usize = 16;
+
+/// Multiple of which `N` must be for the fast path: the bf16 output rows are 32-byte multiples,
+/// so every TMA / vector store stays aligned.
+pub const FAST_PATH_N_MULTIPLE: usize = 16;
+
 /// Which GEMM shapes the Hopper kernels take directly (the "fast path").
 ///
-/// The rule, checked in one place:
-/// - `K % 128 == 0` (every K block is a full scale block and a full 128-byte TMA box);
-/// - `N % 16 == 0` (the bf16 output rows are 32-byte multiples, so every TMA / vector store
-///   stays aligned, and weight rows are 16-byte aligned for TMA);
-/// - `M ≥ 1`, `N ≥ 1`, `K ≥ 128`.
+/// The rule, checked in one place: `M ≥ 1`, `N` a non-zero multiple of 16, `K` a non-zero
+/// multiple of 16.
+/// - `K % 16 == 0` ([`FAST_PATH_K_MULTIPLE`]): the TMA row stride of the quantized activation
+///   and of the weight. `K` need not be a multiple of 128: the last K block is then partial —
+///   TMA reads its columns past `K` as zeros in both operands, and it is promoted with its own
+///   scales (those of the partial group, `sa[m][⌈K/128⌉ − 1]`, `sw[n/128][⌈K/128⌉ − 1]`).
+/// - `N % 16 == 0` ([`FAST_PATH_N_MULTIPLE`]): the bf16 output rows are 32-byte multiples, so
+///   every TMA / vector store stays aligned, and weight rows are 16-byte aligned for TMA.
 ///
 /// Other shapes are still computed correctly through a slower path.
 pub fn is_fast_path_shape(m: usize, n: usize, k: usize) -> bool {
-    m >= 1 && n >= 16 && k >= BLOCK && k % BLOCK == 0 && n % 16 == 0
+    m >= 1
+        && n >= FAST_PATH_N_MULTIPLE
+        && n % FAST_PATH_N_MULTIPLE == 0
+        && k >= FAST_PATH_K_MULTIPLE
+        && k % FAST_PATH_K_MULTIPLE == 0
 }
 
 /// The reason a shape is not on the fast path, for a one-time log line.
@@ -117,11 +132,11 @@ pub fn fast_path_refusal(m: usize, n: usize, k: usize) -> Option<String> {
     if m == 0 {
         why.push("M == 0".to_string());
     }
-    if k % BLOCK != 0 || k < BLOCK {
-        why.push(format!("K = {k} is not a non-zero multiple of {BLOCK}"));
+    if k % FAST_PATH_K_MULTIPLE != 0 || k == 0 {
+        why.push(format!("K = {k} is not a non-zero multiple of {FAST_PATH_K_MULTIPLE}"));
     }
-    if n % 16 != 0 || n < 16 {
-        why.push(format!("N = {n} is not a non-zero multiple of 16"));
+    if n % FAST_PATH_N_MULTIPLE != 0 || n == 0 {
+        why.push(format!("N = {n} is not a non-zero multiple of {FAST_PATH_N_MULTIPLE}"));
     }
     Some(why.join(", "))
 }
@@ -258,6 +273,40 @@ mod tests {
         }
     }
 
+    /// The fast-path rule exactly: M ≥ 1, N and K non-zero multiples of 16 — a partial last K
+    /// block included (SmolLM2: K = 576 = 4·128 + 64, 1536 + 64, 4096 + 16), and
+    /// `fast_path_refusal` names every broken part.
+    #[test]
+    fn fast_path_rule() {
+        for (m, n, k) in [
+            (1, 16, 16),
+            (1, 576, 576),
+            (9, 1536, 576),
+            (3, 576, 1536),
+            (1, 4096, 1600),
+            (300, 64, 4112),
+            (1, 16, 127 * 16),
+        ] {
+            assert!(is_fast_path_shape(m, n, k), "{m}x{n}x{k}");
+            assert_eq!(fast_path_refusal(m, n, k), None, "{m}x{n}x{k}");
+        }
+        for (m, n, k, why) in [
+            (0, 4096, 4096, "M == 0"),
+            (1, 4096, 4100, "K = 4100"),
+            (1, 4096, 8, "K = 8"),
+            (1, 4096, 0, "K = 0"),
+            (1, 4090, 4096, "N = 4090"),
+            (1, 8, 4096, "N = 8"),
+            (1, 0, 4096, "N = 0"),
+        ] {
+            assert!(!is_fast_path_shape(m, n, k), "{m}x{n}x{k}");
+            let got = fast_path_refusal(m, n, k).unwrap();
+            assert!(got.contains(why), "{m}x{n}x{k}: {got}");
+        }
+        let both = fast_path_refusal(1, 100, 200).unwrap();
+        assert!(both.contains("K = 200") && both.contains("N = 100") && both.contains("multiple of 16"), "{both}");
+    }
+
     #[test]
     fn shapes_and_layout_rules() {
         assert_eq!(act_scale_m_stride(1), 4);
@@ -265,9 +314,8 @@ mod tests {
         assert_eq!(act_scale_m_stride(5), 8);
         assert_eq!(weight_scale_shape(200, 300), (2, 3));
         assert!(is_fast_path_shape(1, 4096, 4096));
-        assert!(!is_fast_path_shape(1, 4096, 4000));
         assert!(!is_fast_path_shape(1, 4090, 4096));
-        assert!(fast_path_refusal(1, 4096, 4000).unwrap().contains("K = 4000"));
+        assert!(fast_path_refusal(1, 4096, 4000).is_none());
         let e = check_weight_scale_shape("w", 256, 512, &[2, 3]).unwrap_err().to_string();
         assert!(e.contains("expected [2, 4]"), "{e}");
         assert_eq!(group_scale(0.0), SCALE_EPS / E4M3_MAX);

@@ -5,7 +5,9 @@
 //! the GPU kernels can TMA-load a column of scales per K block.
 //! Weight blocks: one scale per 128×128 block, `weight_scale_inv` semantics (multiply back).
 
-use crate::format::{self, act_scale_m_stride, act_scales_view, ceil_div, f32_to_e4m3, group_scale, num_blocks, BLOCK, F8E4M3};
+use crate::format::{
+    self, act_scale_m_stride, act_scales_view, ceil_div, f32_to_e4m3, group_scale, num_blocks, BLOCK, F8E4M3,
+};
 use candle_core::{bail, DType, Device, Result, Tensor};
 use rayon::prelude::*;
 
@@ -58,7 +60,8 @@ pub fn quantize_activation_slice(x: &[f32], m: usize, k: usize) -> (Vec<F8E4M3>,
 ///
 /// Returns `(qa, sa)`: `qa` is e4m3 `[M, K]` row-major; `sa` is f32 `[M, ceil(K/128)]` with
 /// strides `(1, round_up(M, 4))` (MN-major, TMA-aligned). Runs on the tensor's device (our CUDA
-/// kernel with the `cuda` feature, when `K % 128 == 0`).
+/// kernel with the `cuda` feature: directly when `K % 8 == 0`, a partial last group included,
+/// else on `x` zero-padded to a multiple of 8 columns).
 pub fn quantize_activation(x: &Tensor) -> Result<(Tensor, Tensor)> {
     let (m, k) = match x.dims() {
         &[m, k] => (m, k),
@@ -91,9 +94,12 @@ fn quantize_activation_cuda(x: &Tensor, m: usize, k: usize, kb: usize) -> Result
         let sa = act_scales_view(Tensor::zeros(0, DType::F32, x.device())?, 0, kb)?;
         return Ok((q, sa));
     }
-    // The kernel needs whole 128-wide groups: zero-pad K (zeros never raise a group's amax),
+    // The kernel takes any K that is a multiple of 8 (whole 16-byte vectors of bf16; a partial
+    // last 128-wide group is quantized over its valid columns). Otherwise zero-pad K to one
+    // (zeros never raise a group's amax, and the groups stay the same: kb = ceil(kp / 128)),
     // then drop the padded columns of q.
-    let kp = kb * BLOCK;
+    let kp = crate::format::round_up(k, crate::cuda::gemm::QUANT_K_MULTIPLE);
+    debug_assert_eq!(num_blocks(kp), kb);
     let x = if kp != k { x.pad_with_zeros(1, 0, kp - k)? } else { x.contiguous()? };
     let x = if x.dtype() == DType::F16 { x.to_dtype(DType::F32)? } else { x };
     let (q, s) = {

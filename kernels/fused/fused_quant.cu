@@ -38,7 +38,9 @@ using ptx::griddep_wait;
 //  2. per-thread sum of h^2 over columns tid, tid + kThreads, ... (candle's order), reduced.
 //  3. per 128-column group (one half-warp each): y = bf16(scale * h * gamma), quantized.
 // The row is read from global memory once; y never leaves the SM.
-template <int kThreads>
+// kRagged (ncols % 128 != 0, ncols % 8 == 0): the row's last group is partial; its lanes past
+// ncols read and store nothing (zeros in the amax) and its scale is written as usual.
+template <int kThreads, bool kRagged>
 __global__ void __launch_bounds__(kThreads)
     add_rmsnorm_quant_kernel(const __nv_bfloat16* __restrict__ x,
                              const __nv_bfloat16* __restrict__ residual,
@@ -76,12 +78,14 @@ __global__ void __launch_bounds__(kThreads)
   // 3. Normalize and quantize, one 128-wide group per half-warp.
   constexpr int kWarps = kThreads / 32;
   const int lane = tid % 32, warp = tid / 32, sub = lane % 16;
-  const int kb = ncols / 128;
+  const int kb = kRagged ? (ncols + 127) / 128 : ncols / 128;
   const int64_t m_pad = (m + 3) / 4 * 4;
   for (int g0 = warp * 2; g0 < kb; g0 += kWarps * 2) {  // warp-uniform trip count
     const int g = g0 + lane / 16;
-    const bool valid = g < kb;
-    const int col = (valid ? g : 0) * 128 + sub * 8;
+    const bool in_row = g < kb;
+    const int col = (in_row ? g : 0) * 128 + sub * 8;
+    // This lane's 8 columns exist (always, but in the partial last group of a ragged row).
+    const bool valid = kRagged ? in_row && col < ncols : in_row;
     float v[8];
     if (valid) {
       rmsnorm8(scale, *reinterpret_cast<const uint4*>(h_s + col),
@@ -90,7 +94,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int i = 0; i < 8; ++i) v[i] = 0.f;
     }
-    quantize_group(v, valid, sub, q + base + col, sa + int64_t(valid ? g : 0) * m_pad + row);
+    quantize_group(v, valid, sub, q + base + col, sa + int64_t(in_row ? g : 0) * m_pad + row);
   }
   if (row == m - 1) zero_scale_padding(sa, m, kb, tid, kThreads);  // the last row's CTA
   FP8GEMM_TRACE_END();
@@ -207,7 +211,9 @@ __global__ void __launch_bounds__(kSplitThreads)
 }
 
 // Half a warp per 128-wide group of a (= 128 columns of gate and the same of up), grid-stride
-// over all m * inter / 128 groups (gemm/quant.cu's mapping).
+// over all m * ceil(inter / 128) groups (gemm/quant.cu's mapping). kRagged (inter % 128 != 0,
+// inter % 8 == 0): the last group of a row is partial, its lanes past inter idle.
+template <bool kRagged>
 __global__ void __launch_bounds__(256) swiglu_quant_kernel(const __nv_bfloat16* __restrict__ gu,
                                                            uint8_t* __restrict__ q,
                                                            float* __restrict__ sa,
@@ -216,7 +222,7 @@ __global__ void __launch_bounds__(256) swiglu_quant_kernel(const __nv_bfloat16* 
   griddep_launch_dependents();
   griddep_wait();
   if (threadIdx.x == 0) FP8GEMM_TRACE_MARK(1);
-  const int64_t kb = inter / 128;
+  const int64_t kb = kRagged ? (inter + 127) / 128 : inter / 128;
   const int64_t groups = m * kb;
   const int64_t m_pad = (m + 3) / 4 * 4;
   const int lane = threadIdx.x % 32, sub = lane % 16;
@@ -227,8 +233,9 @@ __global__ void __launch_bounds__(256) swiglu_quant_kernel(const __nv_bfloat16* 
     const bool valid = g < groups;
     const int64_t row = valid ? g / kb : 0, cb = valid ? g % kb : 0;
     const int64_t col = cb * 128 + sub * 8;
+    const bool live = kRagged ? valid && col < inter : valid;  // this lane's columns exist
     float v[8];
-    if (valid) {
+    if (live) {
       const __nv_bfloat16* gate_row = gu + row * 2 * inter;
       const uint4 gv = *reinterpret_cast<const uint4*>(gate_row + col);
       const uint4 uv = *reinterpret_cast<const uint4*>(gate_row + inter + col);
@@ -244,7 +251,7 @@ __global__ void __launch_bounds__(256) swiglu_quant_kernel(const __nv_bfloat16* 
 #pragma unroll
       for (int i = 0; i < 8; ++i) v[i] = 0.f;
     }
-    quantize_group(v, valid, sub, q + row * inter + col, sa + cb * m_pad + row);
+    quantize_group(v, live, sub, q + row * inter + col, sa + cb * m_pad + row);
   }
   zero_scale_padding(sa, m, kb, int64_t(blockIdx.x) * blockDim.x + threadIdx.x,
                      int64_t(gridDim.x) * blockDim.x);
@@ -267,12 +274,12 @@ bool misaligned(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) !=
 // Shared memory the kernel may use without opting in.
 constexpr size_t kDefaultSmem = 48 * 1024;
 
-template <int kThreads>
+template <int kThreads, bool kRagged>
 int32_t run_add_rmsnorm(const __nv_bfloat16* x, const __nv_bfloat16* residual,
                         const __nv_bfloat16* gamma, float eps, __nv_bfloat16* x_sum, uint8_t* q,
                         float* sa, int64_t m, int k, const float* rpart, int splits,
                         int x_settled, cudaStream_t stream) {
-  auto kern = fused::add_rmsnorm_quant_kernel<kThreads>;
+  auto kern = fused::add_rmsnorm_quant_kernel<kThreads, kRagged>;
   const size_t smem = 2 * size_t(k) * sizeof(__nv_bfloat16);  // the row h, and gamma
   // Static shared memory: s_sum (128 bytes). Rows longer than ~12K columns opt in.
   if (smem + 128 > kDefaultSmem) {
@@ -310,8 +317,9 @@ static int32_t add_rmsnorm_entry(const void* x, const void* residual, const floa
                                  int32_t splits, const void* gamma, float eps, void* x_sum_out,
                                  uint8_t* q, float* sa, int64_t m, int64_t k, uint32_t* row_barrier,
                                  uint32_t flags, void* stream) {
-  // Grid: one CTA per row (gridDim.x < 2^31); the kernel indexes columns with int.
-  if (m < 1 || m > 0x7fffffff || k < 128 || k % 128 != 0 || k > (int64_t(1) << 24))
+  // Grid: one CTA per row (gridDim.x < 2^31); the kernel indexes columns with int. k % 8: whole
+  // 16-byte vectors of bf16 per row (the last 128-wide group may be partial).
+  if (m < 1 || m > 0x7fffffff || k < 8 || k % 8 != 0 || k > (int64_t(1) << 24))
     return FP8GEMM_ERR_SHAPE;
   const bool adds = residual != nullptr || rpart != nullptr;
   if (rpart != nullptr && (splits < 1 || splits > 64)) return FP8GEMM_ERR_SHAPE;
@@ -330,14 +338,20 @@ static int32_t add_rmsnorm_entry(const void* x, const void* residual, const floa
   const int kk = static_cast<int>(k);
   // candle's rmsnorm block size: 32 threads below 1024 columns, else 1024 — split over
   // kSplitCtas CTAs for up to FP8GEMM_NORM_SPLIT_MAX_ROWS rows when the caller lends the
-  // barrier words (measured faster at one row only).
-  if (k < 1024) return run_add_rmsnorm<32>(xb, rb, gb, eps, sb, q, sa, m, kk, rpart, splits, settled, s);
-  if (row_barrier != nullptr && m <= FP8GEMM_NORM_SPLIT_MAX_ROWS && k <= 65536) {
+  // barrier words (measured faster at one row only; whole 128-column chunks only: a ragged row
+  // takes the one-CTA kernel, the barrier unused).
+  const bool ragged = k % 128 != 0;
+  if (k < 1024) {
+    return ragged ? run_add_rmsnorm<32, true>(xb, rb, gb, eps, sb, q, sa, m, kk, rpart, splits, settled, s)
+                  : run_add_rmsnorm<32, false>(xb, rb, gb, eps, sb, q, sa, m, kk, rpart, splits, settled, s);
+  }
+  if (row_barrier != nullptr && m <= FP8GEMM_NORM_SPLIT_MAX_ROWS && k <= 65536 && !ragged) {
     if ((reinterpret_cast<uintptr_t>(row_barrier) & 3) != 0) return FP8GEMM_ERR_ALIGN;
     return run_add_rmsnorm_split(xb, rb, gb, eps, sb, q, sa, m, kk, rpart, splits,
                                  reinterpret_cast<unsigned*>(row_barrier), settled, s);
   }
-  return run_add_rmsnorm<1024>(xb, rb, gb, eps, sb, q, sa, m, kk, rpart, splits, settled, s);
+  return ragged ? run_add_rmsnorm<1024, true>(xb, rb, gb, eps, sb, q, sa, m, kk, rpart, splits, settled, s)
+                : run_add_rmsnorm<1024, false>(xb, rb, gb, eps, sb, q, sa, m, kk, rpart, splits, settled, s);
 }
 
 extern "C" int32_t fp8gemm_add_rmsnorm_quant(const void* x, const void* residual, const void* gamma,
@@ -360,14 +374,16 @@ extern "C" int32_t fp8gemm_add_partials_rmsnorm_quant(const void* x, const float
 
 extern "C" int32_t fp8gemm_swiglu_quant(const void* gu, int64_t m, int64_t inter, uint8_t* q,
                                         float* sa, void* stream) {
-  if (m < 1 || inter < 128 || inter % 128 != 0) return FP8GEMM_ERR_SHAPE;
+  // inter % 8: whole 16-byte vectors of the gate and up halves (the last group may be partial).
+  if (m < 1 || inter < 8 || inter % 8 != 0) return FP8GEMM_ERR_SHAPE;
   if (!gu || !q || !sa) return FP8GEMM_ERR_ALIGN;
   if (misaligned(gu) || misaligned(q) || misaligned(sa)) return FP8GEMM_ERR_ALIGN;
   // 16 groups per 256-thread CTA, capped like gemm/quant.cu (the kernel grid-strides).
-  const int64_t groups = m * (inter / 128);
+  const int64_t groups = m * ((inter + 127) / 128);
   int64_t blocks = (groups + 15) / 16;
   if (blocks > 132 * 32) blocks = 132 * 32;
-  return launch_pdl(fused::swiglu_quant_kernel, dim3(static_cast<unsigned>(blocks)), dim3(256), 0,
+  const auto kern = inter % 128 != 0 ? &fused::swiglu_quant_kernel<true> : &fused::swiglu_quant_kernel<false>;
+  return launch_pdl(kern, dim3(static_cast<unsigned>(blocks)), dim3(256), 0,
                     static_cast<cudaStream_t>(stream), static_cast<const __nv_bfloat16*>(gu), q, sa,
                     m, inter);
 }

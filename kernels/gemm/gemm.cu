@@ -89,9 +89,13 @@ const ConfigEntry* find_config(const fp8gemm_config& c) {
   return nullptr;
 }
 
+// K blocks of a K: the last one may be partial (K % 128 != 0: TMA zero-fills its columns past
+// K, and its scales are those of the partial group).
+int64_t k_blocks(int64_t k) { return (k + 127) / 128; }
+
 int effective_split(const fp8gemm_config& c, int64_t k) {
   int64_t s = c.split_k < 1 ? 1 : c.split_k;
-  const int64_t kb = k / 128;
+  const int64_t kb = k_blocks(k);
   if (s > kb) s = kb;
   return static_cast<int>(s < 1 ? 1 : s);
 }
@@ -115,7 +119,7 @@ size_t workspace_need(const ConfigEntry* e, int split, int64_t m, int64_t n, int
   }
   if (e != nullptr && e->kind == FP8GEMM_KIND_PERSISTENT) {
     const int64_t tiles = ((m + e->block_m - 1) / e->block_m) * ((n + e->block_n - 1) / e->block_n);
-    return tail_workspace_bytes(persistent_tail(tiles, grid_limit, split, static_cast<int>(k / 128)),
+    return tail_workspace_bytes(persistent_tail(tiles, grid_limit, split, static_cast<int>(k_blocks(k))),
                                 e->block_m, e->block_n);
   }
   if (e == nullptr || !split_uses_workspace(split, e->cluster_split)) return 0;
@@ -170,7 +174,7 @@ using namespace fp8gemm;
 extern "C" const char* fp8gemm_status_string(int32_t status) {
   switch (status) {
     case FP8GEMM_OK: return "ok";
-    case FP8GEMM_ERR_SHAPE: return "bad shape: need m >= 1, n % 16 == 0, k % 128 == 0 (and K per split small enough for the scale cache)";
+    case FP8GEMM_ERR_SHAPE: return "bad shape: need m >= 1, n >= 16, n % 16 == 0, k >= 16, k % 16 == 0 (and K per split small enough for the scale cache)";
     case FP8GEMM_ERR_ALIGN: return "a pointer is not 16-byte aligned";
     case FP8GEMM_ERR_CONFIG: return "this kernel configuration is not compiled in";
     case FP8GEMM_ERR_DEVICE: return "the current device is not sm_90 (Hopper)";
@@ -184,7 +188,7 @@ extern "C" const char* fp8gemm_status_string(int32_t status) {
 
 extern "C" size_t fp8gemm_workspace_bytes(const fp8gemm_config* cfg, int64_t m, int64_t n,
                                           int64_t k) {
-  if (cfg == nullptr || m < 1 || n < 1 || k < 128) return 0;
+  if (cfg == nullptr || m < 1 || n < 1 || k < 16 || k % 16 != 0) return 0;
   int sms = 132;
   DeviceInfo info;
   int dev;
@@ -248,7 +252,8 @@ static int32_t gemm_impl(const uint8_t* qa, const float* sa, const uint8_t* w, c
                          void* y, int64_t m, int64_t n, int64_t k, const fp8gemm_config* cfg,
                          void* workspace, size_t workspace_bytes, void* stream, bool reduce) {
   if (cfg == nullptr) return FP8GEMM_ERR_CONFIG;
-  if (m < 1 || n < 16 || k < 128 || k % 128 != 0 || n % 16 != 0) return FP8GEMM_ERR_SHAPE;
+  // k % 16: the TMA row stride of qa and w (16-byte multiples); the last K block may be partial.
+  if (m < 1 || n < 16 || k < 16 || k % 16 != 0 || n % 16 != 0) return FP8GEMM_ERR_SHAPE;
   if (m > 0x7fffffff || n > 0x7fffffff || k > 0x7fffffff) return FP8GEMM_ERR_SHAPE;
   if (!operands_ok(qa, sa, w, sw) || (y && !aligned16(y))) return FP8GEMM_ERR_ALIGN;
   DeviceInfo info;
@@ -294,7 +299,7 @@ extern "C" int32_t fp8gemm_gemm_unreduced(const uint8_t* qa, const float* sa, co
 extern "C" int32_t fp8gemm_gemm_swiglu_quant(const uint8_t* qa, const float* sa, const uint8_t* w,
                                              const float* sw, int64_t m, int64_t inter, int64_t k,
                                              uint8_t* q, float* sa_q, void* stream) {
-  if (m < 1 || m > 16 || inter < 128 || inter % 128 != 0 || k < 128 || k % 128 != 0)
+  if (m < 1 || m > 16 || inter < 128 || inter % 128 != 0 || k < 16 || k % 16 != 0)
     return FP8GEMM_ERR_SHAPE;
   if (inter > 0x3fffffff || k > 0x7fffffff) return FP8GEMM_ERR_SHAPE;
   if (!operands_ok(qa, sa, w, sw) || !q || !sa_q || !aligned16(q) || !aligned16(sa_q))

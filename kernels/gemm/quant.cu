@@ -15,7 +15,10 @@ namespace fp8gemm {
 // One group = one row x 128 columns. kLanes lanes per group, each loading 16 bytes:
 // bf16 -> 8 values (16 lanes/group, 2 groups per warp); f32 -> 4 values (32 lanes/group).
 // s = max(amax, 1e-4) / 448 ; q = cvt.rn.satfinite.e4m3(x / s) with IEEE division.
-template <typename T>
+// kRagged (k % 128 != 0, k % 8 == 0): the last group of a row is partial; its lanes past k load
+// nothing (zeros, which never raise the amax) and store nothing, and its scale is written as
+// usual. k % 128 == 0 runs the kRagged = false instance, the code without those predicates.
+template <typename T, bool kRagged>
 __global__ void __launch_bounds__(256) quantize_act_kernel(const T* __restrict__ x,
                                                            uint8_t* __restrict__ q,
                                                            float* __restrict__ sa, int64_t m,
@@ -27,7 +30,7 @@ __global__ void __launch_bounds__(256) quantize_act_kernel(const T* __restrict__
   constexpr int kVals = 16 / sizeof(T);
   constexpr int kLanes = 128 / kVals;
   constexpr int kGroupsPerWarp = 32 / kLanes;
-  const int64_t kb = k / 128;
+  const int64_t kb = kRagged ? (k + 127) / 128 : k / 128;
   const int64_t groups = m * kb;
   const int64_t m_pad = (m + 3) / 4 * 4;
   const int lane = threadIdx.x % 32;
@@ -39,8 +42,11 @@ __global__ void __launch_bounds__(256) quantize_act_kernel(const T* __restrict__
     const bool valid = g < groups;
     const int64_t row = valid ? g / kb : 0, col_blk = valid ? g % kb : 0;
     const int64_t off = row * k + col_blk * 128 + sub * kVals;
+    // This lane's vector is inside the row (k % kVals == 0: a vector is all in or all out).
+    // Lane 0 of a valid group always is: it writes the scale.
+    const bool live = kRagged ? valid && col_blk * 128 + sub * kVals < k : valid;
     float v[kVals];
-    if (valid) {
+    if (live) {
       const uint4 raw = *reinterpret_cast<const uint4*>(x + off);
       if constexpr (sizeof(T) == 2) {
         const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
@@ -67,7 +73,7 @@ __global__ void __launch_bounds__(256) quantize_act_kernel(const T* __restrict__
 #pragma unroll
     for (int o = kLanes / 2; o > 0; o /= 2) amax = max_nan(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     const float s = act_scale(amax);
-    if (valid) {
+    if (live) {
       uint16_t packed[kVals / 2];
 #pragma unroll
       for (int i = 0; i < kVals / 2; ++i)
@@ -139,20 +145,29 @@ static int grid_for(int64_t work_items, int per_block) {
 
 extern "C" int32_t fp8gemm_quantize_act(const void* x, int32_t x_dtype, uint8_t* q, float* sa,
                                         int64_t m, int64_t k, void* stream) {
-  if (m < 1 || k < 128 || k % 128 != 0) return FP8GEMM_ERR_SHAPE;
+  // k % 8: whole 16-byte vectors of x (bf16 or f32) per row, 8-byte aligned rows of q.
+  if (m < 1 || k < 8 || k % 8 != 0) return FP8GEMM_ERR_SHAPE;
   if (x_dtype != FP8GEMM_BF16 && x_dtype != FP8GEMM_F32) return FP8GEMM_ERR_DTYPE;
   if (!x || !q || !sa) return FP8GEMM_ERR_ALIGN;
   if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(q) |
        reinterpret_cast<uintptr_t>(sa)) & 15)
     return FP8GEMM_ERR_ALIGN;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const int64_t groups = m * (k / 128);
-  if (x_dtype == FP8GEMM_BF16)
-    quantize_act_kernel<__nv_bfloat16><<<grid_for(groups, 16), 256, 0, s>>>(
-        static_cast<const __nv_bfloat16*>(x), q, sa, m, k);
-  else
-    quantize_act_kernel<float><<<grid_for(groups, 8), 256, 0, s>>>(static_cast<const float*>(x),
-                                                                   q, sa, m, k);
+  const int64_t groups = m * ((k + 127) / 128);
+  const bool ragged = k % 128 != 0;  // a partial last group per row
+  if (x_dtype == FP8GEMM_BF16) {
+    const auto* xb = static_cast<const __nv_bfloat16*>(x);
+    if (ragged)
+      quantize_act_kernel<__nv_bfloat16, true><<<grid_for(groups, 16), 256, 0, s>>>(xb, q, sa, m, k);
+    else
+      quantize_act_kernel<__nv_bfloat16, false><<<grid_for(groups, 16), 256, 0, s>>>(xb, q, sa, m, k);
+  } else {
+    const auto* xf = static_cast<const float*>(x);
+    if (ragged)
+      quantize_act_kernel<float, true><<<grid_for(groups, 8), 256, 0, s>>>(xf, q, sa, m, k);
+    else
+      quantize_act_kernel<float, false><<<grid_for(groups, 8), 256, 0, s>>>(xf, q, sa, m, k);
+  }
   return cudaGetLastError() == cudaSuccess ? FP8GEMM_OK : FP8GEMM_ERR_LAUNCH;
 }
 

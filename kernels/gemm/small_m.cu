@@ -35,7 +35,7 @@ struct SmallM64x128S6Overlapped {
 // The 64 x 128 tile on 6 stages: the N-halves loop for workspace splits of <= 32 K blocks, the
 // overlapped loop otherwise.
 int run_small_m_128x6(const GemmArgs& a) {
-  const int kb_per_split = (a.k / kBlockK + a.split - 1) / a.split;
+  const int kb_per_split = ((a.k + kBlockK - 1) / kBlockK + a.split - 1) / a.split;
   if (a.split >= 3 && kb_per_split <= 32) return run_sm90_fp8_gemm<SmallM<SmallM64x128S6Halves>>(a);
   return run_sm90_fp8_gemm<SmallM<SmallM64x128S6Overlapped>>(a);
 }

@@ -1,15 +1,24 @@
-//! Decode-step attention kernels (`kernels/attention.h`): the attention of one new token per
-//! sequence of a grouped-query model with `head_dim == 128`.
+//! Decode-step attention kernels (`kernels/attention/`): the attention of one new token per
+//! sequence of a grouped-query model with `head_dim` 64 or 128 ([`HEAD_DIMS`]), with (Qwen3) or
+//! without (Llama, Qwen2) an RMSNorm of the q and k heads ([`QkNorm`]).
 //!
-//! - [`decode_step_attention`]: the whole step in one launch — per-head RMSNorm of q and k,
-//!   their per-head weights, RoPE, the KV-cache append and the attention, written as the
-//!   o-projection's quantized activation and/or bf16. What the Qwen3 model runs.
+//! - [`decode_step_attention`] / [`decode_step_attention_with`]: the whole step in one launch —
+//!   per-head RMSNorm of q and k (or none), their per-head weights, RoPE, the KV-cache append
+//!   and the attention, written as the o-projection's quantized activation and/or bf16. What
+//!   the decoder models run.
 //! - The same as two launches (three when the cache positions are split over CTAs), kept as
 //!   building blocks and as the reference the one-launch kernel equals bit for bit:
-//!   [`qk_norm_rope_append`] (bit-compatible with candle's `rms_norm` → `broadcast_mul` →
-//!   `rope_thd` → `slice_set` path) and [`decode_attention`] (f32 scores, softmax and P·V over
-//!   the cached positions, written as the o-projection's quantized activation `(qa, sa)` — the
-//!   exact activation-quantization contract, one 128-wide group per head — and/or bf16).
+//!   [`qk_norm_rope_append`] / [`qk_norm_rope_append_with`] (bit-compatible with candle's
+//!   `rms_norm` (or nothing) → `broadcast_mul` → `rope_thd` → `slice_set` path) and
+//!   [`decode_attention`] (f32 scores, softmax and P·V over the cached positions, written as the
+//!   o-projection's quantized activation `(qa, sa)` — the exact activation-quantization
+//!   contract — and/or bf16).
+//!
+//! The quantized output at `head_dim == 128` is written by the attention kernel itself (one
+//! 128-wide group per head). At `head_dim == 64` a group spans two heads, which need not be in
+//! one CTA (SmolLM2: three query heads per kv head), so the kernel writes bf16 and the activation
+//! quantizer (`fp8gemm_quantize_act`) quantizes it: one launch more, and the values quantized
+//! are the bf16-rounded outputs (as candle's path quantizes them).
 //!
 //! Everything launches on candle's stream for the device and never synchronizes.
 
@@ -23,15 +32,38 @@ use half::bf16;
 
 use super::device::{device_info, raw_stream, view};
 use super::ffi::{self, *};
-use crate::format::{act_scale_m_stride, F8E4M3};
+use crate::format::{act_scale_m_stride, num_blocks, F8E4M3};
 
-/// The head dimension the kernels are built for.
+/// The head dimension at which the attention kernels quantize their output themselves (one head
+/// = one 128-wide quantization group); the largest of [`HEAD_DIMS`].
 pub const HEAD_DIM: usize = 128;
+/// Every head dimension the kernels take.
+pub const HEAD_DIMS: [usize; 2] = [64, 128];
+
+/// What happens to the q and k heads of the new token before their per-head weights (`qk_norm`,
+/// which carries any attention scale on its q rows) and RoPE.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum QkNorm {
+    /// A per-head RMSNorm (Qwen3): `bf16(rms_norm(x)) * w`.
+    #[default]
+    Rms,
+    /// No norm (Llama, Qwen2): `x * w` (the weights are then ones, the q rows times the attention
+    /// scale), one bf16 rounding — candle's `broadcast_mul`.
+    WeightOnly,
+}
+
+impl QkNorm {
+    fn flags(self) -> u32 {
+        match self {
+            Self::Rms => 0,
+            Self::WeightOnly => ATTN_NO_QK_NORM,
+        }
+    }
+}
 /// Cache positions per tile of the attention kernel (the unit of a position split).
 pub const POSITION_TILE: usize = 32;
 /// Most query heads per kv head (`num_heads / num_kv_heads`) the attention kernel takes.
 pub const MAX_QUERIES_PER_KV_HEAD: usize = 16;
-
 
 /// Why the decode-attention kernels cannot run on `device` (`None`: they can): they are
 /// compiled for sm_90a only.
@@ -63,18 +95,10 @@ fn cuda_device(t: &Tensor, what: &str) -> Result<CudaDevice> {
 
 fn check_bf16_contiguous(t: &Tensor, what: &str) -> Result<()> {
     if t.dtype() != DType::BF16 {
-        bail!(
-            "candle-fp8 attention: {what} must be bf16, got {:?} (shape {:?})",
-            t.dtype(),
-            t.dims()
-        )
+        bail!("candle-fp8 attention: {what} must be bf16, got {:?} (shape {:?})", t.dtype(), t.dims())
     }
     if !t.is_contiguous() {
-        bail!(
-            "candle-fp8 attention: {what} must be contiguous, got shape {:?} stride {:?}",
-            t.dims(),
-            t.stride()
-        )
+        bail!("candle-fp8 attention: {what} must be contiguous, got shape {:?} stride {:?}", t.dims(), t.stride())
     }
     // The kernels load 16-byte vectors: the first element must sit on a 16-byte boundary.
     if t.layout().start_offset() % 8 != 0 {
@@ -89,20 +113,18 @@ fn check_bf16_contiguous(t: &Tensor, what: &str) -> Result<()> {
 
 fn same_device(a: &CudaDevice, t: &Tensor, what: &str) -> Result<()> {
     if !t.device().same_device(&Device::Cuda(a.clone())) {
-        bail!(
-            "candle-fp8 attention: {what} is on {:?}, not on the same device as the other inputs",
-            t.device()
-        )
+        bail!("candle-fp8 attention: {what} is on {:?}, not on the same device as the other inputs", t.device())
     }
     Ok(())
 }
 
-/// `(batch, kv_heads, capacity)` of a `[B, hkv, cap, 128]` bf16 contiguous cache.
-fn cache_dims(t: &Tensor, what: &str) -> Result<(usize, usize, usize)> {
+/// `(batch, kv_heads, capacity, head_dim)` of a `[B, hkv, cap, d]` bf16 contiguous cache, `d` one
+/// of [`HEAD_DIMS`].
+fn cache_dims(t: &Tensor, what: &str) -> Result<(usize, usize, usize, usize)> {
     check_bf16_contiguous(t, what)?;
     match t.dims() {
-        &[b, h, cap, d] if d == HEAD_DIM && b > 0 && h > 0 && cap > 0 => Ok((b, h, cap)),
-        d => bail!("candle-fp8 attention: {what} must be [batch, kv_heads, capacity, {HEAD_DIM}], got {d:?}"),
+        &[b, h, cap, d] if HEAD_DIMS.contains(&d) && b > 0 && h > 0 && cap > 0 => Ok((b, h, cap, d)),
+        d => bail!("candle-fp8 attention: {what} must be [batch, kv_heads, capacity, head_dim] with head_dim one of {HEAD_DIMS:?}, got {d:?}"),
     }
 }
 
@@ -110,9 +132,7 @@ fn cache_dims(t: &Tensor, what: &str) -> Result<(usize, usize, usize)> {
 /// locks must not be taken twice), distinct for distinct buffers.
 fn storage_addr(t: &Tensor, dev: &CudaDevice) -> Result<u64> {
     let (st, _) = t.storage_and_layout();
-    let Storage::Cuda(cs) = &*st else {
-        bail!("candle-fp8 attention: expected a CUDA tensor")
-    };
+    let Storage::Cuda(cs) = &*st else { bail!("candle-fp8 attention: expected a CUDA tensor") };
     let stream = dev.cuda_stream();
     let s = cs.as_cuda_slice::<bf16>()?;
     let (p, _g) = s.device_ptr(&stream);
@@ -124,24 +144,7 @@ fn status(what: &str, st: i32) -> Result<()> {
 }
 
 /// Per-head RMSNorm + weight + RoPE of the q and k heads of one decode step, and the KV-cache
-/// append, in one launch.
-///
-/// - `qkv`: bf16 contiguous `[B, (num_heads + 2 * num_kv_heads) * 128]`: the fused projection
-///   output (q heads, then k heads, then v heads).
-/// - `qk_norm`: bf16 contiguous `[num_heads + num_kv_heads, 128]`: q rows (with any attention
-///   scale folded in), then k rows.
-/// - `cos`, `sin`: bf16 contiguous `[T, 64]` (`T >= 1`): the RoPE table rows of the step, as
-///   `candle_nn::rotary_emb::rope_thd` takes them; row 0 is used (the new token's position).
-/// - `k_cache`, `v_cache`: bf16 contiguous `[B, num_kv_heads, capacity, 128]`, two distinct
-///   buffers; k and v are written in place at position `offset < capacity`.
-///
-/// Returns q, bf16 `[B, num_heads, 128]`. The result equals candle's
-/// `rms_norm(·, ones, eps)` → `broadcast_mul(qk_norm)` → `rope_thd` bit for bit (same f32
-/// association, same bf16 rounding points).
-///
-/// `qk_norm`, `cos` and `sin` are read before the kernel waits for the kernel launched just
-/// before it (programmatic dependent launch): they must be model constants (weights, RoPE
-/// tables), not outputs of that kernel.
+/// append, in one launch: [`qk_norm_rope_append_with`] with [`QkNorm::Rms`].
 #[allow(clippy::too_many_arguments)]
 pub fn qk_norm_rope_append(
     qkv: &Tensor,
@@ -155,14 +158,63 @@ pub fn qk_norm_rope_append(
     num_kv_heads: usize,
     eps: f32,
 ) -> Result<Tensor> {
+    qk_norm_rope_append_with(
+        qkv,
+        qk_norm,
+        cos,
+        sin,
+        k_cache,
+        v_cache,
+        offset,
+        num_heads,
+        num_kv_heads,
+        eps,
+        QkNorm::Rms,
+    )
+}
+
+/// Per-head RMSNorm (`norm`: [`QkNorm::Rms`]; none with [`QkNorm::WeightOnly`]) + weight + RoPE
+/// of the q and k heads of one decode step, and the KV-cache append, in one launch. `d` (the
+/// head dimension, 64 or 128) is the caches' last dimension.
+///
+/// - `qkv`: bf16 contiguous `[B, (num_heads + 2 * num_kv_heads) * d]`: the fused projection
+///   output (q heads, then k heads, then v heads).
+/// - `qk_norm`: bf16 contiguous `[num_heads + num_kv_heads, d]`: the per-head weights, q rows
+///   (with any attention scale folded in), then k rows (ones for a model without a q/k norm).
+/// - `cos`, `sin`: bf16 contiguous `[T, d / 2]` (`T >= 1`): the RoPE table rows of the step, as
+///   `candle_nn::rotary_emb::rope_thd` takes them; row 0 is used (the new token's position).
+/// - `k_cache`, `v_cache`: bf16 contiguous `[B, num_kv_heads, capacity, d]`, two distinct
+///   buffers; k and v are written in place at position `offset < capacity`.
+///
+/// Returns q, bf16 `[B, num_heads, d]`. The result equals candle's `rms_norm(·, ones, eps)` (or
+/// nothing) → `broadcast_mul(qk_norm)` → `rope_thd` bit for bit (same f32 association, same
+/// bf16 rounding points).
+///
+/// `qk_norm`, `cos` and `sin` are read before the kernel waits for the kernel launched just
+/// before it (programmatic dependent launch): they must be model constants (weights, RoPE
+/// tables), not outputs of that kernel.
+#[allow(clippy::too_many_arguments)]
+pub fn qk_norm_rope_append_with(
+    qkv: &Tensor,
+    qk_norm: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    offset: usize,
+    num_heads: usize,
+    num_kv_heads: usize,
+    eps: f32,
+    norm: QkNorm,
+) -> Result<Tensor> {
     let op = "qk_norm_rope_append";
     let (hq, hkv) = (num_heads, num_kv_heads);
-    let (dev, b, cap) = check_step_inputs(op, qkv, qk_norm, cos, sin, k_cache, v_cache, offset, hq, hkv)?;
+    let (dev, b, cap, d) = check_step_inputs(op, qkv, qk_norm, cos, sin, k_cache, v_cache, offset, hq, hkv)?;
     let stream = dev.cuda_stream();
-    let mut q_out = unsafe { dev.alloc::<bf16>(b * hq * HEAD_DIM)? };
+    let mut q_out = unsafe { dev.alloc::<bf16>(b * hq * d)? };
     {
         let (q_ptr, _gq) = q_out.device_ptr_mut(&stream);
-        with_step_ptrs(op, &dev, [qkv, qk_norm, cos, sin], k_cache, v_cache, &|ptrs, k_ptr, v_ptr| {
+        with_step_ptrs(op, &dev, d, [qkv, qk_norm, cos, sin], k_cache, v_cache, &|ptrs, k_ptr, v_ptr| {
             let st = unsafe {
                 fp8gemm_qk_norm_rope_append(
                     ptrs[0] as *const c_void,
@@ -175,27 +227,27 @@ pub fn qk_norm_rope_append(
                     b as i64,
                     hq as i64,
                     hkv as i64,
-                    HEAD_DIM as i64,
+                    d as i64,
                     cap as i64,
                     offset as i64,
                     eps,
+                    norm.flags(),
                     raw_stream(&dev),
                 )
             };
-            status(&format!("{op} (batch {b}, heads {hq}/{hkv}, offset {offset}, capacity {cap})"), st)
+            status(
+                &format!("{op} (batch {b}, heads {hq}/{hkv}, head_dim {d}, {norm:?}, offset {offset}, capacity {cap})"),
+                st,
+            )
         })?;
     }
     let st = CudaStorage::wrap_cuda_slice(q_out, dev);
-    Ok(Tensor::from_storage(
-        Storage::Cuda(st),
-        (b, hq, HEAD_DIM),
-        BackpropOp::none(),
-        false,
-    ))
+    Ok(Tensor::from_storage(Storage::Cuda(st), (b, hq, d), BackpropOp::none(), false))
 }
 
 /// Checks the inputs of a decode step's qk-norm + RoPE + append (shared by
-/// [`qk_norm_rope_append`] and [`decode_step_attention`]); returns `(device, batch, capacity)`.
+/// [`qk_norm_rope_append_with`] and [`decode_step_attention_with`]); returns `(device, batch,
+/// capacity, head_dim)`.
 #[allow(clippy::too_many_arguments)]
 fn check_step_inputs(
     op: &str,
@@ -208,53 +260,45 @@ fn check_step_inputs(
     offset: usize,
     hq: usize,
     hkv: usize,
-) -> Result<(CudaDevice, usize, usize)> {
+) -> Result<(CudaDevice, usize, usize, usize)> {
     if hq == 0 || hkv == 0 || hq % hkv != 0 {
         bail!("candle-fp8 {op}: num_heads {hq} must be a non-zero multiple of num_kv_heads {hkv}")
     }
     let dev = cuda_device(qkv, "qkv")?;
-    for (t, what) in [
-        (qk_norm, "qk_norm"),
-        (cos, "cos"),
-        (sin, "sin"),
-        (k_cache, "k_cache"),
-        (v_cache, "v_cache"),
-    ] {
+    for (t, what) in [(qk_norm, "qk_norm"), (cos, "cos"), (sin, "sin"), (k_cache, "k_cache"), (v_cache, "v_cache")] {
         same_device(&dev, t, what)?;
     }
     check_bf16_contiguous(qkv, "qkv")?;
-    let width = (hq + 2 * hkv) * HEAD_DIM;
+    // The head dimension is the caches' (checked against every other input below).
+    let kd = cache_dims(k_cache, "k_cache")?;
+    let vd = cache_dims(v_cache, "v_cache")?;
+    let hd = kd.3;
+    let width = (hq + 2 * hkv) * hd;
     let b = match qkv.dims() {
         &[b, w] if w == width && b > 0 => b,
         d => bail!(
             "candle-fp8 {op}: qkv must be [batch, {width}] ((num_heads {hq} + 2 × \
-             num_kv_heads {hkv}) × {HEAD_DIM}), got {d:?}"
+             num_kv_heads {hkv}) × head_dim {hd}), got {d:?}"
         ),
     };
-    check_bf16_contiguous(qk_norm, "qk_norm")?;
-    if qk_norm.dims() != [hq + hkv, HEAD_DIM] {
-        bail!(
-            "candle-fp8 {op}: qk_norm must be [{}, {HEAD_DIM}], got {:?}",
-            hq + hkv,
-            qk_norm.dims()
-        )
-    }
-    for (t, what) in [(cos, "cos"), (sin, "sin")] {
-        check_bf16_contiguous(t, what)?;
-        match t.dims() {
-            &[r, h] if r >= 1 && h == HEAD_DIM / 2 => {}
-            d => bail!("candle-fp8 {op}: {what} must be [T >= 1, {}], got {d:?}", HEAD_DIM / 2),
-        }
-    }
-    let kd = cache_dims(k_cache, "k_cache")?;
-    let vd = cache_dims(v_cache, "v_cache")?;
     if kd != vd || kd.0 != b || kd.1 != hkv {
         bail!(
-            "candle-fp8 {op}: caches must both be [{b}, {hkv}, capacity, {HEAD_DIM}], got \
+            "candle-fp8 {op}: caches must both be [{b}, {hkv}, capacity, {hd}], got \
              k_cache {:?} and v_cache {:?}",
             k_cache.dims(),
             v_cache.dims()
         )
+    }
+    check_bf16_contiguous(qk_norm, "qk_norm")?;
+    if qk_norm.dims() != [hq + hkv, hd] {
+        bail!("candle-fp8 {op}: qk_norm must be [{}, {hd}], got {:?}", hq + hkv, qk_norm.dims())
+    }
+    for (t, what) in [(cos, "cos"), (sin, "sin")] {
+        check_bf16_contiguous(t, what)?;
+        match t.dims() {
+            &[r, h] if r >= 1 && h == hd / 2 => {}
+            d => bail!("candle-fp8 {op}: {what} must be [T >= 1, {}], got {d:?}", hd / 2),
+        }
     }
     let cap = kd.2;
     if offset >= cap {
@@ -272,15 +316,16 @@ fn check_step_inputs(
     if ka == va {
         bail!("candle-fp8 {op}: k_cache and v_cache share one storage; they must be distinct buffers")
     }
-    Ok((dev, b, cap))
+    Ok((dev, b, cap, hd))
 }
 
 /// Runs `launch(read pointers of [qkv, qk_norm, cos, sin], k_cache pointer, v_cache pointer)`
 /// with the four inputs locked for reading and both caches locked for writing (the inputs of
-/// [`check_step_inputs`]; cos/sin are viewed as their first row).
+/// [`check_step_inputs`], head dimension `d`; cos/sin are viewed as their first row).
 fn with_step_ptrs(
     op: &str,
     dev: &CudaDevice,
+    d: usize,
     inputs: [&Tensor; 4],
     k_cache: &Tensor,
     v_cache: &Tensor,
@@ -290,10 +335,8 @@ fn with_step_ptrs(
     let guards = inputs.map(|t| t.storage_and_layout());
     let mut views = Vec::with_capacity(4);
     for (i, ((st, l), what)) in guards.iter().zip(["qkv", "qk_norm", "cos", "sin"]).enumerate() {
-        let Storage::Cuda(cs) = &**st else {
-            bail!("candle-fp8 {op}: {what} is not on a CUDA device")
-        };
-        let n = if i < 2 { l.shape().elem_count() } else { HEAD_DIM / 2 };
+        let Storage::Cuda(cs) = &**st else { bail!("candle-fp8 {op}: {what} is not on a CUDA device") };
+        let n = if i < 2 { l.shape().elem_count() } else { d / 2 };
         views.push(view::<bf16>(what, cs, l, n)?);
     }
     let read: Vec<_> = views.iter().map(|v| v.device_ptr(&stream)).collect();
@@ -303,15 +346,9 @@ fn with_step_ptrs(
     }
     let write_v = |k_ptr: u64| -> Result<()> {
         let write = |v_ptr: u64| launch(ptrs, k_ptr, v_ptr);
-        v_cache.inplace_op1(&WithMutPtr {
-            name: "decode-step-append-v",
-            inner: &write,
-        })
+        v_cache.inplace_op1(&WithMutPtr { name: "decode-step-append-v", inner: &write })
     };
-    k_cache.inplace_op1(&WithMutPtr {
-        name: "decode-step-append-k",
-        inner: &write_v,
-    })
+    k_cache.inplace_op1(&WithMutPtr { name: "decode-step-append-k", inner: &write_v })
 }
 
 /// An in-place op that hands the write pointer of a bf16 CUDA tensor's first element to
@@ -335,7 +372,11 @@ impl InplaceOp1 for WithMutPtr<'_> {
         let slice = s.as_cuda_slice_mut::<bf16>()?;
         let (off, n) = (l.start_offset(), l.shape().elem_count());
         if off + n > slice.len() {
-            bail!("candle-fp8 {}: the tensor needs {n} elements from offset {off}, its storage holds {}", self.name, slice.len())
+            bail!(
+                "candle-fp8 {}: the tensor needs {n} elements from offset {off}, its storage holds {}",
+                self.name,
+                slice.len()
+            )
         }
         let mut v = slice.slice_mut(off..off + n);
         let (p, _g) = v.device_ptr_mut(&stream);
@@ -356,31 +397,30 @@ pub struct DecodeAttentionOptions {
 
 impl Default for DecodeAttentionOptions {
     fn default() -> Self {
-        Self {
-            quantized: true,
-            bf16: false,
-            splits: None,
-        }
+        Self { quantized: true, bf16: false, splits: None }
     }
 }
 
 /// The outputs of [`decode_attention`].
 #[derive(Debug, Clone)]
 pub struct DecodeAttentionOutput {
-    /// `(qa, sa)`: e4m3 `[B, num_heads * 128]` and its f32 scales `[B, num_heads]` with strides
-    /// `(1, round_up(B, 4))` — the operand pair `crate::ops::fp8_block_matmul` takes.
+    /// `(qa, sa)`: e4m3 `[B, num_heads * d]` and its f32 scales `[B, ceil(num_heads * d / 128)]`
+    /// with strides `(1, round_up(B, 4))` — the operand pair `crate::ops::fp8_block_matmul`
+    /// takes. At `d == 128` the attention's f32 output quantized in the kernel (one group per
+    /// head); at `d == 64` its bf16 output quantized by the activation quantizer.
     pub quantized: Option<(Tensor, Tensor)>,
-    /// bf16 `[B, num_heads * 128]` (head-major columns, like the o-projection's input).
+    /// bf16 `[B, num_heads * d]` (head-major columns, like the o-projection's input).
     pub bf16: Option<Tensor>,
 }
 
-/// Decode attention of `q` `[B, num_heads, 128]` (bf16, contiguous, attention scale already
-/// folded in) over positions `[0, len)` of `k_cache`/`v_cache` `[B, num_kv_heads, capacity,
-/// 128]` (bf16, contiguous): f32 scores, max-subtracted f32 softmax and f32 P·V; grouped-query
-/// heads share their kv head (`num_heads % num_kv_heads == 0`, at most 16 query heads per kv
-/// head). Cache positions before `len - 1` are read before the kernel waits for the kernel
-/// launched just before it (their HBM latency then overlaps it): only `q` and position
-/// `len - 1` may be written by that kernel ([`qk_norm_rope_append`], as in a decode step).
+/// Decode attention of `q` `[B, num_heads, d]` (bf16, contiguous, attention scale already
+/// folded in; `d` 64 or 128) over positions `[0, len)` of `k_cache`/`v_cache` `[B,
+/// num_kv_heads, capacity, d]` (bf16, contiguous): f32 scores, max-subtracted f32 softmax and
+/// f32 P·V; grouped-query heads share their kv head (`num_heads % num_kv_heads == 0`, at most 16
+/// query heads per kv head). Cache positions before `len - 1` are read before the kernel waits
+/// for the kernel launched just before it (their HBM latency then overlaps it): only `q` and
+/// position `len - 1` may be written by that kernel ([`qk_norm_rope_append`], as in a decode
+/// step).
 pub fn decode_attention(
     q: &Tensor,
     k_cache: &Tensor,
@@ -395,17 +435,17 @@ pub fn decode_attention(
     same_device(&dev, k_cache, "k_cache")?;
     same_device(&dev, v_cache, "v_cache")?;
     check_bf16_contiguous(q, "q")?;
-    let (b, hq) = match q.dims() {
-        &[b, h, d] if d == HEAD_DIM && b > 0 && h > 0 => (b, h),
+    let (b, hq, hd) = match q.dims() {
+        &[b, h, d] if HEAD_DIMS.contains(&d) && b > 0 && h > 0 => (b, h, d),
         d => bail!(
-            "candle-fp8 decode_attention: q must be [batch, num_heads, {HEAD_DIM}], got {d:?}"
+            "candle-fp8 decode_attention: q must be [batch, num_heads, head_dim] with head_dim one of {HEAD_DIMS:?}, got {d:?}"
         ),
     };
     let kd = cache_dims(k_cache, "k_cache")?;
     let vd = cache_dims(v_cache, "v_cache")?;
-    if kd != vd || kd.0 != b {
+    if kd != vd || kd.0 != b || kd.3 != hd {
         bail!(
-            "candle-fp8 decode_attention: caches must both be [{b}, kv_heads, capacity, {HEAD_DIM}], got \
+            "candle-fp8 decode_attention: caches must both be [{b}, kv_heads, capacity, {hd}], got \
              k_cache {:?} and v_cache {:?}",
             k_cache.dims(),
             v_cache.dims()
@@ -426,21 +466,16 @@ pub fn decode_attention(
     }
     let num_sms = device_info(&dev)?.num_sms;
     let tiles = len.div_ceil(POSITION_TILE);
-    let splits = opts
-        .splits
-        .unwrap_or_else(|| default_splits(b, hkv, len, num_sms))
-        .clamp(1, tiles);
+    let splits = opts.splits.unwrap_or_else(|| default_splits(b, hkv, len, num_sms)).clamp(1, tiles);
     let guards = [q, k_cache, v_cache].map(|t| t.storage_and_layout());
     let stream = dev.cuda_stream();
     let mut views = Vec::with_capacity(3);
     for ((st, l), what) in guards.iter().zip(["q", "k_cache", "v_cache"]) {
-        let Storage::Cuda(cs) = &**st else {
-            bail!("candle-fp8 decode_attention: {what} is not on a CUDA device")
-        };
+        let Storage::Cuda(cs) = &**st else { bail!("candle-fp8 decode_attention: {what} is not on a CUDA device") };
         views.push(view::<bf16>(what, cs, l, l.shape().elem_count())?);
     }
     let read: Vec<_> = views.iter().map(|v| v.device_ptr(&stream)).collect();
-    with_outputs(&dev, b, hq, splits, opts, &|o| {
+    with_outputs(&dev, b, hq, hd, splits, opts, &|o| {
         let st = unsafe {
             fp8gemm_decode_attention(
                 read[0].0 as *const c_void,
@@ -449,7 +484,7 @@ pub fn decode_attention(
                 b as i64,
                 hq as i64,
                 hkv as i64,
-                HEAD_DIM as i64,
+                hd as i64,
                 cap as i64,
                 len as i64,
                 splits as i64,
@@ -461,7 +496,7 @@ pub fn decode_attention(
                 raw_stream(&dev),
             )
         };
-        status(&format!("decode_attention (batch {b}, heads {hq}/{hkv}, len {len}, capacity {cap}, splits {splits})"), st)
+        status(&format!("decode_attention (batch {b}, heads {hq}/{hkv}, head_dim {hd}, len {len}, capacity {cap}, splits {splits})"), st)
     })
 }
 
@@ -475,64 +510,62 @@ struct OutPtrs {
 }
 
 /// Allocates the workspace (for `splits` position splits merged by the combine kernel) and the
-/// outputs `opts` asks for, runs `launch` with their pointers and wraps them as tensors.
+/// outputs `opts` asks for, runs `launch` with their pointers and wraps them as tensors. Head
+/// dimension `d`: at 128 the kernel writes the quantized output itself; at 64 (a quantization
+/// group spans two heads) it writes bf16, which the activation quantizer then quantizes (one
+/// launch more, right after the attention).
 fn with_outputs(
     dev: &CudaDevice,
     b: usize,
     hq: usize,
+    d: usize,
     splits: usize,
     opts: DecodeAttentionOptions,
     launch: &dyn Fn(&OutPtrs) -> Result<()>,
 ) -> Result<DecodeAttentionOutput> {
     let stream = dev.cuda_stream();
-    let n = b * hq * HEAD_DIM;
+    let n = b * hq * d;
     let m_pad = act_scale_m_stride(b);
-    let ws_bytes =
-        unsafe { fp8gemm_decode_attention_workspace_bytes(b as i64, hq as i64, splits as i64) };
+    let in_kernel_quant = d == HEAD_DIM;
+    let ws_bytes = unsafe { fp8gemm_decode_attention_workspace_bytes(b as i64, hq as i64, splits as i64) };
     // Every buffer the kernels write completely (sa's padding rows included: no memset between
     // the attention and the o GEMM that would break the PDL overlap), so none is zeroed.
     let mut ws = (ws_bytes > 0).then(|| unsafe { dev.alloc::<f32>(ws_bytes.div_ceil(4)) }).transpose()?;
-    let mut qa = opts.quantized.then(|| unsafe { dev.alloc::<F8E4M3>(n) }).transpose()?;
-    let mut sa = opts.quantized.then(|| unsafe { dev.alloc::<f32>(hq * m_pad) }).transpose()?;
-    let mut out = opts.bf16.then(|| unsafe { dev.alloc::<bf16>(n) }).transpose()?;
+    let kernel_quant = opts.quantized && in_kernel_quant;
+    let mut qa = kernel_quant.then(|| unsafe { dev.alloc::<F8E4M3>(n) }).transpose()?;
+    let mut sa = kernel_quant.then(|| unsafe { dev.alloc::<f32>(hq * m_pad) }).transpose()?;
+    let bf16_out = opts.bf16 || (opts.quantized && !in_kernel_quant);
+    let mut out = bf16_out.then(|| unsafe { dev.alloc::<bf16>(n) }).transpose()?;
     {
         let (ws_ptr, _gw) = opt_ptr_mut(&mut ws, &stream);
         let (qa_ptr, _ga) = opt_ptr_mut(&mut qa, &stream);
         let (sa_ptr, _gs) = opt_ptr_mut(&mut sa, &stream);
         let (out_ptr, _go) = opt_ptr_mut(&mut out, &stream);
-        launch(&OutPtrs {
-            ws: ws_ptr,
-            ws_bytes,
-            qa: qa_ptr as *mut u8,
-            sa: sa_ptr as *mut f32,
-            out: out_ptr,
-        })?;
+        launch(&OutPtrs { ws: ws_ptr, ws_bytes, qa: qa_ptr as *mut u8, sa: sa_ptr as *mut f32, out: out_ptr })?;
     }
     let wrap = |s: CudaStorage, shape: (usize, usize)| {
         Tensor::from_storage(Storage::Cuda(s), shape, BackpropOp::none(), false)
     };
-    let quantized = match (qa, sa) {
-        (Some(qa), Some(sa)) => {
-            let qa = wrap(
-                CudaStorage::wrap_cuda_slice(qa, dev.clone()),
-                (b, hq * HEAD_DIM),
-            );
-            let sa = Tensor::from_storage(
-                Storage::Cuda(CudaStorage::wrap_cuda_slice(sa, dev.clone())),
-                hq * m_pad,
-                BackpropOp::none(),
-                false,
-            );
-            Some((qa, crate::quant::act_scales_view(sa, b, hq)?))
+    let scales = |sa: CudaStorage, kb: usize| {
+        let sa = Tensor::from_storage(Storage::Cuda(sa), kb * m_pad, BackpropOp::none(), false);
+        crate::format::act_scales_view(sa, b, kb)
+    };
+    let out = out.map(|o| CudaStorage::wrap_cuda_slice(o, dev.clone()));
+    let quantized = match (qa, sa, &out) {
+        (Some(qa), Some(sa), _) => {
+            let qa = wrap(CudaStorage::wrap_cuda_slice(qa, dev.clone()), (b, hq * d));
+            Some((qa, scales(CudaStorage::wrap_cuda_slice(sa, dev.clone()), hq)?))
+        }
+        // head_dim 64: the bf16 output through the activation quantizer (a partial last group
+        // when num_heads is odd: hq * 64 % 128 == 64).
+        (None, None, Some(o)) if opts.quantized => {
+            let k = hq * d;
+            let (qa, sa) = super::gemm::quantize_activation(o, &Layout::contiguous((b, k)), b, k)?;
+            Some((wrap(qa, (b, k)), scales(sa, num_blocks(k))?))
         }
         _ => None,
     };
-    let bf16 = out.map(|o| {
-        wrap(
-            CudaStorage::wrap_cuda_slice(o, dev.clone()),
-            (b, hq * HEAD_DIM),
-        )
-    });
+    let bf16 = if opts.bf16 { out.map(|o| wrap(o, (b, hq * d))) } else { None };
     drop(ws); // stream-ordered free, after the launches above
     Ok(DecodeAttentionOutput { quantized, bf16 })
 }
@@ -543,9 +576,15 @@ fn with_outputs(
 /// all): the largest divisor of `queries_per_kv_head` that keeps `batch * kv_heads *
 /// head_splits` within four CTAs per SM; then position splits up to four CTAs per SM in all
 /// (never more than there are tiles; see [`SplitMerge`] for how they merge).
-/// Measured on the H200 (Qwen3-32B, ~150 positions, `docs/PERF.md` session 5): batch 1 → one
+/// Measured on the H200 (Qwen3-32B, ~150 positions; docs/perf.md): batch 1 → one
 /// tile per CTA (5 × 8), batch 16 → (1, 4).
-pub fn default_step_splits(batch: usize, kv_heads: usize, queries_per_kv_head: usize, len: usize, num_sms: usize) -> (usize, usize) {
+pub fn default_step_splits(
+    batch: usize,
+    kv_heads: usize,
+    queries_per_kv_head: usize,
+    len: usize,
+    num_sms: usize,
+) -> (usize, usize) {
     let sms = num_sms.max(1);
     let ctas = (batch * kv_heads).max(1);
     let n_rep = queries_per_kv_head.max(1);
@@ -566,7 +605,7 @@ pub enum SplitMerge {
     /// Every split writes the workspace and the last one of each head group to finish merges
     /// them (an arrival counter per group, kept zeroed per device and thread): any number of
     /// splits, one launch, no cluster launch. The default: a cluster launch delays the next
-    /// kernel's early start (measured on the H200, docs/PERF.md session 6: b1 TPOT 9.60 vs 9.68
+    /// kernel's early start (measured on the H200, docs/perf.md: b1 TPOT 9.60 vs 9.68
     /// ms).
     #[default]
     Tail,
@@ -588,20 +627,8 @@ pub struct DecodeStepOptions {
     pub merge: SplitMerge,
 }
 
-/// A decode step's attention in one launch: [`qk_norm_rope_append`] fused into
-/// [`decode_attention`]. Inputs as [`qk_norm_rope_append`]
-/// takes them (`qkv` the fused projection output, k and v appended in place at `offset`),
-/// attention over positions `[0, offset + 1)`, outputs as [`decode_attention`]'s. q never goes
-/// to memory: every CTA normalizes its own query heads, and those that attend to the new
-/// position compute its k and v themselves. Position splits merge as `opts.merge` says (by
-/// default the last split to finish merges them; [`SplitMerge::Cluster`] with more than
-/// [`MAX_CLUSTER_SPLITS`] splits adds a combine launch). The result is bit-identical to
-/// [`qk_norm_rope_append`] then [`decode_attention`] with the same position splits (the head
-/// splits change who computes a head, not how).
-///
-/// Read before the kernel waits for the kernel launched just before it (programmatic dependent
-/// launch): `qk_norm`, `cos`, `sin` and cache positions before `offset` — model constants and
-/// earlier steps' entries; only `qkv` may be written by that kernel.
+/// A decode step's attention in one launch with q/k RMSNorm: [`decode_step_attention_with`]
+/// with [`QkNorm::Rms`].
 #[allow(clippy::too_many_arguments)]
 pub fn decode_step_attention(
     qkv: &Tensor,
@@ -616,13 +643,59 @@ pub fn decode_step_attention(
     eps: f32,
     opts: DecodeStepOptions,
 ) -> Result<DecodeAttentionOutput> {
+    decode_step_attention_with(
+        qkv,
+        qk_norm,
+        cos,
+        sin,
+        k_cache,
+        v_cache,
+        offset,
+        num_heads,
+        num_kv_heads,
+        eps,
+        QkNorm::Rms,
+        opts,
+    )
+}
+
+/// A decode step's attention in one launch: [`qk_norm_rope_append_with`] fused into
+/// [`decode_attention`]. Inputs as [`qk_norm_rope_append_with`] takes them (`qkv` the fused
+/// projection output, k and v appended in place at `offset`, `norm` what precedes the per-head
+/// weights), attention over positions `[0, offset + 1)`, outputs as [`decode_attention`]'s
+/// (at head dimension 64 the quantized output takes one more launch, the activation quantizer).
+/// q never goes to memory: every CTA normalizes its own query heads, and those that attend to
+/// the new position compute its k and v themselves. Position splits merge as `opts.merge` says
+/// (by default the last split to finish merges them; [`SplitMerge::Cluster`] with more than
+/// [`MAX_CLUSTER_SPLITS`] splits adds a combine launch). The result is bit-identical to
+/// [`qk_norm_rope_append_with`] then [`decode_attention`] with the same `norm` and position
+/// splits (the head splits change who computes a head, not how).
+///
+/// Read before the kernel waits for the kernel launched just before it (programmatic dependent
+/// launch): `qk_norm`, `cos`, `sin` and cache positions before `offset` — model constants and
+/// earlier steps' entries; only `qkv` may be written by that kernel.
+#[allow(clippy::too_many_arguments)]
+pub fn decode_step_attention_with(
+    qkv: &Tensor,
+    qk_norm: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    offset: usize,
+    num_heads: usize,
+    num_kv_heads: usize,
+    eps: f32,
+    norm: QkNorm,
+    opts: DecodeStepOptions,
+) -> Result<DecodeAttentionOutput> {
     let op = "decode_step_attention";
     let (hq, hkv) = (num_heads, num_kv_heads);
     let a = opts.attention;
     if !a.quantized && !a.bf16 {
         bail!("candle-fp8 {op}: ask for the quantized and/or the bf16 output")
     }
-    let (dev, b, cap) = check_step_inputs(op, qkv, qk_norm, cos, sin, k_cache, v_cache, offset, hq, hkv)?;
+    let (dev, b, cap, hd) = check_step_inputs(op, qkv, qk_norm, cos, sin, k_cache, v_cache, offset, hq, hkv)?;
     let n_rep = hq / hkv;
     if n_rep > MAX_QUERIES_PER_KV_HEAD {
         bail!("candle-fp8 {op}: {n_rep} query heads per kv head; at most {MAX_QUERIES_PER_KV_HEAD} are supported")
@@ -646,43 +719,46 @@ pub fn decode_step_attention(
     }
     let out = std::cell::RefCell::new(None);
     let counters = if tail { b * hkv * head_splits } else { 0 };
-    with_step_ptrs(op, &dev, [qkv, qk_norm, cos, sin], k_cache, v_cache, &|ptrs, k_ptr, v_ptr| {
-        let r = with_outputs(&dev, b, hq, ws_splits, a, &|o| super::with_zeroed_counters(&dev, counters, |counters| {
-            let st = unsafe {
-                fp8gemm_decode_step_attention(
-                    ptrs[0] as *const c_void,
-                    ptrs[1] as *const c_void,
-                    ptrs[2] as *const c_void,
-                    ptrs[3] as *const c_void,
-                    k_ptr as *mut c_void,
-                    v_ptr as *mut c_void,
-                    b as i64,
-                    hq as i64,
-                    hkv as i64,
-                    HEAD_DIM as i64,
-                    cap as i64,
-                    offset as i64,
-                    eps,
-                    splits as i64,
-                    head_splits as i64,
-                    o.ws,
-                    o.ws_bytes,
-                    counters,
-                    o.qa,
-                    o.sa,
-                    o.out,
-                    raw_stream(&dev),
+    with_step_ptrs(op, &dev, hd, [qkv, qk_norm, cos, sin], k_cache, v_cache, &|ptrs, k_ptr, v_ptr| {
+        let r = with_outputs(&dev, b, hq, hd, ws_splits, a, &|o| {
+            super::with_zeroed_counters(&dev, counters, |counters| {
+                let st = unsafe {
+                    fp8gemm_decode_step_attention(
+                        ptrs[0] as *const c_void,
+                        ptrs[1] as *const c_void,
+                        ptrs[2] as *const c_void,
+                        ptrs[3] as *const c_void,
+                        k_ptr as *mut c_void,
+                        v_ptr as *mut c_void,
+                        b as i64,
+                        hq as i64,
+                        hkv as i64,
+                        hd as i64,
+                        cap as i64,
+                        offset as i64,
+                        eps,
+                        norm.flags(),
+                        splits as i64,
+                        head_splits as i64,
+                        o.ws,
+                        o.ws_bytes,
+                        counters,
+                        o.qa,
+                        o.sa,
+                        o.out,
+                        raw_stream(&dev),
+                    )
+                };
+                status(
+                    &format!(
+                        "{op} (batch {b}, heads {hq}/{hkv}, head_dim {hd}, {norm:?}, offset {offset}, capacity {cap}, \
+                     splits {splits}, head splits {head_splits}, merge {:?})",
+                        opts.merge
+                    ),
+                    st,
                 )
-            };
-            status(
-                &format!(
-                    "{op} (batch {b}, heads {hq}/{hkv}, offset {offset}, capacity {cap}, splits {splits}, \
-                     head splits {head_splits}, merge {:?})",
-                    opts.merge
-                ),
-                st,
-            )
-        }))?;
+            })
+        })?;
         *out.borrow_mut() = Some(r);
         Ok(())
     })?;
@@ -690,38 +766,25 @@ pub fn decode_step_attention(
 }
 
 /// [`decode_attention`] written straight into the o-projection's activation operand:
-/// `(qa, sa)` = e4m3 `[B, num_heads * 128]` and f32 scales `[B, num_heads]` (strides
-/// `(1, round_up(B, 4))`), exactly what `crate::quant::quantize_activation` would give for the
-/// f32 attention output.
-pub fn decode_attention_quant(
-    q: &Tensor,
-    k_cache: &Tensor,
-    v_cache: &Tensor,
-    len: usize,
-) -> Result<(Tensor, Tensor)> {
+/// `(qa, sa)` = e4m3 `[B, num_heads * d]` and f32 scales `[B, ceil(num_heads * d / 128)]`
+/// (strides `(1, round_up(B, 4))`), exactly what `crate::quant::quantize_activation` would give
+/// for the f32 attention output (`d == 128`) or for its bf16 rounding (`d == 64`).
+pub fn decode_attention_quant(q: &Tensor, k_cache: &Tensor, v_cache: &Tensor, len: usize) -> Result<(Tensor, Tensor)> {
     let o = decode_attention(q, k_cache, v_cache, len, DecodeAttentionOptions::default())?;
     Ok(o.quantized.expect("requested"))
 }
 
-/// [`decode_attention`] as bf16 `[B, num_heads * 128]`.
-pub fn decode_attention_bf16(
-    q: &Tensor,
-    k_cache: &Tensor,
-    v_cache: &Tensor,
-    len: usize,
-) -> Result<Tensor> {
-    let opts = DecodeAttentionOptions {
-        quantized: false,
-        bf16: true,
-        splits: None,
-    };
-    Ok(decode_attention(q, k_cache, v_cache, len, opts)?
-        .bf16
-        .expect("requested"))
+/// [`decode_attention`] as bf16 `[B, num_heads * d]`.
+pub fn decode_attention_bf16(q: &Tensor, k_cache: &Tensor, v_cache: &Tensor, len: usize) -> Result<Tensor> {
+    let opts = DecodeAttentionOptions { quantized: false, bf16: true, splits: None };
+    Ok(decode_attention(q, k_cache, v_cache, len, opts)?.bf16.expect("requested"))
 }
 
 /// Raw device pointer of an optional buffer (null when absent) and its write guard.
-fn opt_ptr_mut<'a, T>(buf: &'a mut Option<CudaSlice<T>>, stream: &'a CudaStream) -> (*mut c_void, Option<SyncOnDrop<'a>>) {
+fn opt_ptr_mut<'a, T>(
+    buf: &'a mut Option<CudaSlice<T>>,
+    stream: &'a CudaStream,
+) -> (*mut c_void, Option<SyncOnDrop<'a>>) {
     match buf.as_mut() {
         Some(b) => {
             let (p, g) = b.device_ptr_mut(stream);
@@ -748,7 +811,10 @@ mod tests {
         assert_eq!(default_step_splits(1, 1, 1, 100, 0), (4, 1), "0 SMs counts as 1");
         for (b, hkv, n_rep, len) in [(1, 8, 8, 148), (3, 2, 12, 77), (16, 8, 8, 5000), (5, 4, 7, 33)] {
             let (s, h) = default_step_splits(b, hkv, n_rep, len, 132);
-            assert!(n_rep % h == 0 && s >= 1 && s <= len.div_ceil(POSITION_TILE), "{b} {hkv} {n_rep} {len}: ({s}, {h})");
+            assert!(
+                n_rep % h == 0 && s >= 1 && s <= len.div_ceil(POSITION_TILE),
+                "{b} {hkv} {n_rep} {len}: ({s}, {h})"
+            );
         }
     }
 }

@@ -19,13 +19,24 @@ pub const NORM_BARRIER_WORDS: usize = 34;
 pub const NORM_SPLIT_MAX_ROWS: usize = 1;
 /// `FP8GEMM_NORM_X_SETTLED`: the fused norm may load `x` before it waits for the previous kernel.
 pub const NORM_X_SETTLED: u32 = 1;
+/// `FP8GEMM_ATTN_NO_QK_NORM`: the decode-step attention applies the per-head q/k weights without
+/// an RMSNorm (Llama, Qwen2).
+pub const ATTN_NO_QK_NORM: u32 = 1;
 
 extern "C" {
     // ---- GEMM (kernels/gemm/) ----
     pub fn fp8gemm_status_string(status: i32) -> *const c_char;
     pub fn fp8gemm_workspace_bytes(cfg: *const GemmConfig, m: i64, n: i64, k: i64) -> usize;
     pub fn fp8gemm_compiled_configs(out: *mut GemmConfig, capacity: i32) -> i32;
-    pub fn fp8gemm_quantize_act(x: *const c_void, x_dtype: i32, q: *mut u8, sa: *mut f32, m: i64, k: i64, stream: *mut c_void) -> i32;
+    pub fn fp8gemm_quantize_act(
+        x: *const c_void,
+        x_dtype: i32,
+        q: *mut u8,
+        sa: *mut f32,
+        m: i64,
+        k: i64,
+        stream: *mut c_void,
+    ) -> i32;
     pub fn fp8gemm_gemm(
         qa: *const u8,
         sa: *const f32,
@@ -66,7 +77,14 @@ extern "C" {
         sa_q: *mut f32,
         stream: *mut c_void,
     ) -> i32;
-    pub fn fp8gemm_reduce_partials(partials: *const f32, y: *mut c_void, m: i64, n: i64, splits: i32, stream: *mut c_void) -> i32;
+    pub fn fp8gemm_reduce_partials(
+        partials: *const f32,
+        y: *mut c_void,
+        m: i64,
+        n: i64,
+        splits: i32,
+        stream: *mut c_void,
+    ) -> i32;
 
     // ---- fused elementwise + quantization (kernels/fused/) ----
     pub fn fp8gemm_add_rmsnorm_quant(
@@ -98,7 +116,14 @@ extern "C" {
         flags: u32,
         stream: *mut c_void,
     ) -> i32;
-    pub fn fp8gemm_swiglu_quant(gu: *const c_void, m: i64, inter: i64, q: *mut u8, sa: *mut f32, stream: *mut c_void) -> i32;
+    pub fn fp8gemm_swiglu_quant(
+        gu: *const c_void,
+        m: i64,
+        inter: i64,
+        q: *mut u8,
+        sa: *mut f32,
+        stream: *mut c_void,
+    ) -> i32;
 
     // ---- decode attention (kernels/attention/) ----
     pub fn fp8gemm_qk_norm_rope_append(
@@ -116,6 +141,7 @@ extern "C" {
         cap: i64,
         offset: i64,
         eps: f32,
+        flags: u32,
         stream: *mut c_void,
     ) -> i32;
     pub fn fp8gemm_decode_attention_workspace_bytes(batch: i64, hq: i64, splits: i64) -> usize;
@@ -133,6 +159,7 @@ extern "C" {
         cap: i64,
         offset: i64,
         eps: f32,
+        flags: u32,
         splits: i64,
         head_splits: i64,
         workspace: *mut c_void,
@@ -163,7 +190,15 @@ extern "C" {
     ) -> i32;
 
     // ---- sampling (kernels/sampling/) ----
-    pub fn fp8gemm_argmax_rows(x: *const c_void, x_dtype: i32, rows: i64, cols: i64, row_stride: i64, out: *mut u32, stream: *mut c_void) -> i32;
+    pub fn fp8gemm_argmax_rows(
+        x: *const c_void,
+        x_dtype: i32,
+        rows: i64,
+        cols: i64,
+        row_stride: i64,
+        out: *mut u32,
+        stream: *mut c_void,
+    ) -> i32;
 }
 
 // ---- tracing (kernels/trace/, `trace` feature builds only) ----
@@ -281,7 +316,8 @@ mod tests {
     fn stream_k_workspace() {
         const PAGE: usize = 4096;
         // (block_m, stages, split_k, num_sms), expected bytes
-        let cases: &[((i32, i32, i32, i32), usize)] = &[
+        type Case = ((i32, i32, i32, i32), usize);
+        let cases: &[Case] = &[
             ((16, 7, 3, 100), PAGE + 300 * 16 * 64 * 4),
             ((32, 5, 2, 50), PAGE + 100 * 32 * 64 * 4),
             ((16, 8, 1, 7), PAGE + 7 * 16 * 64 * 4),
@@ -295,5 +331,67 @@ mod tests {
                 assert_eq!(got, want, "{m}x{n}x{k} {cfg:?}");
             }
         }
+    }
+
+    /// The K-block count is the ceiling (a partial last K block): a split-K workspace of 5 splits
+    /// at K = 576 (5 K blocks, the last 64 wide), where 576 / 128 would allow 4; one K block
+    /// (K < 128) cannot split. The persistent split tail clamps to the same count. Host code only.
+    #[test]
+    fn workspaces_count_a_partial_last_k_block() {
+        let small_m = GemmConfig { kind: 1, block_m: 64, block_n: 128, stages: 6, split_k: 5, num_sms: 0 };
+        let ws = |cfg: &GemmConfig, m: i64, n: i64, k: i64| unsafe { fp8gemm_workspace_bytes(cfg, m, n, k) };
+        assert_eq!(ws(&small_m, 40, 512, 576), 5 * 40 * 512 * 4);
+        assert_eq!(ws(&small_m, 40, 512, 512), 4 * 40 * 512 * 4);
+        assert_eq!(ws(&small_m, 40, 512, 64), 0, "one (partial) K block: no split");
+        assert_eq!(ws(&small_m, 40, 512, 584), 0, "k % 16 != 0: not a shape of the kernels");
+        // 6 tiles of 128 x 128 on 64 SMs, split tail 8 asked: clamped to the 5 K blocks of 576
+        // (4 at K = 512), each split tile publishing S - 1 partial tiles.
+        let persistent = GemmConfig { kind: 4, block_m: 128, block_n: 128, stages: 5, split_k: 8, num_sms: 64 };
+        assert_eq!(ws(&persistent, 129, 272, 576), 4096 + 6 * 4 * 128 * 128 * 4);
+        assert_eq!(ws(&persistent, 129, 272, 512), 4096 + 6 * 3 * 128 * 128 * 4);
+    }
+
+    /// The shape rules of the entry points that changed with the partial K block, head_dim 64 and
+    /// the norm-free attention, checked before any device work (so host code only; the pointers
+    /// are 16-byte aligned and never dereferenced).
+    #[test]
+    fn entry_point_shape_rules() {
+        const SHAPE: i32 = 1;
+        let p = 0x1000usize as *mut c_void;
+        let (b, f) = (p as *mut u8, p as *mut f32);
+        let null = std::ptr::null_mut::<c_void>();
+        let cfg = GemmConfig { kind: 2, block_m: 8, block_n: 64, stages: 8, split_k: 1, num_sms: 0 };
+        unsafe {
+            // GEMM: K a non-zero multiple of 16 (the last K block may be partial).
+            for k in [0, 8, 100, 584] {
+                assert_eq!(fp8gemm_gemm(b, f, b, f, p, 1, 576, k, &cfg, null, 0, null), SHAPE, "gemm k={k}");
+                assert_eq!(fp8gemm_gemm_swiglu_quant(b, f, b, f, 1, 1536, k, b, f, null), SHAPE, "gated k={k}");
+            }
+            // Quantizer and fused kernels: K a non-zero multiple of 8.
+            for k in [0, 4, 100, 572] {
+                assert_eq!(fp8gemm_quantize_act(p, FP8GEMM_BF16, b, f, 1, k, null), SHAPE, "quantize k={k}");
+                let r = std::ptr::null();
+                assert_eq!(fp8gemm_add_rmsnorm_quant(p, r, p, 1e-6, null, b, f, 1, k, std::ptr::null_mut(), 0, null), SHAPE);
+                assert_eq!(fp8gemm_swiglu_quant(p, 1, k, b, f, null), SHAPE, "swiglu inter={k}");
+            }
+            // Attention: head_dim 64 or 128; flags 0 or ATTN_NO_QK_NORM; no in-kernel quantized
+            // output at head_dim 64 (a group spans two heads).
+            let step = |d: i64, flags: u32, qa: *mut u8| {
+                fp8gemm_decode_step_attention(
+                    p, p, p, p, p, p, 1, 9, 3, d, 8, 0, 1e-6, flags, 1, 1, null, 0, std::ptr::null_mut(), qa, f, null, null,
+                )
+            };
+            assert_eq!(step(96, 0, std::ptr::null_mut()), SHAPE);
+            assert_eq!(step(128, 2, b), SHAPE);
+            assert_eq!(step(64, ATTN_NO_QK_NORM, b), SHAPE, "head_dim 64 takes qa == NULL");
+            let append = |d: i64, flags: u32| fp8gemm_qk_norm_rope_append(p, p, p, p, p, p, p, 1, 9, 3, d, 8, 0, 1e-6, flags, null);
+            assert_eq!(append(96, 0), SHAPE);
+            assert_eq!(append(64, 4), SHAPE);
+            let attn = |d: i64| fp8gemm_decode_attention(p, p, p, 1, 9, 3, d, 8, 1, 1, null, 0, b, f, null, null);
+            assert_eq!(attn(32), SHAPE);
+            assert_eq!(attn(64), SHAPE, "head_dim 64 takes qa == NULL");
+        }
+        // One workspace layout for both head dims (slots of 128 floats and 2 softmax states).
+        assert_eq!(unsafe { fp8gemm_decode_attention_workspace_bytes(3, 9, 4) }, 3 * 9 * 4 * 130 * 4);
     }
 }

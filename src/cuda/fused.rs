@@ -2,8 +2,9 @@
 //! candle's CUDA storage. The tensor-level API with its CPU path is `ops::fused`.
 //!
 //! Outputs are allocated here in the activation contract's layout: `q` e4m3 `m * k`, `sa` f32
-//! `(k / 128) * round_up(m, 4)` MN-major. The kernels write the padding rows of `sa` (zeros)
-//! themselves: no memset launch sits between them and the PDL-launched GEMM.
+//! `ceil(k / 128) * round_up(m, 4)` MN-major. The kernels write the padding rows of `sa` (zeros)
+//! themselves: no memset launch sits between them and the PDL-launched GEMM. They take any `k`
+//! that is a multiple of 8 ([`QUANT_K_MULTIPLE`]): a `k % 128 != 0` row's last group is partial.
 
 use std::ffi::c_void;
 
@@ -14,13 +15,15 @@ use half::bf16;
 
 use super::device::{act_scale_len, raw_stream, require_contiguous, view};
 use super::ffi::{self, NORM_BARRIER_WORDS, NORM_SPLIT_MAX_ROWS, NORM_X_SETTLED};
+use super::gemm::QUANT_K_MULTIPLE;
 use crate::format::{BLOCK, F8E4M3};
 
 /// Whether `m` rows of `k` columns take the split norm: a single row of at least 1024 columns
-/// (batch-1 decode) is spread over 8 CTAs, so that one SM no longer pulls the whole row and its
-/// split-K partials (same bits; faster at one row only, see docs/perf.md).
+/// (batch-1 decode), whole 128-column chunks, is spread over 8 CTAs, so that one SM no longer
+/// pulls the whole row and its split-K partials (same bits; faster at one row only, see
+/// docs/perf.md). Other rows take the one-CTA kernel (the kernel's own rule: api.h).
 fn norm_split(m: usize, k: usize) -> bool {
-    m <= NORM_SPLIT_MAX_ROWS && (1024..=65536).contains(&k)
+    m <= NORM_SPLIT_MAX_ROWS && (1024..=65536).contains(&k) && k % BLOCK == 0
 }
 
 /// Freshly allocated `(q, sa)` buffers for an `[m, k]` activation.
@@ -39,8 +42,8 @@ fn alloc_quantized(
 }
 
 fn check_shape(what: &str, m: usize, k: usize) -> Result<()> {
-    if m == 0 || k == 0 || k % BLOCK != 0 {
-        bail!("candle-fp8 {what}: need m >= 1 and a non-zero multiple of {BLOCK} columns, got m={m} k={k}")
+    if m == 0 || k == 0 || k % QUANT_K_MULTIPLE != 0 {
+        bail!("candle-fp8 {what}: need m >= 1 and a non-zero multiple of {QUANT_K_MULTIPLE} columns, got m={m} k={k}")
     }
     Ok(())
 }
@@ -55,7 +58,7 @@ pub(crate) enum Residual<'a> {
 
 /// `(x + residual, q, sa)`: residual add (when `residual` is given), RMSNorm with `gamma` and
 /// activation quantization in one launch. All inputs contiguous: `x` bf16 `[m, k]`, `gamma`
-/// bf16 `[k]`, the residual as [`Residual`]; `k % 128 == 0`. The sum is returned only when
+/// bf16 `[k]`, the residual as [`Residual`]; `k % 8 == 0`. The sum is returned only when
 /// `residual` is given.
 ///
 /// `x_settled`: the caller guarantees `x` is complete by the time the previous kernel in the
@@ -100,7 +103,9 @@ pub(crate) fn add_rmsnorm_quantize(
             _ => None,
         };
         let pv = match &residual {
-            Some(Residual::Partials(r, splits)) => Some((view::<f32>("residual partials", r.0, r.1, splits * m * k)?, *splits)),
+            Some(Residual::Partials(r, splits)) => {
+                Some((view::<f32>("residual partials", r.0, r.1, splits * m * k)?, *splits))
+            }
             _ => None,
         };
         let (x_ptr, _gx) = xv.device_ptr(&stream);
@@ -130,40 +135,42 @@ pub(crate) fn add_rmsnorm_quantize(
         let (sa_ptr, _gsa) = sa.device_ptr_mut(&stream);
         let barrier_words = if norm_split(m, k) { m * NORM_BARRIER_WORDS } else { 0 };
         let flags = if x_settled { NORM_X_SETTLED } else { 0 };
-        let status = super::device::with_zeroed_counters(dev, barrier_words, |bar| Ok(unsafe {
-            if p_ptr.is_null() {
-                ffi::fp8gemm_add_rmsnorm_quant(
-                    x_ptr as *const c_void,
-                    r_ptr,
-                    g_ptr as *const c_void,
-                    eps,
-                    s_ptr,
-                    q_ptr as *mut u8,
-                    sa_ptr as *mut f32,
-                    m as i64,
-                    k as i64,
-                    bar,
-                    flags,
-                    raw_stream(dev),
-                )
-            } else {
-                ffi::fp8gemm_add_partials_rmsnorm_quant(
-                    x_ptr as *const c_void,
-                    p_ptr,
-                    splits as i32,
-                    g_ptr as *const c_void,
-                    eps,
-                    s_ptr,
-                    q_ptr as *mut u8,
-                    sa_ptr as *mut f32,
-                    m as i64,
-                    k as i64,
-                    bar,
-                    flags,
-                    raw_stream(dev),
-                )
-            }
-        }))?;
+        let status = super::device::with_zeroed_counters(dev, barrier_words, |bar| {
+            Ok(unsafe {
+                if p_ptr.is_null() {
+                    ffi::fp8gemm_add_rmsnorm_quant(
+                        x_ptr as *const c_void,
+                        r_ptr,
+                        g_ptr as *const c_void,
+                        eps,
+                        s_ptr,
+                        q_ptr as *mut u8,
+                        sa_ptr as *mut f32,
+                        m as i64,
+                        k as i64,
+                        bar,
+                        flags,
+                        raw_stream(dev),
+                    )
+                } else {
+                    ffi::fp8gemm_add_partials_rmsnorm_quant(
+                        x_ptr as *const c_void,
+                        p_ptr,
+                        splits as i32,
+                        g_ptr as *const c_void,
+                        eps,
+                        s_ptr,
+                        q_ptr as *mut u8,
+                        sa_ptr as *mut f32,
+                        m as i64,
+                        k as i64,
+                        bar,
+                        flags,
+                        raw_stream(dev),
+                    )
+                }
+            })
+        })?;
         ffi::check(&format!("add_rmsnorm_quantize (m={m} k={k})"), status)?;
     }
     Ok((
@@ -174,7 +181,7 @@ pub(crate) fn add_rmsnorm_quantize(
 }
 
 /// `(q, sa)` of `bf16(silu(gate)) * up` where `gu` is bf16 contiguous `[m, 2 * inter]` (gate =
-/// the first `inter` columns), `inter % 128 == 0`, in one launch.
+/// the first `inter` columns), `inter % 8 == 0`, in one launch.
 pub(crate) fn swiglu_quantize(
     gu: (&CudaStorage, &Layout),
     m: usize,
@@ -209,12 +216,15 @@ pub(crate) fn swiglu_quantize(
 mod tests {
     use super::*;
 
-    /// The split norm is for one row of 1024..=65536 columns (the kernels' own limits).
+    /// The split norm is for one row of 1024..=65536 columns in whole 128-column chunks (the
+    /// kernels' own limits).
     #[test]
     fn norm_split_takes_one_row_of_1024_to_65536_columns() {
         assert!(norm_split(1, 1024) && norm_split(1, 5120) && norm_split(1, 65536));
         assert!(!norm_split(2, 5120), "more rows than NORM_SPLIT_MAX_ROWS");
         assert!(!norm_split(1, 896), "below candle's 1024-thread block");
+        assert!(!norm_split(1, 576), "below candle's 1024-thread block (SmolLM2's hidden size)");
+        assert!(!norm_split(1, 1536 + 64), "a partial last chunk: the one-CTA kernel");
         assert!(!norm_split(1, 65536 + 128), "past the kernel's shared-memory bound");
         assert_eq!(NORM_BARRIER_WORDS, 2 + 32, "arrivals, departures, 32 warp sums");
     }

@@ -4,6 +4,7 @@
 
 use std::ffi::c_void;
 
+use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{sys as drv, CudaSlice, CudaView, DevicePtr, DevicePtrMut};
 use candle_core::cuda_backend::{CudaDevice, CudaStorage, WrapErr};
 use candle_core::{bail, DType, Layout, Result};
@@ -12,13 +13,18 @@ use half::bf16;
 use super::device::{act_scale_len, device_info, fixup_in_kernel, raw_stream, require_contiguous, stream_state, view};
 use super::{cublaslt, dequant, ffi};
 use crate::dispatch::{choose_config, GemmConfig, Provider};
-use crate::format::{act_scale_m_stride, num_blocks, BLOCK, F8E4M3};
+use crate::format::{act_scale_m_stride, fast_path_refusal, num_blocks, BLOCK, F8E4M3};
+
+/// The activation quantizer's (and the fused quantizing kernels') column rule: `K` a non-zero
+/// multiple of this (whole 16-byte vectors of bf16 per row). A `K % 128 != 0` row has a partial
+/// last group, quantized over its valid columns.
+pub(crate) const QUANT_K_MULTIPLE: usize = 8;
 
 /// Per-token, per-128 activation quantization on the GPU.
 ///
-/// `x`: bf16 or f32, contiguous `[m, k]` (start offset honoured), `k % 128 == 0`. Returns
-/// `(q, sa)`: `q` e4m3 of `m * k` elements, `sa` f32 of `(k / 128) * round_up(m, 4)`
-/// elements, MN-major (padding rows are zero).
+/// `x`: bf16 or f32, contiguous `[m, k]` (start offset honoured), `k % 8 == 0` (a partial last
+/// group when `k % 128 != 0`). Returns `(q, sa)`: `q` e4m3 of `m * k` elements, `sa` f32 of
+/// `ceil(k / 128) * round_up(m, 4)` elements, MN-major (padding rows are zero).
 pub(crate) fn quantize_activation(
     x: &CudaStorage,
     x_l: &Layout,
@@ -26,8 +32,10 @@ pub(crate) fn quantize_activation(
     k: usize,
 ) -> Result<(CudaStorage, CudaStorage)> {
     require_contiguous("the activation", x_l)?;
-    if m == 0 || k == 0 || k % BLOCK != 0 {
-        bail!("candle-fp8 quantize_activation: need m >= 1 and k a non-zero multiple of {BLOCK}, got m={m} k={k}")
+    if m == 0 || k == 0 || k % QUANT_K_MULTIPLE != 0 {
+        bail!(
+            "candle-fp8 quantize_activation: need m >= 1 and k a non-zero multiple of {QUANT_K_MULTIPLE}, got m={m} k={k}"
+        )
     }
     let dev = &x.device;
     let stream = dev.cuda_stream();
@@ -39,10 +47,7 @@ pub(crate) fn quantize_activation(
         let (sa_ptr, _gs) = sa.device_ptr_mut(&stream);
         launch_quantize(x, x_l, q_ptr as *mut u8, sa_ptr as *mut f32, m, k)?;
     }
-    Ok((
-        CudaStorage::wrap_cuda_slice(q, dev.clone()),
-        CudaStorage::wrap_cuda_slice(sa, dev.clone()),
-    ))
+    Ok((CudaStorage::wrap_cuda_slice(q, dev.clone()), CudaStorage::wrap_cuda_slice(sa, dev.clone())))
 }
 
 /// The first `k` columns of an e4m3 `[m, kp]` buffer as a new contiguous `[m, k]` buffer, by one
@@ -91,14 +96,30 @@ fn launch_quantize(x: &CudaStorage, x_l: &Layout, q: *mut u8, sa: *mut f32, m: u
             let xv = view::<bf16>("the activation", x, x_l, m * k)?;
             let (x_ptr, _gx) = xv.device_ptr(&stream);
             unsafe {
-                ffi::fp8gemm_quantize_act(x_ptr as *const c_void, ffi::FP8GEMM_BF16, q, sa, m as i64, k as i64, raw_stream(dev))
+                ffi::fp8gemm_quantize_act(
+                    x_ptr as *const c_void,
+                    ffi::FP8GEMM_BF16,
+                    q,
+                    sa,
+                    m as i64,
+                    k as i64,
+                    raw_stream(dev),
+                )
             }
         }
         DType::F32 => {
             let xv = view::<f32>("the activation", x, x_l, m * k)?;
             let (x_ptr, _gx) = xv.device_ptr(&stream);
             unsafe {
-                ffi::fp8gemm_quantize_act(x_ptr as *const c_void, ffi::FP8GEMM_F32, q, sa, m as i64, k as i64, raw_stream(dev))
+                ffi::fp8gemm_quantize_act(
+                    x_ptr as *const c_void,
+                    ffi::FP8GEMM_F32,
+                    q,
+                    sa,
+                    m as i64,
+                    k as i64,
+                    raw_stream(dev),
+                )
             }
         }
         dt => bail!("candle-fp8 quantize_activation: x must be bf16 or f32, got {dt:?}"),
@@ -111,7 +132,8 @@ fn launch_quantize(x: &CudaStorage, x_l: &Layout, q: *mut u8, sa: *mut f32, m: u
 /// GEMM is PDL-launched and streams its weights while the quantizer runs; an allocation, memset
 /// or event between them would serialize the two).
 ///
-/// `x`: bf16 or f32, contiguous `[m, k]`, `k % 128 == 0`; `w`, `sw` as for [`fp8_gemm`].
+/// `x`: bf16 or f32, contiguous `[m, k]`, a fast-path shape (`format::is_fast_path_shape`);
+/// `w`, `sw` as for [`fp8_gemm`].
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn quantize_gemm(
     x: (&CudaStorage, &Layout),
@@ -122,8 +144,8 @@ pub(crate) fn quantize_gemm(
     k: usize,
 ) -> Result<CudaStorage> {
     require_contiguous("the activation", x.1)?;
-    if m == 0 || n == 0 || k == 0 || k % BLOCK != 0 {
-        bail!("candle-fp8 quantize_gemm: need non-empty m, n and k a multiple of {BLOCK}, got m={m} n={n} k={k}")
+    if let Some(why) = fast_path_refusal(m, n, k) {
+        bail!("candle-fp8 quantize_gemm: m={m} n={n} k={k} is not a shape of our kernels: {why}")
     }
     let dev = x.0.device.clone();
     let stream = dev.cuda_stream();
@@ -204,8 +226,9 @@ fn operands<'a>(
 /// `y` (bf16, `m * n` elements) = blocked FP8 GEMM with `provider`.
 ///
 /// Inputs are validated by the caller: `qa` e4m3 contiguous `[m, k]`; `sa` f32 with layout
-/// shape `[m, k/128]`, stride `[1, round_up(m, 4)]`; `w` e4m3 contiguous `[n, k]`; `sw` f32
-/// contiguous `[ceil(n/128), ceil(k/128)]` (start offsets honoured).
+/// shape `[m, ceil(k/128)]`, stride `[1, round_up(m, 4)]`; `w` e4m3 contiguous `[n, k]`; `sw` f32
+/// contiguous `[ceil(n/128), ceil(k/128)]` (start offsets honoured). A `k % 128 != 0` has a
+/// partial last K block (the hopper provider: `k % 16 == 0`, see `format::is_fast_path_shape`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn fp8_gemm(
     provider: Provider,
@@ -301,7 +324,8 @@ fn launch_hopper(
         _ => (std::ptr::null_mut(), 0, None),
     };
     let (m_, n_, k_) = (m as i64, n as i64, k as i64);
-    let status = unsafe { ffi::fp8gemm_gemm(p.qa, p.sa, p.w, p.sw, p.y, m_, n_, k_, cfg, ws_ptr, ws_len, raw_stream(dev)) };
+    let status =
+        unsafe { ffi::fp8gemm_gemm(p.qa, p.sa, p.w, p.sw, p.y, m_, n_, k_, cfg, ws_ptr, ws_len, raw_stream(dev)) };
     ffi::check(&format!("gemm (m={m} n={n} k={k}, {cfg:?})"), status)
 }
 
@@ -331,7 +355,11 @@ pub(crate) fn hopper_gemm_into(
     let off = out.1.start_offset();
     let y = out.0.as_cuda_slice_mut::<bf16>()?;
     if y.len() < off + m * n {
-        bail!("candle-fp8 fp8_block_matmul_into: the output storage holds {} elements, needs {} from offset {off}", y.len(), m * n)
+        bail!(
+            "candle-fp8 fp8_block_matmul_into: the output storage holds {} elements, needs {} from offset {off}",
+            y.len(),
+            m * n
+        )
     }
     hopper_gemm_to(&dev, &ops, m, n, k, |_| Ok(y.slice_mut(off..off + m * n)))
 }
@@ -357,7 +385,12 @@ fn hopper_gemm_to<Y: DevicePtrMut<bf16>>(
 }
 
 /// Runs `f` with the operands' device pointers (their read guards held meanwhile) and `y`.
-fn with_gemm_ptrs<R>(ops: &Operands, dev: &CudaDevice, y: *mut c_void, f: impl FnOnce(&GemmPtrs) -> Result<R>) -> Result<R> {
+fn with_gemm_ptrs<R>(
+    ops: &Operands,
+    dev: &CudaDevice,
+    y: *mut c_void,
+    f: impl FnOnce(&GemmPtrs) -> Result<R>,
+) -> Result<R> {
     let stream = dev.cuda_stream();
     let (qa, _g1) = ops.qa.device_ptr(&stream);
     let (sa, _g2) = ops.sa.device_ptr(&stream);
@@ -491,10 +524,14 @@ pub(crate) fn hopper_gemm_swiglu_quant(
     Ok((CudaStorage::wrap_cuda_slice(q, dev.clone()), CudaStorage::wrap_cuda_slice(sa_q, dev)))
 }
 
-
 /// bf16 `[m, n]` = the f32 `partials` `[splits, m, n]` added in split order and rounded once:
 /// exactly what our GEMM's own split-K reduction writes.
-pub(crate) fn reduce_partials(partials: (&CudaStorage, &Layout), splits: usize, m: usize, n: usize) -> Result<CudaStorage> {
+pub(crate) fn reduce_partials(
+    partials: (&CudaStorage, &Layout),
+    splits: usize,
+    m: usize,
+    n: usize,
+) -> Result<CudaStorage> {
     require_contiguous("the partials", partials.1)?;
     let dev = partials.0.device.clone();
     let stream = dev.cuda_stream();
@@ -504,10 +541,16 @@ pub(crate) fn reduce_partials(partials: (&CudaStorage, &Layout), splits: usize, 
         let (p, _g1) = pv.device_ptr(&stream);
         let (y_ptr, _g2) = y.device_ptr_mut(&stream);
         let status = unsafe {
-            ffi::fp8gemm_reduce_partials(p as *const f32, y_ptr as *mut c_void, m as i64, n as i64, splits as i32, raw_stream(&dev))
+            ffi::fp8gemm_reduce_partials(
+                p as *const f32,
+                y_ptr as *mut c_void,
+                m as i64,
+                n as i64,
+                splits as i32,
+                raw_stream(&dev),
+            )
         };
         ffi::check(&format!("reduce_partials (splits={splits} m={m} n={n})"), status)?;
     }
     Ok(CudaStorage::wrap_cuda_slice(y, dev))
 }
-

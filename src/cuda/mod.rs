@@ -23,6 +23,6 @@ pub(crate) mod sampling;
 #[cfg(feature = "trace")]
 pub(crate) mod trace;
 
-pub(crate) use device::{device_caps, device_info, sm90_kernels_unavailable, with_zeroed_counters};
+pub(crate) use device::{device_caps, sm90_kernels_unavailable, with_zeroed_counters};
 pub use device::{device_report, DeviceReport};
 pub(crate) use gemm::compiled_configs;

@@ -12,6 +12,8 @@
 
 use candle_core::{bail, Result};
 
+use crate::format::BLOCK;
+
 /// Environment variable read by [`Fp8Options::from_env`]: the default [`Backend`].
 pub const BACKEND_ENV: &str = "CANDLE_FP8_BACKEND";
 
@@ -139,6 +141,12 @@ impl DeviceCaps {
     }
 }
 
+/// cuBLASLt's 128-block scaling takes whole K blocks only (our kernels also take a partial last
+/// one).
+fn cublaslt_takes(k: usize) -> bool {
+    k % BLOCK == 0
+}
+
 /// Chooses the provider for a GEMM of shape `m × n × k` on a device.
 ///
 /// [`Backend::Auto`] prefers our kernels on Hopper for fast-path shapes, then cuBLASLt, then
@@ -162,11 +170,14 @@ pub fn choose_provider(backend: Backend, caps: &DeviceCaps, m: usize, n: usize, 
                     crate::format::fast_path_refusal(m, n, k).unwrap_or_default()
                 )
             }
+            if p == Provider::CublasLt && !cublaslt_takes(k) {
+                bail!("backend cublaslt cannot run shape m={m} n={n} k={k}: its block scaling needs K a multiple of {BLOCK}")
+            }
             Ok(p)
         }
         Backend::Auto => Ok(if fast && caps.unusable_reason(Provider::Hopper).is_none() {
             Provider::Hopper
-        } else if fast && caps.unusable_reason(Provider::CublasLt).is_none() {
+        } else if fast && cublaslt_takes(k) && caps.unusable_reason(Provider::CublasLt).is_none() {
             Provider::CublasLt
         } else {
             Provider::Dequant
@@ -198,8 +209,10 @@ mod tests {
         assert_eq!(choose_provider(auto, &no_kernels, 1, 4096, 4096).unwrap(), Provider::CublasLt);
         let ampere = DeviceCaps { compute_cap: 80, have_cublaslt_blockwise: false, ..H200 };
         assert_eq!(choose_provider(auto, &ampere, 1, 4096, 4096).unwrap(), Provider::Dequant);
-        // Off the fast path: dequant, on any GPU.
-        assert_eq!(choose_provider(auto, &H200, 1, 4096, 4000).unwrap(), Provider::Dequant);
+        // A partial last K block (K % 16 == 0) is ours; off the fast path: dequant, on any GPU.
+        assert_eq!(choose_provider(auto, &H200, 1, 4096, 4000).unwrap(), Provider::Hopper);
+        assert_eq!(choose_provider(auto, &H200, 1, 4096, 4004).unwrap(), Provider::Dequant);
+        assert_eq!(choose_provider(auto, &H200, 1, 4100, 4096).unwrap(), Provider::Dequant);
         assert_eq!(choose_provider(auto, &DeviceCaps::CPU, 1, 8, 8).unwrap(), Provider::Cpu);
     }
 
@@ -211,6 +224,13 @@ mod tests {
         assert!(e.contains("hopper") && e.contains("8.0"), "{e}");
         let e = choose_provider(force(Provider::Hopper), &H200, 1, 128, 100).unwrap_err().to_string();
         assert!(e.contains("K = 100"), "{e}");
+        // A partial last K block: our kernels take it, cuBLASLt does not (auto then skips it).
+        assert_eq!(choose_provider(force(Provider::Hopper), &H200, 1, 576, 576).unwrap(), Provider::Hopper);
+        let e = choose_provider(force(Provider::CublasLt), &H200, 1, 576, 576).unwrap_err().to_string();
+        assert!(e.contains("k=576") && e.contains("multiple of 128"), "{e}");
+        let no_kernels = DeviceCaps { have_hopper_kernels: false, ..H200 };
+        assert_eq!(choose_provider(Backend::Auto, &no_kernels, 1, 576, 576).unwrap(), Provider::Dequant);
+        assert_eq!(choose_provider(Backend::Auto, &no_kernels, 1, 576, 512).unwrap(), Provider::CublasLt);
         let e = choose_provider(force(Provider::Hopper), &DeviceCaps::CPU, 1, 128, 128).unwrap_err().to_string();
         assert!(e.contains("on the CPU"), "{e}");
         assert!(choose_provider(force(Provider::Dequant), &H200, 3, 100, 100).is_ok());

@@ -38,7 +38,8 @@ impl Proj {
         if !fuse || parts.len() < 2 {
             return Ok(Self::Split(parts));
         }
-        let fp8: Vec<&Fp8BlockLinear> = parts.iter().filter_map(|p| if let AnyLinear::Fp8(f) = p { Some(f) } else { None }).collect();
+        let fp8: Vec<&Fp8BlockLinear> =
+            parts.iter().filter_map(|p| if let AnyLinear::Fp8(f) = p { Some(f) } else { None }).collect();
         if fp8.len() == parts.len() {
             return match Fp8BlockLinear::concat(&fp8) {
                 Ok(f) => Ok(Self::Fused(AnyLinear::Fp8(f), sizes)),
@@ -48,7 +49,8 @@ impl Proj {
                 }
             };
         }
-        let dense: Vec<&candle_nn::Linear> = parts.iter().filter_map(|p| if let AnyLinear::Dense(d) = p { Some(d) } else { None }).collect();
+        let dense: Vec<&candle_nn::Linear> =
+            parts.iter().filter_map(|p| if let AnyLinear::Dense(d) = p { Some(d) } else { None }).collect();
         if dense.len() == parts.len() && dense.iter().all(|d| d.weight().dtype() == dense[0].weight().dtype()) {
             let ws: Vec<&Tensor> = dense.iter().map(|d| d.weight()).collect();
             let w = Tensor::cat(&ws, 0)?;
@@ -110,7 +112,9 @@ impl Proj {
 /// Bytes held by a linear layer's weights: `(fp8 bytes incl. scales, dense bytes)`.
 pub(crate) fn linear_bytes(l: &AnyLinear) -> (usize, usize) {
     match l {
-        AnyLinear::Fp8(f) | AnyLinear::Fp8Reference(f) => (f.weight().elem_count() + f.weight_scale_inv().elem_count() * 4, 0),
+        AnyLinear::Fp8(f) | AnyLinear::Fp8Reference(f) => {
+            (f.weight().elem_count() + f.weight_scale_inv().elem_count() * 4, 0)
+        }
         AnyLinear::Dense(d) => (0, d.weight().elem_count() * d.weight().dtype().size_in_bytes()),
     }
 }
@@ -181,7 +185,18 @@ impl DecoderLayer {
         };
         let attn = match fused {
             Some(o) => o,
-            None => Unreduced::Done(self.o.forward(&self.attention(&xn, b, t, offset, rope, mask, unit, cache, capacity_hint, dims)?)?),
+            None => Unreduced::Done(self.o.forward(&self.attention(
+                &xn,
+                b,
+                t,
+                offset,
+                rope,
+                mask,
+                unit,
+                cache,
+                capacity_hint,
+                dims,
+            )?)?),
         };
         if fe {
             return self.mlp_fused(&x, &attn, eps);
@@ -221,7 +236,8 @@ impl DecoderLayer {
             // stream written by the post-attention norm three launches back: settled (loaded
             // before the kernel waits). Without one, x may be the embedding just computed.
             let settled = pending.is_some();
-            let (sum, qa, sa) = crate::ops::add_rmsnorm_quantize_unreduced_with(x, pending, &self.input_norm, eps, settled)?;
+            let (sum, qa, sa) =
+                crate::ops::add_rmsnorm_quantize_unreduced_with(x, pending, &self.input_norm, eps, settled)?;
             let normed = Normed::Quantized { qa, sa, dtype: x.dtype() };
             return Ok((sum.unwrap_or_else(|| x.clone()), normed));
         }
@@ -292,11 +308,8 @@ impl DecoderLayer {
         };
         // Per-head RMSNorm of q and k in one launch (Qwen3), then the per-head weights (which
         // carry the attention scale).
-        let qk = if self.qk_norm {
-            candle_nn::ops::rms_norm(&qk.reshape((m * (hq + hkv), d))?, unit, eps)?
-        } else {
-            qk
-        };
+        let qk =
+            if self.qk_norm { candle_nn::ops::rms_norm(&qk.reshape((m * (hq + hkv), d))?, unit, eps)? } else { qk };
         let qk = qk.reshape((b, t, hq + hkv, d))?.broadcast_mul(&self.qk_weight)?;
         let qk = candle_nn::rotary_emb::rope_thd(&qk, rope.0, rope.1)?;
         let (q, k) = (qk.narrow(2, 0, hq)?, qk.narrow(2, hq, hkv)?);
@@ -327,9 +340,11 @@ impl DecoderLayer {
     }
 
     /// A decode step (T = 1) through our attention kernel when it applies (CUDA sm_90, bf16,
-    /// head_dim 128, q/k norm, FP8 o projection): qk-norm + RoPE + KV append + attention in one
-    /// launch, written straight into the o projection's quantized operand, then the o GEMM.
-    /// Returns the o projection's output `[B, hidden]`, or `None` for the candle path.
+    /// head_dim 64 or 128, at most 16 query heads per kv head, FP8 o projection; with or without
+    /// the q/k norm): qk-norm (or not) + RoPE + KV append + attention in one launch, written
+    /// straight into the o projection's quantized operand (head_dim 64: its bf16 output, then
+    /// the activation quantizer), then the o GEMM. Returns the o projection's output
+    /// `[B, hidden]`, or `None` for the candle path.
     #[cfg(feature = "cuda")]
     #[allow(clippy::too_many_arguments)]
     fn decode_attention_fused(
@@ -344,9 +359,10 @@ impl DecoderLayer {
     ) -> Result<Option<Unreduced>> {
         use crate::cuda::attention as attn;
         let Dims { hq, hkv, d, eps, .. } = dims;
-        let AnyLinear::Fp8(o) = &self.o else { return Ok(None) };
-        if d != attn::HEAD_DIM
-            || !self.qk_norm
+        let AnyLinear::Fp8(o) = &self.o else {
+            return Ok(None);
+        };
+        if !attn::HEAD_DIMS.contains(&d)
             || hq / hkv > attn::MAX_QUERIES_PER_KV_HEAD
             || xn.dtype() != DType::BF16
             || self.qk_weight.dtype() != DType::BF16
@@ -362,7 +378,23 @@ impl DecoderLayer {
         cache.reserve((b, hkv, 1, d), DType::BF16, xn.device(), offset, capacity_hint)?;
         let (kc, vc) = (cache.k.as_ref().unwrap(), cache.v.as_ref().unwrap());
         let qkv = qkv.contiguous()?;
-        let o_in = attn::decode_step_attention(&qkv, &self.qk_weight, rope.0, rope.1, kc, vc, offset, hq, hkv, eps, Default::default())?;
+        // Without a q/k norm (Llama, Qwen2) the kernel applies the per-head weights only: ones,
+        // the q rows times 1/sqrt(d) (`qk_weights`), as the candle path's broadcast_mul does.
+        let norm = if self.qk_norm { attn::QkNorm::Rms } else { attn::QkNorm::WeightOnly };
+        let o_in = attn::decode_step_attention_with(
+            &qkv,
+            &self.qk_weight,
+            rope.0,
+            rope.1,
+            kc,
+            vc,
+            offset,
+            hq,
+            hkv,
+            eps,
+            norm,
+            Default::default(),
+        )?;
         let (qa, sa) = o_in.quantized.expect("requested");
         cache.len = offset + 1;
         Ok(Some(o.forward_quantized_unreduced(&qa, &sa)?))

@@ -13,9 +13,10 @@
 //! The results are bit-identical to the composed candle ops (`x + residual`,
 //! `candle_nn::ops::rms_norm`, `candle_nn::ops::silu`, `*`) followed by
 //! [`quantize_activation`]: the CUDA kernels (`kernels/fused/`) repeat candle's bf16
-//! arithmetic operation by operation. They run for bf16 CUDA tensors with `K % 128 == 0` on a
-//! device our kernels support (sm_90); every other case (CPU, f16/f32, other shapes, a build
-//! without the kernels) computes the composed ops, with the same results.
+//! arithmetic operation by operation. They run for bf16 CUDA tensors with `K % 8 == 0` (a
+//! partial last 128-wide group when `K % 128 != 0`, e.g. SmolLM2's 576) on a device our kernels
+//! support (sm_90); every other case (CPU, f16/f32, other shapes, a build without the kernels)
+//! computes the composed ops, with the same results.
 //!
 //! `(qa, sa)` follow the activation contract ([`crate::quantize_activation`]): `qa` e4m3
 //! `[M, K]`, `sa` f32 `[M, ceil(K/128)]` with strides `(1, round_up(M, 4))`, ready for
@@ -69,7 +70,9 @@ fn add_rmsnorm_quantize_with(
 ) -> Result<(Option<Tensor>, Tensor, Tensor)> {
     let (m, k) = check_add_rmsnorm(x, residual, gamma)?;
     #[cfg(feature = "cuda")]
-    if norm_row_fits("add_rmsnorm_quantize", k) && kernel_eligible("add_rmsnorm_quantize", x, k, &[Some(x), residual, Some(gamma)])? {
+    if norm_row_fits("add_rmsnorm_quantize", k)
+        && kernel_eligible("add_rmsnorm_quantize", x, k, &[Some(x), residual, Some(gamma)])?
+    {
         return cuda::add_rmsnorm_quantize(x, residual, gamma, eps, m, k, x_settled);
     }
     #[cfg(not(feature = "cuda"))]
@@ -116,7 +119,9 @@ pub(crate) fn add_rmsnorm_quantize_unreduced_with(
             #[cfg(feature = "cuda")]
             {
                 let (m, k) = check_add_rmsnorm(x, None, gamma)?;
-                let shape_ok = parts.dtype() == DType::F32 && parts.is_contiguous() && matches!(parts.dims(), &[_, pm, pk] if pm == m && pk == k);
+                let shape_ok = parts.dtype() == DType::F32
+                    && parts.is_contiguous()
+                    && matches!(parts.dims(), &[_, pm, pk] if pm == m && pk == k);
                 if !shape_ok {
                     bail!("add_rmsnorm_quantize: residual partials must be contiguous f32 [splits, {m}, {k}], got {:?} {:?}", parts.dtype(), parts.dims())
                 }
@@ -213,7 +218,11 @@ fn check_add_rmsnorm(x: &Tensor, residual: Option<&Tensor>, gamma: &Tensor) -> R
         bail!("{W}: gamma must be [{k}] (x's K), got shape {:?}", gamma.dims())
     }
     if gamma.dtype() != x.dtype() {
-        bail!("{W}: gamma is {:?} but x is {:?}; the norm weight must have the activation's dtype", gamma.dtype(), x.dtype())
+        bail!(
+            "{W}: gamma is {:?} but x is {:?}; the norm weight must have the activation's dtype",
+            gamma.dtype(),
+            x.dtype()
+        )
     }
     check_same_device(W, "gamma", gamma, x)?;
     check_contiguous(W, "gamma", gamma)?;
@@ -232,18 +241,20 @@ fn check_swiglu(gate_up: &Tensor) -> Result<(usize, usize)> {
 }
 
 /// Whether the fused kernel can run on these tensors (bf16 on a CUDA device our kernels
-/// support, `k % 128 == 0`, at least one row, 16-byte aligned starts). A CUDA bf16 input that
+/// support, `k % 8 == 0`, at least one row, 16-byte aligned starts). A CUDA bf16 input that
 /// misses it is logged once, since the caller likely expected the fused path.
 #[cfg(feature = "cuda")]
 fn kernel_eligible(what: &str, x: &Tensor, k: usize, tensors: &[Option<&Tensor>]) -> Result<bool> {
+    use crate::cuda::gemm::QUANT_K_MULTIPLE;
     use crate::dispatch::Provider;
-    use crate::format::BLOCK;
-    let candle_core::Device::Cuda(dev) = x.device() else { return Ok(false) };
+    let candle_core::Device::Cuda(dev) = x.device() else {
+        return Ok(false);
+    };
     if x.dtype() != DType::BF16 || x.dim(0)? == 0 {
         return Ok(false);
     }
-    let why = if k % BLOCK != 0 {
-        Some(format!("K = {k} is not a multiple of {BLOCK}"))
+    let why = if k % QUANT_K_MULTIPLE != 0 {
+        Some(format!("K = {k} is not a multiple of {QUANT_K_MULTIPLE}"))
     } else if let Some(why) = crate::cuda::device_caps(dev)?.unusable_reason(Provider::Hopper) {
         Some(why)
     } else if tensors.iter().flatten().any(|t| t.layout().start_offset() % 8 != 0) {
@@ -325,7 +336,15 @@ mod cuda {
                 None => None,
             };
             let r = r.map(crate::cuda::fused::Residual::Bf16);
-            crate::cuda::fused::add_rmsnorm_quantize((cuda("x", &xs)?, xl), r, (cuda("gamma", &gs)?, gl), eps, m, k, x_settled)?
+            crate::cuda::fused::add_rmsnorm_quantize(
+                (cuda("x", &xs)?, xl),
+                r,
+                (cuda("gamma", &gs)?, gl),
+                eps,
+                m,
+                k,
+                x_settled,
+            )?
         };
         Ok((sum.map(|s| wrap(s, (m, k))), wrap(q, (m, k)), scales(s, m, k)?))
     }
@@ -346,7 +365,15 @@ mod cuda {
             let (gs, gl) = gamma.storage_and_layout();
             let (ps, pl) = partials.storage_and_layout();
             let r = crate::cuda::fused::Residual::Partials((cuda("residual partials", &ps)?, pl), splits);
-            crate::cuda::fused::add_rmsnorm_quantize((cuda("x", &xs)?, xl), Some(r), (cuda("gamma", &gs)?, gl), eps, m, k, x_settled)?
+            crate::cuda::fused::add_rmsnorm_quantize(
+                (cuda("x", &xs)?, xl),
+                Some(r),
+                (cuda("gamma", &gs)?, gl),
+                eps,
+                m,
+                k,
+                x_settled,
+            )?
         };
         Ok((sum.map(|s| wrap(s, (m, k))), wrap(q, (m, k)), scales(s, m, k)?))
     }

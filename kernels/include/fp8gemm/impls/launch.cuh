@@ -26,7 +26,7 @@ struct GemmArgs {
   uint8_t* q_out;   // gated schedules: the SwiGLU output's (q, sa) (GemmParams::q_out)
   float* sa_out;
   int m, n, k;
-  int split;        // effective K split (>= 1, <= k / 128)
+  int split;        // effective K split (>= 1, <= ceil(k / 128))
   int grid_limit;   // persistent grid size (#SMs to use)
   int device;
   size_t smem_optin;  // cudaDevAttrMaxSharedMemoryPerBlockOptin
@@ -90,7 +90,10 @@ int run_sm90_fp8_gemm(const GemmArgs& a) {
   // Gated: the weight tile is two 128-row boxes (gate rows, up rows).
   constexpr int kWBox = T::kSwapAB ? (T::kGated ? T::TM / 2 : T::TM) : T::TN;
   constexpr int kSwRows = sw_rows_per_tile<T>();
-  const int kb_total = a.k / kBlockK;
+  // K blocks, the last one partial when k % 128 != 0: the tensor maps' K extent is k, so TMA
+  // fills the box columns past k with zeros (in both operands) and the block's promotion uses
+  // the scales of the partial group (sa and sw have ceil(k / 128) columns).
+  const int kb_total = (a.k + kBlockK - 1) / kBlockK;
 
   CUtensorMap t_act = {}, t_w = {}, t_sa = {}, t_y = {};
   int st = make_tmap_2d(&t_w, false, a.w, a.k, a.n, a.k, kBlockK, kWBox, true,

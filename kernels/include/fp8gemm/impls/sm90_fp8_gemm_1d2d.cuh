@@ -34,7 +34,7 @@ namespace fp8gemm {
 
 struct GemmParams {
   int m, n, k;     // problem (y is m x n)
-  int kb_total;    // k / 128 = row stride of sw
+  int kb_total;    // ceil(k / 128) = row stride of sw (the last K block may be partial)
   int nb_total;    // ceil(n / 128) = rows of sw
   TileShape shape; // tiles in MMA space, K split
   // kOutSwiGluQuant only: the down projection's activation operand (q [m][n/2] e4m3,
