@@ -2,9 +2,11 @@
 //! matmul, one shape at a time, same process (`cargo bench --features cuda --bench gpu_gemm`).
 //!
 //! Each sample is timed on the GPU with CUDA events around a batch of back-to-back launches
-//! (`iter_custom`), hot operands, outputs allocated per call as users call the op. The
-//! table of record, with cold weights, CUDA-graph replays and the torch/Triton peers, is
-//! `examples/bench.rs` (docs/PERF.md); this bench is for quick A/B runs of a change. Throughput
+//! (`iter_custom`), hot operands, outputs allocated per call as users call the op. Each
+//! provider's output is first checked against the CPU reference of the same operands (relative
+//! error ≤ 3e-3; a wrong result panics instead of being timed). The table of record, with cold
+//! weights, CUDA-graph replays, the measured bandwidth floor and the torch/Triton peers, is
+//! `examples/bench.rs` (docs/perf.md); this bench is for quick A/B runs of a change. Throughput
 //! is reported in FLOP (2·M·N·K per call): criterion prints it as elements/s.
 //! Where a call's host side (allocation + launch, ~8–11 µs on the H200 machine's host) outlasts
 //! the kernel — decode sizes — the rows show the host's call rate, not the GPU's (1×4096×4096:
@@ -18,9 +20,9 @@ use std::time::Duration;
 
 use candle_core::cuda_backend::cudarc::driver::sys;
 use candle_core::{DType, Device, Module, Tensor};
-use candle_fp8::{Backend, Fp8Options, Provider};
-use candle_fp8::ops::{device_caps, fp8_block_matmul_with};
-use candle_fp8::testing::random_operands;
+use candle_fp8::testing::reference::{reference_matmul, rel_err};
+use candle_fp8::testing::{device_caps, random_operands};
+use candle_fp8::{fp8_block_matmul_with, Backend, Fp8Options, Provider};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 // The GPU tests' device helper: the CUDA device, or why there is none (its test macro unused).
@@ -52,7 +54,7 @@ fn bench(c: &mut Criterion) {
     let dev = match gpu::gpu() {
         Ok(d) => d,
         Err(why) => {
-            println!("SKIP gpu_gemm: {why}");
+            gpu::skip("gpu_gemm", &why);
             return;
         }
     };
@@ -66,15 +68,21 @@ fn bench(c: &mut Criterion) {
         let bf16 = candle_nn::Linear::new(wb, None);
         g.throughput(Throughput::Elements((2 * m * n * k) as u64));
         let id = format!("{m}x{n}x{k}");
+        let cpu = |t: &Tensor| t.to_device(&Device::Cpu).expect("to the host");
+        let reference = reference_matmul(&cpu(&op.qa), &cpu(&op.sa), &cpu(&op.w), &cpu(&op.sw)).expect("CPU reference");
         for (name, provider) in [("ours", Provider::Hopper), ("cublaslt", Provider::CublasLt)] {
             if let Some(why) = caps.unusable_reason(provider) {
-                println!("SKIP gpu_gemm/{name}/{id}: {why}");
+                gpu::skip(&format!("gpu_gemm/{name}/{id}"), &why);
                 continue;
             }
+            let opts = Fp8Options::with_backend(Backend::Force(provider));
+            let y = fp8_block_matmul_with(&opts, &op.qa, &op.sa, &op.w, &op.sw).expect("fp8 GEMM");
+            let e = rel_err(&cpu(&y), &reference).expect("relerr");
+            assert!(e <= 3e-3, "gpu_gemm/{name}/{id}: relative error {e:.3e} against the CPU reference (max 3e-3)");
             g.bench_with_input(BenchmarkId::new(name, &id), &(), |b, _| {
                 b.iter_custom(|iters| {
                     gpu_time(&dev, iters, &mut || {
-                        let y = fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(provider)), &op.qa, &op.sa, &op.w, &op.sw);
+                        let y = fp8_block_matmul_with(&opts, &op.qa, &op.sa, &op.w, &op.sw);
                         drop(y.expect("fp8 GEMM"));
                     })
                 })

@@ -1,5 +1,5 @@
 //! GPU benchmark of the blocked-FP8 GEMM: ours (hopper) vs cuBLASLt blockwise vs candle's bf16
-//! matmul, same binary, same run (design.md §5).
+//! matmul, same binary, same run (docs/perf.md).
 //!
 //! - Shapes: N = K = 4096 over M ∈ {1, 8, 9, …, 8192}, and the Qwen3-32B linears
 //!   (10240×5120, 5120×8192, 51200×5120, 5120×25600) over M ∈ {1, 2, …, 2048}.
@@ -14,12 +14,21 @@
 //!   allocation is a memory node, which also stops consecutive launches from overlapping);
 //!   "into" times ours into a preallocated output (`fp8_block_matmul_into`), the protocol of
 //!   the torch-timed peers in `anchors.py` and of DeepGEMM.
+//! - Correctness: every column it times is checked, outside the timed region, against the f32
+//!   reference of the same quantized operands (host-dequantized, candle's f32 GEMM on the GPU,
+//!   TF32 off), on every weight copy of the rotation, with the output memory poisoned first:
+//!   ours, into (also the buffer the timed graph replays wrote last), the full linear (against
+//!   the reference of its own activation quantization), cuBLASLt, the bf16 peer, every `--sweep`
+//!   configuration, the first-call latency calls and `--attention`. A relative error above 3e-3
+//!   (the bf16 peer, whose operands are rounded to bf16: 6e-3) is printed as `WRONG …` and the
+//!   run exits non-zero; the JSON carries every error figure per row and column.
 //! - Operands: standard-normal values quantized per token per 128 K and per 128×128 block, as
 //!   `anchors.py` gives the peers (at the power cap the operand bits change the energy, and so
 //!   the time, of a large GEMM; see `gaussian_act`).
-//! - Reports µs, TFLOP/s, ours/cuBLASLt, time/floor with floor = max(bytes / 4.25 TB/s,
-//!   flops / 1300 TFLOP/s); "full linear" (bf16 in: quantize + GEMM) at small M; the first-call
-//!   latency of a new shape; the accuracy of each FP8 provider against a GPU f32 reference.
+//! - Reports µs, TFLOP/s, ours/cuBLASLt, time/floor with floor = max(bytes / B, flops / 1300
+//!   TFLOP/s), B the device-to-device copy bandwidth measured at the start on the board in hand
+//!   (a 1 GiB `cuMemcpyDtoD`, bytes read + written per second); "full linear" (bf16 in:
+//!   quantize + GEMM) at small M; the first-call latency of a new shape.
 //!
 //! ```text
 //! cargo run --release --features cuda --example bench -- --json bench.json
@@ -43,28 +52,36 @@ mod imp {
     use candle_core::cuda_backend::cudarc::driver::{sys, CudaStream};
     use candle_core::cuda_backend::CudaDevice;
     use candle_core::{DType, Device, Tensor};
-    use candle_fp8::testing::compiled_configs;
-    use candle_fp8::dispatch::{choose_config, set_config_override, Backend, GemmConfig, Provider, ScheduleKind};
-    use candle_fp8::format::{act_scale_m_stride, e4m3_to_f32, num_blocks, BLOCK, F8E4M3};
-    use candle_fp8::ops::{device_caps, fp8_block_matmul_into, fp8_block_matmul_with};
-    use candle_fp8::format::act_scales_view;
-use candle_fp8::quant::{quantize_activation_slice, quantize_weight_slice};
-    use candle_fp8::testing::Rng;
-    use candle_fp8::testing::reference::rel_err;
-    use candle_fp8::Fp8BlockLinear;
+    use candle_fp8::format::{act_scale_m_stride, act_scales_view, e4m3_to_f32, num_blocks, BLOCK, F8E4M3};
+    use candle_fp8::quant::{quantize_activation_slice, quantize_weight_slice};
+    use candle_fp8::testing::{
+        choose_config, compiled_configs, device_caps, with_gemm_config, GemmConfig, Rng, ScheduleKind,
+    };
+    use candle_fp8::{fp8_block_matmul_into, fp8_block_matmul_with, Backend, Fp8BlockLinear, Fp8Options, Provider};
     use candle_nn::Module;
     use clap::Parser;
     use rayon::prelude::*;
     use serde_json::json;
 
-    const SQUARE_MS: [usize; 17] =
-        [1, 8, 9, 16, 24, 32, 64, 128, 160, 192, 224, 256, 512, 1024, 2048, 4096, 8192];
+    const SQUARE_MS: [usize; 17] = [1, 8, 9, 16, 24, 32, 64, 128, 160, 192, 224, 256, 512, 1024, 2048, 4096, 8192];
     const QWEN: [(usize, usize, &str); 4] =
         [(10240, 5120, "qkv"), (5120, 8192, "o"), (51200, 5120, "gate_up"), (5120, 25600, "down")];
     const QWEN_MS: [usize; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 2048];
-    const COPY_BW: f64 = 4.25e12;
+    /// Dense FP8 tensor-core rate of the compute floor (H100 SXM / H200 specification).
     const FP8_FLOPS: f64 = 1.3e15;
     const COLD_BYTES: usize = 64 << 20;
+    /// Largest relative error of a blocked-FP8 output against the f32 reference of its operands
+    /// (docs/design.md).
+    const MAX_RELERR: f64 = 3e-3;
+    /// The bf16 peer's operands are rounded to bf16 (2^-9 relative each, at most 2^-8 per
+    /// product, errors of random sign: ≈ 2^-9 of the output) before an f32-accumulated GEMM
+    /// whose output is rounded once more (2^-9): twice the blocked-FP8 bound covers it.
+    const MAX_RELERR_BF16: f64 = 6e-3;
+    /// A decode-attention output quantized to e4m3 differs from the f32 attention by its own
+    /// rounding: at most half an e4m3 step, 2^-4 of each value.
+    const MAX_RELERR_E4M3: f64 = 0.0625;
+    /// Bytes of the device-to-device copy that measures the bandwidth floor.
+    const COPY_BYTES: usize = 1 << 30;
 
     #[derive(Parser, Debug)]
     #[command(about = "blocked-FP8 GEMM benchmark: ours vs cuBLASLt blockwise vs bf16")]
@@ -84,9 +101,6 @@ use candle_fp8::quant::{quantize_activation_slice, quantize_weight_slice};
         /// Skip cold (weight-rotation) timing.
         #[arg(long)]
         no_cold: bool,
-        /// Skip the accuracy check against the GPU f32 reference.
-        #[arg(long)]
-        no_check: bool,
         /// Timed samples per measurement (median reported).
         #[arg(long, default_value_t = 25)]
         samples: usize,
@@ -101,23 +115,25 @@ use candle_fp8::quant::{quantize_activation_slice, quantize_weight_slice};
         #[arg(long, default_value_t = 128)]
         full_linear_max_m: usize,
         /// Instead of the peer table: time every compiled configuration of our kernels (× K
-        /// splits) per shape through `fp8_block_matmul`, checked against the reference, and
-        /// print `SWEEP m n k config hot_us cold_us` lines (the data behind `choose_config`).
+        /// splits) per shape through `fp8_block_matmul`, each checked against the reference on
+        /// every weight copy, and print `SWEEP m n k config hot_us cold_us` lines (the data
+        /// behind `choose_config`).
         #[arg(long)]
         sweep: bool,
         /// Instead of the GEMM tables: time the decode attention (`cuda::attention`) of a
         /// Qwen3-32B layer (64 query / 8 kv heads) over batch × cache length × position
         /// splits, with the KV caches rotated beyond L2 (as in a decode step, where a layer's
-        /// cache was last touched one step ago), and print `ATTN b len splits us` lines.
+        /// cache was last touched one step ago), each cache checked against the f32 attention,
+        /// and print `ATTN b len splits us` lines.
         #[arg(long)]
         attention: bool,
         /// Time only these columns (comma-separated: ours, into, lt, bf16, full); all by default.
         /// With one column and one shape, `--trace-out` holds that column's launch chain.
         #[arg(long, value_delimiter = ',', default_value = "ours,into,lt,bf16,full")]
         columns: Vec<String>,
-        /// After the run, write the per-CTA timeline trace here (a build with
-        /// `CANDLE_FP8_NVCC_FLAGS=-DFP8GEMM_TRACE`; read it with
-        /// `scripts/dev/trace_timeline.py FILE --chain N`). The rings keep the latest ~1M CTAs.
+        /// After the run, write the per-CTA timeline trace here (a build with `--features
+        /// trace`; read it with `dev/trace_timeline.py FILE --chain N`). The rings keep the
+        /// latest ~1M CTAs.
         #[arg(long)]
         trace_out: Option<std::path::PathBuf>,
         /// Launch the dispatcher's configuration of every shape with its persistent grid
@@ -125,29 +141,32 @@ use candle_fp8::quant::{quantize_activation_slice, quantize_weight_slice};
         /// ⌈tiles / waves⌉ CTAs ("less GPU frequency drop"); this measures that on ours.
         #[arg(long, default_value_t = 0)]
         grid_sms: i32,
-        /// Run the development variant (stages + 100) of the dispatcher's configuration
-        /// wherever one is compiled (an A/B of a kernel change in one binary).
-        #[arg(long)]
-        dev_variant: bool,
         /// Force this configuration of our kernels on every shape, "KIND,BLOCK_M,BLOCK_N,STAGES,SPLIT"
         /// (`ScheduleKind` numbers, e.g. 5,16,64,7,3: stream-K 16×64, 7 stages, 3 CTAs per SM), as the
-        /// dispatcher's would run: checked, timed in every column, traceable with `--trace-out`.
-        /// One that is not compiled fails with the kernels' "config" error.
+        /// dispatcher's would run (`testing::with_gemm_config`): checked, timed in every column,
+        /// traceable with `--trace-out`. One that is not compiled fails with the kernels' "not
+        /// compiled" error.
         #[arg(long, value_parser = parse_config)]
         config: Option<GemmConfig>,
         /// Weight copies the cold column rotates through (0: enough to exceed 60 MB, at least 8).
         /// 1 makes "cold" a second hot measurement; 2 separates "the same addresses again" from
-        /// "a footprint beyond L2" (the gate/up rows ran faster cold than hot, session 37).
+        /// "a footprint beyond L2" (the gate/up rows once ran faster cold than hot).
         #[arg(long, default_value_t = 0)]
         cold_copies: usize,
     }
 
     /// `--config`'s value: five integers, comma-separated.
     fn parse_config(s: &str) -> std::result::Result<GemmConfig, String> {
-        let v: Vec<i32> = s.split(',').map(|x| x.trim().parse::<i32>()).collect::<std::result::Result<_, _>>()
+        let v: Vec<i32> = s
+            .split(',')
+            .map(|x| x.trim().parse::<i32>())
+            .collect::<std::result::Result<_, _>>()
             .map_err(|e| format!("--config {s:?}: {e}"))?;
         let [kind, block_m, block_n, stages, split_k] = v[..] else {
-            return Err(format!("--config {s:?}: expected KIND,BLOCK_M,BLOCK_N,STAGES,SPLIT (5 integers), got {}", v.len()));
+            return Err(format!(
+                "--config {s:?}: expected KIND,BLOCK_M,BLOCK_N,STAGES,SPLIT (5 integers), got {}",
+                v.len()
+            ));
         };
         let cfg = GemmConfig { kind, block_m, block_n, stages, split_k, num_sms: 0 };
         if cfg.schedule().is_none() {
@@ -156,11 +175,20 @@ use candle_fp8::quant::{quantize_activation_slice, quantize_weight_slice};
         Ok(cfg)
     }
 
-    /// `--attention`: the decode attention's time per (batch, len, splits), cold caches.
-    fn attention_sweep(dev: &Device, stream: &std::sync::Arc<CudaStream>, args: &Args, json_rows: &mut Vec<serde_json::Value>) -> Result<()> {
+    /// `--attention`: the decode attention's time per (batch, len, splits), cold caches. Before
+    /// timing, every cache copy's output is checked against softmax(q·Kᵀ)·V in f32 (candle ops
+    /// on the GPU): the timed quantized output within e4m3's own rounding, and the same kernel's
+    /// bf16 output within 3e-3.
+    fn attention_sweep(
+        dev: &Device,
+        stream: &std::sync::Arc<CudaStream>,
+        args: &Args,
+        judge: &mut Judge,
+        json_rows: &mut Vec<serde_json::Value>,
+    ) -> Result<()> {
         use candle_fp8::kernels::{decode_attention, default_splits, DecodeAttentionOptions};
         let (hq, hkv, d) = (64usize, 8usize, 128usize);
-        let sms = candle_fp8::kernels::device_report(&cuda_dev(dev)?)?.num_sms as usize;
+        let sms = candle_fp8::kernels::device_report(&cuda_dev(dev)?)?.num_sms;
         for b in [1usize, 16] {
             for len in [104usize, 160, 512, 2048, 8192] {
                 let cache_bytes = 2 * b * hkv * len * d * 2;
@@ -173,24 +201,61 @@ use candle_fp8::quant::{quantize_activation_slice, quantize_weight_slice};
                         Ok((k, v))
                     })
                     .collect::<Result<_>>()?;
+                let references: Vec<Tensor> =
+                    caches.iter().map(|(k, v)| attention_reference(&q, k, v, hkv)).collect::<Result<_>>()?;
                 let auto = default_splits(b, hkv, len, sms);
-                let mut splits: Vec<usize> = [1usize, 2, 3, 4, 8, 16, 32].into_iter().filter(|&s| s <= len.div_ceil(32)).collect();
+                let mut splits: Vec<usize> =
+                    [1usize, 2, 3, 4, 8, 16, 32].into_iter().filter(|&s| s <= len.div_ceil(32)).collect();
                 if !splits.contains(&auto) {
                     splits.push(auto);
                 }
                 for s in splits {
                     let opts = DecodeAttentionOptions { quantized: true, bf16: false, splits: Some(s) };
+                    let what = format!("attention b {b} len {len} splits {s}");
+                    let (mut e_q, mut e_bf16) = (0f64, 0f64);
+                    for (i, ((k, v), r)) in caches.iter().zip(&references).enumerate() {
+                        poison(dev, b * hq * d)?;
+                        let (qa, sa) = decode_attention(&q, k, v, len, opts)?.quantized.context("quantized output")?;
+                        let deq = e4m3_to_f32_t(&qa)?
+                            .reshape((b, hq, d))?
+                            .broadcast_mul(&sa.unsqueeze(2)?)?
+                            .reshape((b, hq * d))?;
+                        e_q =
+                            e_q.max(judge.check(&format!("{what} quantized, cache {i}"), &deq, r, MAX_RELERR_E4M3)?);
+                        let both = DecodeAttentionOptions { bf16: true, ..opts };
+                        poison(dev, b * hq * d)?;
+                        let y = decode_attention(&q, k, v, len, both)?.bf16.context("bf16 output")?;
+                        e_bf16 = e_bf16.max(judge.check(&format!("{what} bf16, cache {i}"), &y, r, MAX_RELERR)?);
+                    }
                     let reps = copies.max(args.reps.min(2 * copies));
                     let (us, _) = time_us(stream, reps, args, &mut |i| {
                         let (k, v) = &caches[i % copies];
                         decode_attention(&q, k, v, len, opts).map(drop).map_err(Into::into)
                     })?;
-                    println!("ATTN b {b} len {len} splits {s} {us:.2} us{}", if s == auto { "  (default)" } else { "" });
-                    json_rows.push(serde_json::json!({"attention": true, "batch": b, "len": len, "splits": s, "us": us, "default": s == auto}));
+                    println!(
+                        "ATTN b {b} len {len} splits {s} {us:.2} us{}  relerr quantized {e_q:.2e} bf16 {e_bf16:.2e}",
+                        if s == auto { "  (default)" } else { "" }
+                    );
+                    json_rows.push(serde_json::json!({"attention": true, "batch": b, "len": len, "splits": s, "us": us, "default": s == auto,
+                        "relerr": {"quantized": e_q, "bf16": e_bf16}}));
                 }
             }
         }
         Ok(())
+    }
+
+    /// softmax(q·Kᵀ)·V in f32 with candle ops on the GPU, `[B, hq * 128]` (q carries the
+    /// attention scale).
+    fn attention_reference(q: &Tensor, k: &Tensor, v: &Tensor, hkv: usize) -> Result<Tensor> {
+        let (b, hq, d) = q.dims3()?;
+        let qf = q.to_dtype(DType::F32)?.reshape((b, hkv, hq / hkv, d))?;
+        let p = candle_nn::ops::softmax_last_dim(&qf.matmul(&k.to_dtype(DType::F32)?.t()?)?)?;
+        Ok(p.matmul(&v.to_dtype(DType::F32)?)?.reshape((b, hq * d))?)
+    }
+
+    /// e4m3 codes as f32 values (on their device).
+    fn e4m3_to_f32_t(t: &Tensor) -> Result<Tensor> {
+        Ok(candle_fp8::e4m3_to_f32(t)?)
     }
 
     /// `len` standard-normal values (the crate's Box-Muller generator, one stream per 64 Ki
@@ -209,7 +274,7 @@ use candle_fp8::quant::{quantize_activation_slice, quantize_weight_slice};
     /// (weights), each group's largest magnitude at e4m3's 448. Content matters for speed: at
     /// large M the board's power cap binds and the multipliers' energy depends on the operand
     /// bits (uniform random codes took 3 % longer at 4096³ than these, for us and for cuBLASLt
-    /// alike; docs/PERF.md session 23).
+    /// alike; docs/perf.md).
     fn gaussian_act(m: usize, k: usize, seed: u64) -> Vec<F8E4M3> {
         quantize_activation_slice(&normal_values(m * k, seed), m, k).0
     }
@@ -288,14 +353,19 @@ use candle_fp8::quant::{quantize_activation_slice, quantize_weight_slice};
     }
 
     /// `--sweep`: every compiled configuration (× K splits for those that split) on one shape,
-    /// forced through `dispatch::set_config_override`, each checked against the reference.
+    /// forced through `testing::with_gemm_config`, each checked against the reference on every
+    /// weight copy before it is timed (a wrong configuration is reported and makes the run
+    /// fail; it is never the best).
+    #[allow(clippy::too_many_arguments)]
     fn sweep_shape(
+        dev: &Device,
         stream: &std::sync::Arc<CudaStream>,
         args: &Args,
         a: &Act,
         w: &Weight,
         m: usize,
-        reference: Option<&Tensor>,
+        reference: &Tensor,
+        judge: &mut Judge,
         json_rows: &mut Vec<serde_json::Value>,
     ) -> Result<()> {
         let (n, k) = (w.n, w.k);
@@ -315,30 +385,33 @@ use candle_fp8::quant::{quantize_activation_slice, quantize_weight_slice};
                     continue;
                 }
                 let cfg = GemmConfig { split_k: split, ..base };
-                set_config_override(Some(cfg));
+                let name = format!("{cfg:?}");
                 let run = |i: usize| -> Result<Tensor> {
                     let (wq, sw) = &w.w[i % copies];
-                    Ok(fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(Provider::Hopper)), &a.qa, &a.sa, wq, sw)?)
+                    Ok(fp8_block_matmul_with(&forced(Provider::Hopper), &a.qa, &a.sa, wq, sw)?)
                 };
-                let result = (|| -> Result<(f64, f64, Option<f64>)> {
-                    let err = match reference {
-                        Some(r) => Some(rel_err(&run(0)?.to_device(&Device::Cpu)?, r)?),
-                        None => None,
-                    };
+                let result = with_gemm_config(cfg, || -> Result<(f64, f64, f64)> {
+                    let mut err = 0f64;
+                    for i in 0..copies {
+                        poison(dev, m * n)?;
+                        err = err.max(judge.check(
+                            &format!("sweep {m}x{n}x{k} {name} copy {i}"),
+                            &run(i)?,
+                            reference,
+                            MAX_RELERR,
+                        )?);
+                    }
                     let (hot, _) = time_us(stream, args.reps, args, &mut |_| run(0).map(drop))?;
                     let reps = copies.max(args.reps.min(2 * copies));
                     let (cold, _) = time_us(stream, reps, args, &mut |i| run(i).map(drop))?;
                     Ok((hot, cold, err))
-                })();
-                set_config_override(None);
-                let name = format!("{:?}", cfg);
+                });
                 match result {
                     Ok((hot, cold, err)) => {
-                        let ok = err.map_or(true, |e| e <= 3e-3);
+                        let ok = err <= MAX_RELERR;
                         println!(
-                            "SWEEP {m} {n} {k} kind={} {}x{} s{} split={split} hot {hot:.2} cold {cold:.2}{}",
-                            cfg.kind, cfg.block_m, cfg.block_n, cfg.stages,
-                            if ok { String::new() } else { format!(" WRONG relerr {:.3e}", err.unwrap_or(f64::NAN)) }
+                            "SWEEP {m} {n} {k} kind={} {}x{} s{} split={split} hot {hot:.2} cold {cold:.2} relerr {err:.2e}{}",
+                            cfg.kind, cfg.block_m, cfg.block_n, cfg.stages, if ok { "" } else { " WRONG" }
                         );
                         json_rows.push(json!({"sweep": true, "m": m, "n": n, "k": k, "config": name,
                             "hot_us": hot, "cold_us": cold, "relerr": err, "ok": ok}));
@@ -346,7 +419,7 @@ use candle_fp8::quant::{quantize_activation_slice, quantize_weight_slice};
                             best = Some((cold, cfg));
                         }
                     }
-                    Err(e) => println!("SWEEP {m} {n} {k} {name}: failed: {e}"),
+                    Err(e) => judge.fail(format!("sweep {m}x{n}x{k} {name}: failed: {e}")),
                 }
             }
         }
@@ -357,21 +430,101 @@ use candle_fp8::quant::{quantize_activation_slice, quantize_weight_slice};
         Ok(())
     }
 
-    fn gpu_reference(dev: &Device, a: &Act, w: &Weight, m: usize) -> Result<Tensor> {
+    fn forced(p: Provider) -> Fp8Options {
+        Fp8Options::with_backend(Backend::Force(p))
+    }
+
+    /// The checks of a run: every relative error against the reference, the failures by name.
+    #[derive(Default)]
+    struct Judge {
+        failures: Vec<String>,
+        checks: usize,
+    }
+
+    impl Judge {
+        /// `‖y − r‖ / ‖r‖` on the device (f32 sums; NaN when `y` holds a NaN); a value above
+        /// `max` (or NaN) is printed as `WRONG` and recorded.
+        fn check(&mut self, what: &str, y: &Tensor, r: &Tensor, max: f64) -> Result<f64> {
+            let y = y.to_dtype(DType::F32)?;
+            if y.dims() != r.dims() {
+                self.fail(format!("{what}: shape {:?}, reference {:?}", y.dims(), r.dims()));
+                return Ok(f64::NAN);
+            }
+            let num = (&y - r)?.sqr()?.sum_all()?.to_scalar::<f32>()? as f64;
+            let den = r.sqr()?.sum_all()?.to_scalar::<f32>()? as f64;
+            let e = (num / den).sqrt();
+            self.checks += 1;
+            if e.is_nan() || e > max {
+                self.fail(format!("{what}: relative error {e:.3e} > {max:e}"));
+            }
+            Ok(e)
+        }
+
+        fn fail(&mut self, msg: String) {
+            println!("WRONG {msg}");
+            self.failures.push(msg);
+        }
+    }
+
+    /// Fills and frees `elems` NaNs (bf16 and f32), so that the next output allocation most
+    /// likely reuses poisoned memory and an unwritten output cannot pass a check.
+    fn poison(dev: &Device, elems: usize) -> Result<()> {
+        let a = Tensor::full(f32::NAN, elems, dev)?;
+        let b = Tensor::full(half::bf16::NAN, elems, dev)?;
+        dev.synchronize()?;
+        drop((a, b));
+        Ok(())
+    }
+
+    /// The device-to-device copy bandwidth of the board in hand, bytes read + written per second:
+    /// a `COPY_BYTES` `cuMemcpyDtoD`, timed with events, median of 20 after a warm-up.
+    fn copy_bandwidth(stream: &std::sync::Arc<CudaStream>) -> Result<f64> {
+        let src = stream.alloc_zeros::<u8>(COPY_BYTES)?;
+        let mut dst = stream.alloc_zeros::<u8>(COPY_BYTES)?;
+        let ctx = stream.context();
+        let (e0, e1) = (
+            ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?,
+            ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?,
+        );
+        for _ in 0..3 {
+            stream.memcpy_dtod(&src, &mut dst)?;
+        }
+        let mut times = Vec::new();
+        for _ in 0..20 {
+            e0.record(stream)?;
+            stream.memcpy_dtod(&src, &mut dst)?;
+            e1.record(stream)?;
+            e1.synchronize()?;
+            times.push(e0.elapsed_ms(&e1)? as f64 * 1e-3);
+        }
+        times.sort_by(f64::total_cmp);
+        Ok(2.0 * COPY_BYTES as f64 / times[times.len() / 2])
+    }
+
+    /// The f32 reference of quantized activations `(qa, sa)` (host copies, `m` rows) times the
+    /// weight `w`: both dequantized on the host, multiplied by candle's f32 GEMM on the GPU (TF32
+    /// off), `[m, n]` f32 on the device.
+    fn gpu_reference(dev: &Device, qa: &[F8E4M3], sa: &[f32], w: &Weight, m: usize) -> Result<Tensor> {
         let (n, k) = (w.n, w.k);
         let kb = num_blocks(k);
         let mp = act_scale_m_stride(m);
-        let av: Vec<f32> = (0..m * k)
-            .into_par_iter()
-            .map(|i| e4m3_to_f32(a.qa_host[i]) * a.sa_host[((i % k) / BLOCK) * mp + i / k])
-            .collect();
+        let av: Vec<f32> =
+            (0..m * k).into_par_iter().map(|i| e4m3_to_f32(qa[i]) * sa[((i % k) / BLOCK) * mp + i / k]).collect();
         let bv: Vec<f32> = (0..n * k)
             .into_par_iter()
             .map(|i| e4m3_to_f32(w.w_host[i]) * w.sw_host[(i / k / BLOCK) * kb + (i % k) / BLOCK])
             .collect();
         let at = Tensor::from_vec(av, (m, k), dev)?;
         let bt = Tensor::from_vec(bv, (n, k), dev)?;
-        Ok(at.matmul(&bt.t()?)?.to_device(&Device::Cpu)?)
+        Ok(at.matmul(&bt.t()?)?)
+    }
+
+    /// The activation operands the full linear computes from `a.x` (our quantizer, bit-exact with
+    /// the CPU one: tests/gpu.rs), as host copies in the MN-major scale layout.
+    fn requantized(a: &Act, m: usize, k: usize) -> Result<(Vec<F8E4M3>, Vec<f32>)> {
+        let x = a.x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        let (q, s) = quantize_activation_slice(&x, m, k);
+        Ok((q, s))
     }
 
     fn cuda_dev(dev: &Device) -> Result<CudaDevice> {
@@ -419,9 +572,9 @@ use candle_fp8::quant::{quantize_activation_slice, quantize_weight_slice};
                     graph.launch()?;
                 }
                 // Settle: under sustained FP8 tensor-core load the H200 reaches its power cap
-                // within ~0.1 s and lowers the SM clock from 1980 to ~1450-1600 MHz (session 13:
-                // nvidia-smi's sw_power_cap). Replaying first makes every measurement start in
-                // that steady state instead of favouring whichever runs right after an idle gap.
+                // within ~0.1 s and lowers the SM clock from 1980 to ~1450-1600 MHz (nvidia-smi's
+                // sw_power_cap). Replaying first makes every measurement start in that steady
+                // state instead of favouring whichever runs right after an idle gap.
                 let settle = std::time::Duration::from_millis(args.settle_ms);
                 let t0 = std::time::Instant::now();
                 while t0.elapsed() < settle {
@@ -472,6 +625,15 @@ use candle_fp8::quant::{quantize_activation_slice, quantize_weight_slice};
         floor: f64,
     }
 
+    /// Runs `f` with `cfg` forced on this thread's GEMMs of our kernels (`--config`,
+    /// `--grid-sms`), or as the dispatcher chooses.
+    fn with_config<R>(cfg: Option<GemmConfig>, f: impl FnOnce() -> R) -> R {
+        match cfg {
+            Some(cfg) => with_gemm_config(cfg, f),
+            None => f(),
+        }
+    }
+
     pub fn main() -> Result<()> {
         let args = Args::parse();
         let hook = std::panic::take_hook();
@@ -483,12 +645,25 @@ use candle_fp8::quant::{quantize_activation_slice, quantize_weight_slice};
             Ok(Err(e)) => bail!("no CUDA device: {e}"),
             Err(_) => bail!("libcuda could not be loaded"),
         };
+        #[cfg(not(feature = "trace"))]
+        if args.trace_out.is_some() {
+            bail!("--trace-out needs a build with `--features trace`");
+        }
         let cdev = cuda_dev(&dev)?;
         // One stream, no cross-stream use: event tracking only gets in the way of capture.
         unsafe { cdev.disable_event_tracking() };
         let stream = cdev.cuda_stream();
         let report = candle_fp8::kernels::device_report(&cdev)?;
-        println!("device: {} (sm_{}, {} SMs), driver {}", report.name, report.compute_cap, report.num_sms, report.driver_version);
+        println!(
+            "device: {} (sm_{}, {} SMs), driver {}",
+            report.name, report.compute_cap, report.num_sms, report.driver_version
+        );
+        let copy_bw = copy_bandwidth(&stream)?;
+        println!(
+            "copy bandwidth: {:.3} TB/s (device-to-device copy of {} MiB, bytes read + written)",
+            copy_bw * 1e-12,
+            COPY_BYTES >> 20
+        );
         let caps = device_caps(&dev)?;
         let have = |p: Provider| match caps.unusable_reason(p) {
             None => true,
@@ -498,12 +673,17 @@ use candle_fp8::quant::{quantize_activation_slice, quantize_weight_slice};
             }
         };
         let (have_ours, have_lt) = (have(Provider::Hopper), have(Provider::CublasLt));
+        let mut judge = Judge::default();
 
         // Shape list: (m, n, k, label), grouped by (n, k).
         let mut groups: Vec<(usize, usize, String, Vec<usize>)> = Vec::new();
         if !args.shapes.is_empty() {
             for s in &args.shapes {
-                let v: Vec<usize> = s.split(',').map(|x| x.trim().parse()).collect::<std::result::Result<_, _>>().with_context(|| format!("bad shape {s:?}"))?;
+                let v: Vec<usize> = s
+                    .split(',')
+                    .map(|x| x.trim().parse())
+                    .collect::<std::result::Result<_, _>>()
+                    .with_context(|| format!("bad shape {s:?}"))?;
                 let [m, n, k] = v[..] else { bail!("shape {s:?} is not M,N,K") };
                 groups.push((n, k, "custom".into(), vec![m]));
             }
@@ -524,32 +704,48 @@ use candle_fp8::quant::{quantize_activation_slice, quantize_weight_slice};
         }
         let col = |c: &str| args.columns.iter().any(|x| x == c);
         let mut json_rows = Vec::new();
-        if args.attention {
-            attention_sweep(&dev, &stream, &args, &mut json_rows)?;
-            if let Some(path) = &args.json {
-                std::fs::write(path, serde_json::to_string_pretty(&json!({"device": report.name, "rows": json_rows}))?)?;
+        let finish = |judge: &Judge| -> Result<()> {
+            if judge.failures.is_empty() {
+                println!("checks: {} outputs against the reference, all within bounds", judge.checks);
+                return Ok(());
             }
-            return Ok(());
+            for f in &judge.failures {
+                eprintln!("WRONG {f}");
+            }
+            bail!("{} of {} checked outputs are wrong (above)", judge.failures.len(), judge.checks)
+        };
+        if args.attention {
+            attention_sweep(&dev, &stream, &args, &mut judge, &mut json_rows)?;
+            if let Some(path) = &args.json {
+                let doc = json!({"device": report.name, "copy_bytes_per_s": copy_bw, "rows": json_rows, "wrong": judge.failures});
+                std::fs::write(path, serde_json::to_string_pretty(&doc)?)?;
+            }
+            return finish(&judge);
         }
         let mut table: Vec<Row> = Vec::new();
 
         // First-call latency of a new shape, per provider (includes module loading for the
-        // first provider call in the process).
+        // first provider call in the process); each output is checked after its timing.
         let mut first_call = serde_json::Map::new();
         {
             let w = make_weight(&dev, 4096, 4096, 1, 1)?;
             for (i, m) in [3usize, 5].into_iter().enumerate() {
                 let a = make_act(&dev, m, 4096, 2)?;
+                let r = gpu_reference(&dev, &a.qa_host, &a.sa_host, &w, m)?;
                 let (wq, sw) = &w.w[0];
-                let one = |p: Option<Provider>| -> Result<f64> {
+                let mut one = |p: Option<Provider>| -> Result<f64> {
                     stream.synchronize()?;
                     let t = Instant::now();
-                    match p {
-                        Some(p) => drop(fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(p)), &a.qa, &a.sa, wq, sw)?),
-                        None => drop(a.x.matmul(&w.wb[0].t()?)?),
-                    }
+                    let y = match p {
+                        Some(p) => fp8_block_matmul_with(&forced(p), &a.qa, &a.sa, wq, sw)?,
+                        None => a.x.matmul(&w.wb[0].t()?)?,
+                    };
                     stream.synchronize()?;
-                    Ok(t.elapsed().as_secs_f64() * 1e3)
+                    let ms = t.elapsed().as_secs_f64() * 1e3;
+                    let name = p.map_or("bf16".to_string(), |p| p.to_string());
+                    let max = if p.is_some() { MAX_RELERR } else { MAX_RELERR_BF16 };
+                    judge.check(&format!("first call {name} m={m} n=4096 k=4096"), &y, &r, max)?;
+                    Ok(ms)
                 };
                 let tag = if i == 0 { "first_call_in_process_ms" } else { "first_call_new_shape_ms" };
                 let mut o = serde_json::Map::new();
@@ -578,47 +774,70 @@ use candle_fp8::quant::{quantize_activation_slice, quantize_weight_slice};
             for &m in ms {
                 let a = make_act(&dev, m, k, 1000 + m as u64)?;
                 let flops = 2.0 * (m * n * k) as f64;
-                let bytes = (m * k + n * k + 2 * m * n + 4 * num_blocks(k) * (act_scale_m_stride(m) + num_blocks(n))) as f64;
-                let floor_us = (bytes / COPY_BW).max(flops / FP8_FLOPS) * 1e6;
-                let mut acc = serde_json::Map::new();
-                if args.grid_sms > 0 || args.dev_variant || args.config.is_some() {
-                    let mut cfg = args.config.unwrap_or_else(|| choose_config(m, n, k, report.num_sms as usize));
+                let bytes =
+                    (m * k + n * k + 2 * m * n + 4 * num_blocks(k) * (act_scale_m_stride(m) + num_blocks(n))) as f64;
+                let floor_us = (bytes / copy_bw).max(flops / FP8_FLOPS) * 1e6;
+                // --config / --grid-sms: one configuration of our kernels forced on every GEMM of
+                // this shape (checks and timings alike).
+                let cfg = if args.grid_sms > 0 || args.config.is_some() {
+                    let mut cfg = args.config.unwrap_or_else(|| choose_config(m, n, k, report.num_sms));
                     cfg.num_sms = args.grid_sms;
-                    let dev_key = GemmConfig { stages: cfg.stages + 100, ..cfg };
-                    let same = |c: &GemmConfig| (c.kind, c.block_m, c.block_n, c.stages) == (dev_key.kind, dev_key.block_m, dev_key.block_n, dev_key.stages);
-                    if args.dev_variant && compiled_configs().iter().any(same) {
-                        cfg = dev_key;
-                    }
                     println!("config: {cfg:?}");
-                    set_config_override(Some(cfg));
-                }
-                if !args.no_check {
-                    let r = gpu_reference(&dev, &a, &w, m)?;
-                    for (p, ok) in [(Provider::Hopper, have_ours), (Provider::CublasLt, have_lt)] {
-                        if ok {
-                            let (wq, sw) = &w.w[0];
-                            let y = fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(p)), &a.qa, &a.sa, wq, sw)?;
-                            acc.insert(p.as_str().into(), json!(rel_err(&y.to_device(&Device::Cpu)?, &r)?));
-                        }
-                    }
-                }
+                    Some(cfg)
+                } else {
+                    None
+                };
+                // The f32 reference of the operands every FP8 column multiplies (the bf16 peer
+                // multiplies their bf16 roundings), and of the full linear's own quantization of x.
+                let r = gpu_reference(&dev, &a.qa_host, &a.sa_host, &w, m)?;
                 if args.sweep {
-                    let r = if args.no_check { None } else { Some(gpu_reference(&dev, &a, &w, m)?) };
-                    sweep_shape(&stream, &args, &a, &w, m, r.as_ref(), &mut json_rows)?;
+                    sweep_shape(&dev, &stream, &args, &a, &w, m, &r, &mut judge, &mut json_rows)?;
                     continue;
                 }
+                let full_on = have_ours && col("full") && m <= args.full_linear_max_m;
+                let r_full = if full_on {
+                    let (q, s) = requantized(&a, m, k)?;
+                    Some(gpu_reference(&dev, &q, &s, &w, m)?)
+                } else {
+                    None
+                };
                 for cold in [false, true] {
                     if cold && args.no_cold {
                         continue;
                     }
+                    let temp = if cold { "cold" } else { "hot" };
                     let nw = if cold { copies } else { 1 };
                     // (--cold-copies: as many launches per graph as hot, so that only the
                     // weights' addresses differ between the two columns.)
-                    let reps = if cold && args.cold_copies == 0 { copies.max(args.reps.min(2 * copies)) } else { args.reps };
+                    let reps =
+                        if cold && args.cold_copies == 0 { copies.max(args.reps.min(2 * copies)) } else { args.reps };
+                    let mut err = serde_json::Map::new();
+                    // Checks every weight copy this measurement rotates through (outputs poisoned
+                    // first) and returns the largest relative error.
+                    let mut check_copies = |judge: &mut Judge,
+                                            col: &str,
+                                            reference: &Tensor,
+                                            max: f64,
+                                            run: &mut dyn FnMut(usize) -> Result<Tensor>|
+                     -> Result<()> {
+                        let mut e = 0f64;
+                        for i in 0..nw {
+                            poison(&dev, m * n)?;
+                            let y = run(i)?;
+                            e = e.max(judge.check(
+                                &format!("{col} m={m} n={n} k={k} {temp} copy {i}"),
+                                &y,
+                                reference,
+                                max,
+                            )?);
+                        }
+                        err.insert(col.into(), json!(e));
+                        Ok(())
+                    };
                     let gemm = |p: Provider| -> Result<f64> {
                         let (t, _) = time_us(&stream, reps, &args, &mut |i| {
                             let (wq, sw) = &w.w[i % nw];
-                            drop(fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(p)), &a.qa, &a.sa, wq, sw)?);
+                            drop(fp8_block_matmul_with(&forced(p), &a.qa, &a.sa, wq, sw)?);
                             Ok(())
                         })?;
                         Ok(t)
@@ -630,50 +849,90 @@ use candle_fp8::quant::{quantize_activation_slice, quantize_weight_slice};
                             let ms = std::time::SystemTime::now()
                                 .duration_since(std::time::UNIX_EPOCH)
                                 .map_or(0, |d| d.as_millis());
-                            eprintln!("STAMP {ms} {m}x{n}x{k} {} {what}", if cold { "cold" } else { "hot" });
+                            eprintln!("STAMP {ms} {m}x{n}x{k} {temp} {what}");
                         }
                     };
-                    stamp("ours");
-                    let ours = if have_ours && col("ours") { Some(gemm(Provider::Hopper)?) } else { None };
-                    stamp("into");
-                    // Ours into a preallocated output: no graph memory nodes between the
-                    // launches, as the torch-timed peers (anchors.py) and DeepGEMM run.
-                    let ours_into = if have_ours && col("into") {
-                        let out = Tensor::zeros((m, n), DType::BF16, &dev)?;
-                        let (t, _) = time_us(&stream, reps, &args, &mut |i| {
-                            let (wq, sw) = &w.w[i % nw];
-                            Ok(fp8_block_matmul_into(&a.qa, &a.sa, wq, sw, &out)?)
-                        })?;
-                        Some(t)
-                    } else {
-                        None
-                    };
-                    // The full linear right after ours, before the peers: our decode GEMMs load
-                    // weights with an L2 evict-first hint, which cannot displace the normal-priority
-                    // lines a bf16 matmul leaves behind, so timed after the bf16 column a "hot"
-                    // full linear ran cold (5120×8192: 14.9 vs 11.1 µs; docs/PERF.md, session 20).
-                    stamp("full");
-                    let full = if have_ours && col("full") && m <= args.full_linear_max_m {
-                        // The layer users call: bf16 x -> quantize -> GEMM (adjacent launches).
-                        let layers = (0..nw)
-                            .map(|i| {
+                    let (ours, ours_into, full) = with_config(cfg, || -> Result<_> {
+                        stamp("ours");
+                        let ours = if have_ours && col("ours") {
+                            check_copies(&mut judge, "ours", &r, MAX_RELERR, &mut |i| {
                                 let (wq, sw) = &w.w[i];
-                                Fp8BlockLinear::new(wq.clone(), sw.clone(), None)
-                                    .map(|l| l.with_backend(Backend::Force(Provider::Hopper)))
-                            })
-                            .collect::<candle_core::Result<Vec<_>>>()?;
-                        let (t, _) = time_us(&stream, reps, &args, &mut |i| {
-                            drop(layers[i % nw].forward(&a.x)?);
-                            Ok(())
+                                Ok(fp8_block_matmul_with(&forced(Provider::Hopper), &a.qa, &a.sa, wq, sw)?)
+                            })?;
+                            Some(gemm(Provider::Hopper)?)
+                        } else {
+                            None
+                        };
+                        stamp("into");
+                        // Ours into a preallocated output: no graph memory nodes between the
+                        // launches, as the torch-timed peers (anchors.py) and DeepGEMM run.
+                        let ours_into = if have_ours && col("into") {
+                            check_copies(&mut judge, "into", &r, MAX_RELERR, &mut |i| {
+                                let (wq, sw) = &w.w[i];
+                                let out = Tensor::full(half::bf16::NAN, (m, n), &dev)?;
+                                fp8_block_matmul_into(&a.qa, &a.sa, wq, sw, &out)?;
+                                Ok(out)
+                            })?;
+                            let out = Tensor::full(half::bf16::NAN, (m, n), &dev)?;
+                            let (t, _) = time_us(&stream, reps, &args, &mut |i| {
+                                let (wq, sw) = &w.w[i % nw];
+                                Ok(fp8_block_matmul_into(&a.qa, &a.sa, wq, sw, &out)?)
+                            })?;
+                            // What the timed launches (graph replays) left in the buffer.
+                            judge.check(
+                                &format!("into m={m} n={n} k={k} {temp}: the timed launches' output"),
+                                &out,
+                                &r,
+                                MAX_RELERR,
+                            )?;
+                            Some(t)
+                        } else {
+                            None
+                        };
+                        // The full linear right after ours, before the peers: our decode GEMMs
+                        // load weights with an L2 evict-first hint, which cannot displace the
+                        // normal-priority lines a bf16 matmul leaves behind, so timed after the
+                        // bf16 column a "hot" full linear ran cold (5120×8192: 14.9 vs 11.1 µs;
+                        // docs/perf.md).
+                        stamp("full");
+                        let full =
+                            if let Some(r_full) = &r_full {
+                                // The layer users call: bf16 x -> quantize -> GEMM (adjacent launches).
+                                let layers = (0..nw)
+                                    .map(|i| {
+                                        let (wq, sw) = &w.w[i];
+                                        Fp8BlockLinear::new(wq.clone(), sw.clone(), None)
+                                            .map(|l| l.with_backend(Backend::Force(Provider::Hopper)))
+                                    })
+                                    .collect::<candle_core::Result<Vec<_>>>()?;
+                                check_copies(&mut judge, "full", r_full, MAX_RELERR, &mut |i| {
+                                    Ok(layers[i].forward(&a.x)?)
+                                })?;
+                                let (t, _) = time_us(&stream, reps, &args, &mut |i| {
+                                    drop(layers[i % nw].forward(&a.x)?);
+                                    Ok(())
+                                })?;
+                                Some(t)
+                            } else {
+                                None
+                            };
+                        Ok((ours, ours_into, full))
+                    })?;
+                    stamp("cublaslt");
+                    let lt = if have_lt && col("lt") {
+                        check_copies(&mut judge, "cublaslt", &r, MAX_RELERR, &mut |i| {
+                            let (wq, sw) = &w.w[i];
+                            Ok(fp8_block_matmul_with(&forced(Provider::CublasLt), &a.qa, &a.sa, wq, sw)?)
                         })?;
-                        Some(t)
+                        Some(gemm(Provider::CublasLt)?)
                     } else {
                         None
                     };
-                    stamp("cublaslt");
-                    let lt = if have_lt && col("lt") { Some(gemm(Provider::CublasLt)?) } else { None };
                     stamp("bf16");
                     let (bf16, mode) = if col("bf16") {
+                        check_copies(&mut judge, "bf16", &r, MAX_RELERR_BF16, &mut |i| {
+                            Ok(a.x.matmul(&w.wb[i].t()?)?)
+                        })?;
                         let (t, mode) = time_us(&stream, reps, &args, &mut |i| {
                             drop(a.x.matmul(&w.wb[i % nw].t()?)?);
                             Ok(())
@@ -682,7 +941,6 @@ use candle_fp8::quant::{quantize_activation_slice, quantize_weight_slice};
                     } else {
                         (None, "-") // the timing mode is read from the bf16 column
                     };
-                    let temp = if cold { "cold" } else { "hot" };
                     let tflops = |t: Option<f64>| t.map(|t| flops / t * 1e-6);
                     println!(
                         "  m={m:<5} {temp:<4} ours {:>9} into {:>9} lt {:>9} bf16 {:>9} full {:>9} | ours/lt {:>6} ours/floor {:>6} floor {floor_us:.2}",
@@ -690,46 +948,68 @@ use candle_fp8::quant::{quantize_activation_slice, quantize_weight_slice};
                         ratio(ours, lt), ratio(ours, Some(floor_us))
                     );
                     json_rows.push(json!({
-                        "m": m, "n": n, "k": k, "label": label, "temp": temp, "timing": mode,
+                        "m": m, "n": n, "k": k, "label": label, "temp": temp, "timing": mode, "config": cfg.map(|c| format!("{c:?}")),
                         "ours_us": ours, "ours_into_us": ours_into, "cublaslt_us": lt, "bf16_us": bf16, "full_linear_us": full,
                         "ours_tflops": tflops(ours), "cublaslt_tflops": tflops(lt), "bf16_tflops": tflops(bf16),
                         "floor_us": floor_us, "ours_over_cublaslt": ours.zip(lt).map(|(a, b)| a / b),
-                        "ours_over_floor": ours.map(|o| o / floor_us), "relerr": acc.clone(),
+                        "ours_over_floor": ours.map(|o| o / floor_us), "relerr": err,
                     }));
-                    table.push(Row { m, n, k, label: format!("{label}/{temp}"), mode, ours, ours_into, lt, bf16, floor: floor_us });
+                    table.push(Row {
+                        m,
+                        n,
+                        k,
+                        label: format!("{label}/{temp}"),
+                        mode,
+                        ours,
+                        ours_into,
+                        lt,
+                        bf16,
+                        floor: floor_us,
+                    });
                 }
             }
         }
 
-        set_config_override(None); // --grid-sms / --dev-variant / --config
         // "ours" and the peers allocate their output per call (a graph memory node each);
         // "into" is ours into a preallocated output, the peers' protocol in anchors.py.
-        println!("\n{:<14} {:>5} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>6}", "shape", "M", "N", "K", "ours µs", "into µs", "cuBLASLt", "bf16", "TFLOP/s", "ours/lt", "/floor", "timing");
+        println!(
+            "\n{:<14} {:>5} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>6}",
+            "shape", "M", "N", "K", "ours µs", "into µs", "cuBLASLt", "bf16", "TFLOP/s", "ours/lt", "/floor", "timing"
+        );
         for r in &table {
             let fl = 2.0 * (r.m * r.n * r.k) as f64;
             println!(
                 "{:<14} {:>5} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>6}",
-                r.label, r.m, r.n, r.k, fmt(r.ours), fmt(r.ours_into), fmt(r.lt), fmt(r.bf16),
+                r.label,
+                r.m,
+                r.n,
+                r.k,
+                fmt(r.ours),
+                fmt(r.ours_into),
+                fmt(r.lt),
+                fmt(r.bf16),
                 r.ours.map(|t| format!("{:.0}", fl / t * 1e-6)).unwrap_or("-".into()),
-                ratio(r.ours, r.lt), ratio(r.ours, Some(r.floor)), r.mode
+                ratio(r.ours, r.lt),
+                ratio(r.ours, Some(r.floor)),
+                r.mode
             );
         }
+        #[cfg(feature = "trace")]
         if let Some(path) = &args.trace_out {
-            match candle_fp8::kernels::trace_dump(path)? {
-                Some(n) => println!("trace: {n} records -> {}", path.display()),
-                None => println!("trace: this build has no trace (CANDLE_FP8_NVCC_FLAGS=-DFP8GEMM_TRACE); nothing written"),
-            }
+            let n = candle_fp8::kernels::trace_dump(path)?;
+            println!("trace: {n} records -> {}", path.display());
         }
         if let Some(path) = &args.json {
             let doc = json!({
                 "device": report.name, "compute_cap": report.compute_cap, "num_sms": report.num_sms,
                 "driver_version": report.driver_version, "nvcc": report.nvcc_version,
-                "first_call": first_call, "rows": json_rows,
+                "copy_bytes_per_s": copy_bw, "fp8_flops_floor": FP8_FLOPS,
+                "first_call": first_call, "rows": json_rows, "wrong": judge.failures,
             });
             std::fs::write(path, serde_json::to_string_pretty(&doc)?)?;
             println!("wrote {}", path.display());
         }
-        Ok(())
+        finish(&judge)
     }
 
     fn fmt(t: Option<f64>) -> String {

@@ -12,8 +12,8 @@ fn main() {
 
 #[cfg(feature = "cuda")]
 fn main() -> anyhow::Result<()> {
-    use candle_core::Device;
-    use candle_fp8::dispatch::{backend_from_env, choose_provider, BACKEND_ENV};
+    use candle_core::{DType, Device, Tensor};
+    use candle_fp8::{Fp8BlockLinear, Fp8Options, BACKEND_ENV, F8E4M3};
 
     println!("candle-fp8 {} check_env", env!("CARGO_PKG_VERSION"));
     println!("{BACKEND_ENV}={:?}", std::env::var(BACKEND_ENV).unwrap_or_default());
@@ -25,8 +25,8 @@ fn main() -> anyhow::Result<()> {
     std::panic::set_hook(Box::new(|_| {}));
     let dev = std::panic::catch_unwind(|| Device::new_cuda(0));
     std::panic::set_hook(hook);
-    let dev = match dev {
-        Ok(Ok(Device::Cuda(d))) => d,
+    let (device, dev) = match dev {
+        Ok(Ok(Device::Cuda(d))) => (Device::Cuda(d.clone()), d),
         Ok(Ok(_)) => unreachable!(),
         Ok(Err(e)) => {
             println!("no usable CUDA device: {e}");
@@ -43,12 +43,7 @@ fn main() -> anyhow::Result<()> {
     println!("gpu {}: {}", r.ordinal, r.name);
     println!("compute capability: {}.{}", r.compute_cap / 10, r.compute_cap % 10);
     println!("SMs: {}", r.num_sms);
-    println!(
-        "driver: CUDA {}.{} ({})",
-        r.driver_version / 1000,
-        (r.driver_version % 1000) / 10,
-        r.driver_version
-    );
+    println!("driver: CUDA {}.{} ({})", r.driver_version / 1000, (r.driver_version % 1000) / 10, r.driver_version);
     match &r.cublaslt_version {
         Ok(v) => println!("cuBLASLt: {v}"),
         Err(e) => println!("cuBLASLt: {e}"),
@@ -65,11 +60,16 @@ fn main() -> anyhow::Result<()> {
             Some(w) => println!("  {p:<9} unusable: {w}"),
         }
     }
-    let req = backend_from_env()?;
-    for (m, n, k) in [(1, 4096, 4096), (2048, 10240, 5120), (16, 4096, 4000)] {
-        match choose_provider(req, &r.caps, m, n, k) {
-            Ok(p) => println!("choice for m={m} n={n} k={k}: {p}"),
-            Err(e) => println!("choice for m={m} n={n} k={k}: error: {e}"),
+    // The provider a layer of each shape runs on with the options from the environment (the
+    // choice does not depend on the token count; K = 4000 is off our kernels' fast path).
+    let opts = Fp8Options::from_env()?;
+    for (n, k) in [(4096, 4096), (10240, 5120), (4096, 4000)] {
+        let w = Tensor::from_vec(vec![F8E4M3::from_f32(0.0); n * k], (n, k), &device)?;
+        let s = Tensor::ones((n.div_ceil(128), k.div_ceil(128)), DType::F32, &device)?;
+        let choice = Fp8BlockLinear::new(w, s, None).map(|l| l.with_options(&opts)).and_then(|l| l.provider());
+        match choice {
+            Ok(p) => println!("choice for n={n} k={k}: {p}"),
+            Err(e) => println!("choice for n={n} k={k}: error: {e}"),
         }
     }
     Ok(())

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Builds the CUDA binaries here (no GPU needed) and packs them for the H200 machine, which has
-# no cargo: stripped release builds of tests/gpu.rs, examples/check_env.rs, examples/bench.rs
-# (and examples/decode.rs when present), with the dynamic-loading candle-core
-# (scripts/candle_cuda.sh) and the pinned CUDA 13.0 compiler (scripts/install_cuda.sh).
+# Builds the CUDA binaries here (no GPU needed) and packs them for the GPU machine, which has
+# no cargo: stripped release builds of every GPU test binary scripts/gpu_run.sh runs
+# (tests/gpu.rs, gpu_reliability.rs, gpu_fused.rs, gpu_attention.rs, gpu_sampling.rs,
+# models_gpu.rs), examples/check_env.rs, bench.rs, decode.rs and eval.rs,
+# with the dynamic-loading candle-core (scripts/candle_cuda.sh) and the pinned CUDA 13.0 compiler
+# (scripts/install_cuda.sh).
 #
 #   bash scripts/bundle.sh            # from the repo root (any worktree)
 #   -> bundle/fp8bin.tar.xz bundle/gpu_run.sh bundle/anchors.py bundle/MANIFEST.txt
 #
-# On the H200 (repo root): bash bundle/gpu_run.sh [env] [test] [sanitize] [bench] [anchors]
+# On the GPU machine (repo root): bash bundle/gpu_run.sh [PHASE...] (see its header; the default
+# runs env test reliability sanitize bench anchors)
 #
 # Env: CARGO_TARGET_DIR (default <repo>/target/cuda), BUNDLE_DIR (default <repo>/bundle),
 #      ANCHORS (default /work/shared/peers/anchors.py, else ../shared/peers/anchors.py).
@@ -32,14 +35,14 @@ cp Cargo.lock "$CARGO_TARGET_DIR/Cargo.lock.orig"
 trap 'cp "$CARGO_TARGET_DIR/Cargo.lock.orig" Cargo.lock' EXIT
 
 CARGO=(cargo --config 'patch.crates-io.candle-core.path=".candle-cuda/candle-core"')
-EXAMPLES=(--example check_env --example bench)
-[[ -f examples/decode.rs ]] && EXAMPLES+=(--example decode)
+EXAMPLES=(--example check_env --example bench --example decode --example eval)
 
 t0=$(date +%s)
 echo "bundle: building (target dir $CARGO_TARGET_DIR)"
 "${CARGO[@]}" build --release --features cuda "${EXAMPLES[@]}"
 # The test binaries' paths have a hash: ask cargo for them.
-GPU_TESTS=(gpu gpu_reliability qwen3_gpu gpu_attention gpu_fused gpu_sampling)
+# Every test binary gpu_run.sh runs (its `test` and `reliability` phases).
+GPU_TESTS=(gpu gpu_reliability gpu_fused gpu_attention gpu_sampling models_gpu)
 "${CARGO[@]}" test --release --features cuda "${GPU_TESTS[@]/#/--test=}" --no-run --message-format=json \
   >"$CARGO_TARGET_DIR/gpu-test-build.json"
 test_exe() {  # test_exe NAME: the executable cargo built for tests/NAME.rs
@@ -55,16 +58,19 @@ for t in "${GPU_TESTS[@]}"; do
   [[ -n "$exe" && -x "$exe" ]] || { echo "bundle: could not find the tests/$t.rs binary" >&2; exit 1; }
   cp "$exe" "$STAGE/$t"
 done
-for ex in check_env bench decode; do
-  [[ -x "$CARGO_TARGET_DIR/release/examples/$ex" ]] && [[ "$ex" != decode || -f examples/decode.rs ]] \
-    && cp "$CARGO_TARGET_DIR/release/examples/$ex" "$STAGE/$ex"
+for ex in check_env bench decode eval; do
+  [[ -x "$CARGO_TARGET_DIR/release/examples/$ex" ]] || { echo "bundle: examples/$ex.rs was not built" >&2; exit 1; }
+  cp "$CARGO_TARGET_DIR/release/examples/$ex" "$STAGE/$ex"
 done
 strip "$STAGE"/*
 
 mkdir -p "$BUNDLE"
 # Only what ships: drop an unpacked bin/ or out/ left by a local gpu_run.sh.
 rm -rf "$BUNDLE/fp8bin.tar.xz" "$BUNDLE/bin" "$BUNDLE/out"
-tar -C "$STAGE" -cf - . | xz -T0 -6 >"$BUNDLE/fp8bin.tar.xz"
+# The binaries share most of their bytes (candle, the kernels' cubins): a dictionary larger than
+# one binary lets xz store the shared parts once (~12 MB instead of ~60 MB for nine binaries;
+# ~2.5 GB of memory to compress, 256 MB to unpack).
+tar -C "$STAGE" -cf - . | xz -T0 --lzma2=preset=6,dict=256MiB >"$BUNDLE/fp8bin.tar.xz"
 cp scripts/gpu_run.sh "$BUNDLE/gpu_run.sh"
 ANCHORS="${ANCHORS:-}"
 if [[ -z "$ANCHORS" ]]; then
@@ -83,13 +89,13 @@ fi
   echo "nvcc: $(nvcc --version | grep release)"
   echo "kernels/: $(find kernels -type f | sort | xargs sha256sum | sha256sum | cut -c1-16) ($(find kernels -name '*.cu' | wc -l) .cu files; untracked: $(git status --porcelain --untracked-files=all kernels 2>/dev/null | wc -l))"
   echo "binaries (stripped):"
-  (cd "$STAGE" && ls -l | tail -n +2 | awk '{printf "  %-10s %8.1f MB\n", $9, $5/1048576}')
+  (cd "$STAGE" && ls -l | tail -n +2 | awk '{printf "  %-16s %8.1f MB\n", $9, $5/1048576}')
   (cd "$STAGE" && sha256sum *) | sed 's/^/  /'
 } >"$BUNDLE/MANIFEST.txt"
 cat "$BUNDLE/MANIFEST.txt"
 size_mb=$(du -sm "$BUNDLE" | cut -f1)
 echo "bundle: $BUNDLE is ${size_mb} MB (limit ${MAX_MB} MB); run on the GPU machine with:"
-echo "  bash bundle/gpu_run.sh            # all phases: env test sanitize bench anchors"
+echo "  bash bundle/gpu_run.sh            # default phases: env test reliability sanitize bench anchors"
 if (( size_mb >= MAX_MB )); then
   echo "bundle: ERROR: bundle is ${size_mb} MB >= ${MAX_MB} MB" >&2
   exit 1

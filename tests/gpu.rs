@@ -1,14 +1,19 @@
-//! GPU acceptance suite (built only with the `cuda` feature; every test prints a skip reason
-//! and passes when no usable CUDA device is present).
+//! GPU acceptance suite (built only with the `cuda` feature). Without a usable CUDA device
+//! every test reports `SKIP <test>: <reason>` on stderr (a failure under
+//! `CANDLE_FP8_REQUIRE_GPU=1`, as `scripts/gpu_run.sh` runs it).
 //!
 //! Every CUDA provider (hopper, cublaslt, dequant) against the dequantized reference on fresh
 //! random operands whose scales vary per token, per N block and per K block (log-spaced), with
 //! the allocator poisoned (NaN) before each call so an unwritten output cannot pass:
-//! `relerr ≤ 3e-3` and `calc_diff < 1e-3` (docs/design.md). Small shapes use the CPU reference;
-//! large ones a GPU f32 reference (host-dequantized operands, candle's f32 cuBLAS GEMM with
-//! TF32 off), itself cross-checked against the CPU reference. Also: activation quantization
-//! bit-exact against the CPU quantizer, determinism (20 calls bitwise identical), and the
-//! `CANDLE_FP8_BACKEND` override.
+//! `relerr ≤ 3e-3` (docs/design.md; DeepGEMM's `calc_diff` is at most `relerr²`, so it adds no
+//! check). Where the exact product is cheap (the f64 loop of the contract), the blocked-FP8
+//! providers' outputs are also judged output by output: share off the correctly rounded bf16
+//! value and mean error in ulps (`gpu::check_rounding`, bounds derived there). Small shapes use
+//! the CPU reference; large ones a GPU f32 reference (host-dequantized operands, candle's f32
+//! cuBLAS GEMM with TF32 off), itself cross-checked against the CPU reference. Also: activation
+//! quantization bit-exact against the CPU quantizer, the full linear bit-exact against
+//! quantize-then-GEMM, the preallocated-output op, determinism (20 calls bitwise identical), and
+//! the `CANDLE_FP8_BACKEND` override (in a child process: it sets the environment).
 //!
 //! `CANDLE_FP8_GPU_QUICK=1` runs a reduced grid (used under compute-sanitizer).
 #![cfg(feature = "cuda")]
@@ -16,37 +21,40 @@
 #[path = "common/gpu.rs"]
 #[macro_use]
 mod gpu;
-use gpu::{poison, usable, PROVIDERS};
-
+use gpu::{check_rounding, poison, rounds_like_the_contract, skip, usable, PROVIDERS};
 
 use candle_core::{DType, Device, Module, Result, Tensor};
-use candle_fp8::dispatch::{choose_config, quantizes_in_kernel, Backend, Provider, BACKEND_ENV};
-use candle_fp8::format::{act_scale_m_stride, e4m3_to_f32, num_blocks, BLOCK, F8E4M3};
-use candle_fp8::ops::{device_caps, fp8_block_matmul, fp8_block_matmul_into, fp8_block_matmul_with};
-use candle_fp8::format::act_scales_view;
-use candle_fp8::quant::{quantize_activation};
-use candle_fp8::testing::reference::{calc_diff, naive_matmul_f64, reference_matmul, rel_err, rounding_stats, RoundingStats};
-use candle_fp8::testing::{random_operands, Operands, Rng};
-use candle_fp8::Fp8BlockLinear;
+use candle_fp8::format::{act_scale_m_stride, act_scales_view, e4m3_to_f32, num_blocks, BLOCK, F8E4M3};
+use candle_fp8::testing::reference::{naive_matmul_f64, reference_matmul, rel_err, RoundingStats};
+use candle_fp8::testing::{device_caps, random_operands, Operands, Rng};
+use candle_fp8::{
+    fp8_block_matmul, fp8_block_matmul_into, fp8_block_matmul_with, quantize_activation, Backend, Fp8BlockLinear,
+    Fp8Options, Provider, BACKEND_ENV,
+};
 use rayon::prelude::*;
 
 const MS: [usize; 28] = [
-    1, 2, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 200, 255, 256, 257,
-    511, 512, 1000, 2048, 4096,
+    1, 2, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 200, 255, 256, 257, 511, 512, 1000, 2048,
+    4096,
 ];
 const NS: [usize; 6] = [128, 256, 1024, 4096, 5120, 10240];
-const KS: [usize; 5] = [128, 256, 4096, 5120, 8192];
+/// K values: whole 128-blocks, and partial last blocks (576 = SmolLM2's hidden size, 4.5 blocks;
+/// 2112 = 16.5 blocks, a K split with a partial last split), which cuBLASLt does not take.
+const KS: [usize; 7] = [128, 256, 576, 4096, 5120, 8192, 2112];
 const QWEN: [(usize, usize); 4] = [(10240, 5120), (5120, 8192), (51200, 5120), (5120, 25600)];
 const MAX_RELERR: f64 = 3e-3;
-const MAX_CALC_DIFF: f64 = 1e-3;
 /// Above this many multiply-adds the GPU f32 reference replaces the CPU one.
 const CPU_REF_MAX_MACS: usize = 1 << 32;
+/// Up to this many multiply-adds the exact f64 product is computed too, for the rounding check.
+const EXACT_MAX_MACS: usize = 1 << 30;
 
 fn quick() -> bool {
     std::env::var("CANDLE_FP8_GPU_QUICK").is_ok_and(|v| v != "0" && !v.is_empty())
 }
 
-
+fn forced(p: Provider) -> Fp8Options {
+    Fp8Options::with_backend(Backend::Force(p))
+}
 
 /// Operands with `m` rows taken from `op` (which has at least `m` rows), re-laid out so that
 /// the scale column stride is `round_up(m, 4)`.
@@ -96,24 +104,37 @@ fn reference(op: &Operands, m: usize, n: usize, k: usize, dev: &Device) -> Resul
     }
 }
 
+/// `relerr ≤ 3e-3` against the reference (NaN fails: `rel_err` is NaN then).
 fn check(y: &Tensor, r: &Tensor, what: &str) -> Result<()> {
     assert_eq!(y.dtype(), DType::BF16, "{what}");
     assert_eq!(y.dims(), r.dims(), "{what}");
-    let y = y.to_device(&Device::Cpu)?;
-    let (e, d) = (rel_err(&y, r)?, calc_diff(&y, r)?);
-    assert!(
-        e <= MAX_RELERR && d < MAX_CALC_DIFF,
-        "{what}: relerr {e:.3e} (max {MAX_RELERR:e}), calc_diff {d:.3e} (max {MAX_CALC_DIFF:e})"
-    );
+    let e = rel_err(&y.to_device(&Device::Cpu)?, r)?;
+    assert!(e <= MAX_RELERR, "{what}: relerr {e:.3e} (max {MAX_RELERR:e})");
     Ok(())
+}
+
+/// The exact product of `op` (f64, the contract's sum before rounding).
+fn exact(op: &Operands, m: usize, n: usize, k: usize) -> Vec<f64> {
+    naive_matmul_f64(&op.qa_host, &op.sa_host, &op.w_host, &op.sw_host, m, n, k)
+}
+
+/// `y` widened to f32 on the host.
+fn host_f32(y: &Tensor) -> Result<Vec<f32>> {
+    y.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()
 }
 
 fn run_case(dev: &Device, providers: &[Provider], op: &Operands, m: usize, n: usize, k: usize) -> Result<()> {
     let r = reference(op, m, n, k, dev)?;
-    for &p in providers {
+    let exact = (m * n * k <= EXACT_MAX_MACS).then(|| exact(op, m, n, k));
+    // cuBLASLt's block scaling needs whole 128-wide K blocks: other K are not its shapes.
+    for &p in providers.iter().filter(|&&p| p != Provider::CublasLt || k % 128 == 0) {
         poison(dev, m * n)?;
-        let y = fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(p)), &op.qa, &op.sa, &op.w, &op.sw)?;
-        check(&y, &r, &format!("{p} m={m} n={n} k={k}"))?;
+        let y = fp8_block_matmul_with(&forced(p), &op.qa, &op.sa, &op.w, &op.sw)?;
+        let what = format!("{p} m={m} n={n} k={k}");
+        check(&y, &r, &what)?;
+        if let (Some(e), true) = (&exact, rounds_like_the_contract(p)) {
+            check_rounding(&what, &host_f32(&y)?, e)?;
+        }
     }
     Ok(())
 }
@@ -156,13 +177,13 @@ fn providers_match_reference_on_shape_grid() -> Result<()> {
 fn providers_match_reference_on_qwen3_32b_shapes() -> Result<()> {
     let dev = gpu_or_skip!("providers_match_reference_on_qwen3_32b_shapes");
     if quick() {
-        println!("SKIP providers_match_reference_on_qwen3_32b_shapes: CANDLE_FP8_GPU_QUICK");
+        skip("providers_match_reference_on_qwen3_32b_shapes", "CANDLE_FP8_GPU_QUICK (the reduced grid) is set");
         return Ok(());
     }
     let providers = usable(&dev, "providers_match_reference_on_qwen3_32b_shapes")?;
     for (i, &(n, k)) in QWEN.iter().enumerate() {
         let full = random_operands(2048, n, k, 7000 + i as u64, &dev)?;
-        // 24 and 32: swap-AB 32-token tiles on the wide shapes (session 13); 48: small-M splits.
+        // 24 and 32: swap-AB 32-token tiles on the wide shapes; 48: small-M splits.
         for m in [1, 16, 24, 32, 48, 2048] {
             let op = first_rows(&full, m, k, &dev)?;
             run_case(&dev, &providers, &op, m, n, k)?;
@@ -204,17 +225,14 @@ fn activation_data(m: usize, k: usize, seed: u64) -> Vec<f32> {
 
 #[test]
 fn activation_quantization_is_bit_exact() -> Result<()> {
-    let dev = gpu_or_skip!("activation_quantization_is_bit_exact");
-    if !device_caps(&dev)?.have_hopper_kernels {
-        println!("SKIP activation_quantization_is_bit_exact: this build has no kernels");
-        return Ok(());
-    }
+    let dev = kernels_device_or_skip!("activation_quantization_is_bit_exact");
     let ms: &[usize] = if quick() { &[1, 3, 8] } else { &[1, 2, 3, 4, 5, 8, 17, 129, 1000, 4096] };
     for &m in ms {
-        for k in [128, 4096, 5120] {
+        // 200 and 576: a partial last group per row.
+        for k in [128, 200, 576, 4096, 5120] {
             for dtype in [DType::F32, DType::BF16] {
-                let x = Tensor::from_vec(activation_data(m, k, (m * k) as u64), (m, k), &Device::Cpu)?
-                    .to_dtype(dtype)?;
+                let x =
+                    Tensor::from_vec(activation_data(m, k, (m * k) as u64), (m, k), &Device::Cpu)?.to_dtype(dtype)?;
                 let (qc, sc) = quantize_activation(&x)?;
                 let (qg, sg) = quantize_activation(&x.to_device(&dev)?)?;
                 let what = format!("m={m} k={k} {dtype:?}");
@@ -222,12 +240,25 @@ fn activation_quantization_is_bit_exact() -> Result<()> {
                 assert_eq!(sg.dims(), sc.dims(), "{what}");
                 assert_eq!(sg.stride(), sc.stride(), "{what}: scale strides");
                 let qc: Vec<u8> = qc.flatten_all()?.to_vec1::<F8E4M3>()?.iter().map(|v| v.to_bits()).collect();
-                let qg: Vec<u8> = qg.to_device(&Device::Cpu)?.flatten_all()?.to_vec1::<F8E4M3>()?.iter().map(|v| v.to_bits()).collect();
+                let qg: Vec<u8> = qg
+                    .to_device(&Device::Cpu)?
+                    .flatten_all()?
+                    .to_vec1::<F8E4M3>()?
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect();
                 if let Some(i) = (0..qc.len()).find(|&i| qc[i] != qg[i]) {
-                    panic!("{what}: q differs first at row {} col {}: cpu {:#04x} gpu {:#04x}", i / k, i % k, qc[i], qg[i]);
+                    panic!(
+                        "{what}: q differs first at row {} col {}: cpu {:#04x} gpu {:#04x}",
+                        i / k,
+                        i % k,
+                        qc[i],
+                        qg[i]
+                    );
                 }
                 let sc: Vec<u32> = sc.to_vec2::<f32>()?.concat().iter().map(|v| v.to_bits()).collect();
-                let sg: Vec<u32> = sg.to_device(&Device::Cpu)?.to_vec2::<f32>()?.concat().iter().map(|v| v.to_bits()).collect();
+                let sg: Vec<u32> =
+                    sg.to_device(&Device::Cpu)?.to_vec2::<f32>()?.concat().iter().map(|v| v.to_bits()).collect();
                 assert_eq!(sc, sg, "{what}: scales differ");
             }
         }
@@ -237,12 +268,8 @@ fn activation_quantization_is_bit_exact() -> Result<()> {
 
 #[test]
 fn quantize_then_gemm_matches_cpu_pipeline() -> Result<()> {
-    let dev = gpu_or_skip!("quantize_then_gemm_matches_cpu_pipeline");
+    let dev = kernels_device_or_skip!("quantize_then_gemm_matches_cpu_pipeline");
     let providers = usable(&dev, "quantize_then_gemm_matches_cpu_pipeline")?;
-    if !device_caps(&dev)?.have_hopper_kernels {
-        println!("SKIP quantize_then_gemm_matches_cpu_pipeline: this build has no kernels");
-        return Ok(());
-    }
     for (m, n, k) in [(1, 4096, 4096), (7, 1024, 5120), (300, 256, 8192)] {
         let x = Tensor::from_vec(activation_data(m, k, 5), (m, k), &Device::Cpu)?.to_dtype(DType::BF16)?;
         let op = random_operands(1, n, k, 77, &Device::Cpu)?;
@@ -252,7 +279,7 @@ fn quantize_then_gemm_matches_cpu_pipeline() -> Result<()> {
         let (w, sw) = (op.w.to_device(&dev)?, op.sw.to_device(&dev)?);
         for &p in &providers {
             poison(&dev, m * n)?;
-            let y = fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(p)), &qa, &sa, &w, &sw)?;
+            let y = fp8_block_matmul_with(&forced(p), &qa, &sa, &w, &sw)?;
             check(&y, &r, &format!("pipeline {p} m={m} n={n} k={k}"))?;
         }
     }
@@ -270,16 +297,12 @@ fn into_preallocated_output_equals_the_op() -> Result<()> {
     // with an offset): the allocating op's bits (every schedule family: swap-AB split, small-M
     // cluster split, split-K through the workspace, warp-specialized, persistent), the rows
     // around the view left as they were.
-    let dev = gpu_or_skip!("into_preallocated_output_equals_the_op");
-    if !usable(&dev, "into_preallocated_output_equals_the_op")?.contains(&Provider::Hopper) {
-        println!("SKIP into_preallocated_output_equals_the_op: our kernels cannot run on this device");
-        return Ok(());
-    }
+    let dev = kernels_device_or_skip!("into_preallocated_output_equals_the_op");
     let shapes: &[(usize, usize, usize)] =
         &[(1, 4096, 4096), (48, 4096, 4096), (1, 5120, 8192), (100, 1024, 2048), (129, 1024, 5120), (300, 4096, 512)];
     for &(m, n, k) in shapes {
         let op = random_operands(m, n, k, 7 + m as u64, &dev)?;
-        let want = bits(&fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(Provider::Hopper)), &op.qa, &op.sa, &op.w, &op.sw)?)?;
+        let want = bits(&fp8_block_matmul_with(&forced(Provider::Hopper), &op.qa, &op.sa, &op.w, &op.sw)?)?;
         let out = Tensor::full(half::bf16::NAN, (m, n), &dev)?;
         fp8_block_matmul_into(&op.qa, &op.sa, &op.w, &op.sw, &out)?;
         assert!(bits(&out)? == want, "m={m} n={n} k={k}: into a fresh buffer differs from the op");
@@ -293,30 +316,21 @@ fn into_preallocated_output_equals_the_op() -> Result<()> {
 }
 
 #[test]
-fn full_linear_quantizing_in_the_gemm_equals_quantize_then_gemm() -> Result<()> {
-    // At M <= 8 `Fp8BlockLinear::forward` on bf16 input with in-kernel quantization on quantizes
-    // inside the swap-AB GEMM (one launch). Its bits must equal the two-launch path (`quantize_activation` + the GEMM) for
-    // every output mode of that tile: no split (51200 x 5120, 1024 x 512), a 2-CTA cluster sum
-    // (10240 x 5120, 4096 x 4096) and the workspace (5120 x 8192, split 4); ragged M (rows
-    // past M inside the 8-token tile), rows of very different magnitudes, an all-zero row, a
-    // row of exact e4m3 rounding midpoints (scale 1: the kernel's fast quotients must defer to
-    // IEEE division there, ties to even, subnormals included), and a NaN in the last row (which
-    // must poison exactly that row, as the quantizer does).
-    let dev = gpu_or_skip!("full_linear_quantizing_in_the_gemm_equals_quantize_then_gemm");
-    if !usable(&dev, "full_linear_quantizing_in_the_gemm_equals_quantize_then_gemm")?.contains(&Provider::Hopper) {
-        println!("SKIP full_linear_quantizing_in_the_gemm_equals_quantize_then_gemm: our kernels cannot run on this device");
-        return Ok(());
-    }
-    let sms = 132; // H100 SXM / H200; at M <= 8 the tile does not depend on it (only the split)
+fn full_linear_equals_quantize_then_gemm() -> Result<()> {
+    // `Fp8BlockLinear::forward` on bf16 input runs our quantizer and GEMM as two adjacent
+    // launches; its bits must equal `quantize_activation` followed by `forward_quantized` for
+    // every output mode of the decode tiles: no split (51200 x 5120, 1024 x 512), a 2-CTA
+    // cluster sum (10240 x 5120, 4096 x 4096), the workspace (5120 x 8192) and stream-K (9-16
+    // tokens on 51200 x 5120); ragged M, rows of very different magnitudes, an all-zero row, a
+    // row of exact e4m3 rounding midpoints (scale 1: ties to even, subnormals included), and a
+    // NaN in the last row (which must poison exactly that row, as the quantizer does).
+    let dev = kernels_device_or_skip!("full_linear_equals_quantize_then_gemm");
     let shapes: &[(usize, usize)] = &[(51200, 5120), (1024, 512), (10240, 5120), (4096, 4096), (5120, 8192)];
     for &(n, k) in shapes {
         let op = random_operands(1, n, k, (n + k) as u64, &dev)?;
-        let layer = Fp8BlockLinear::new(op.w.clone(), op.sw.clone(), None)?
-            .with_backend(Backend::Force(Provider::Hopper))
-            .with_in_kernel_quantization(true);
-        for m in [1, 2, 5, 8] {
-            let cfg = choose_config(m, n, k, sms);
-            assert!(quantizes_in_kernel(&cfg), "m={m} n={n} k={k}: {cfg:?} does not take the in-kernel path");
+        let layer =
+            Fp8BlockLinear::new(op.w.clone(), op.sw.clone(), None)?.with_backend(Backend::Force(Provider::Hopper));
+        for m in [1, 2, 5, 8, 13] {
             for nan in [false, true] {
                 let mut data = activation_data(m, k, (m * n) as u64);
                 if m >= 2 {
@@ -337,12 +351,13 @@ fn full_linear_quantizing_in_the_gemm_equals_quantize_then_gemm() -> Result<()> 
                 let want = bits(&layer.forward_quantized(&qa, &sa)?)?;
                 poison(&dev, 8 * m * n)?;
                 let got = bits(&layer.forward(&x)?)?;
-                let what = format!("m={m} n={n} k={k} {cfg:?} nan={nan}");
+                let what = format!("m={m} n={n} k={k} nan={nan}");
                 if let Some(i) = (0..want.len()).find(|&i| want[i] != got[i]) {
                     panic!("{what}: differs first at row {} col {}: {:#06x} vs {:#06x}", i / n, i % n, got[i], want[i]);
                 }
-                let nan_rows: Vec<usize> =
-                    (0..m).filter(|r| got[r * n..(r + 1) * n].iter().any(|&b| half::bf16::from_bits(b).is_nan())).collect();
+                let nan_rows: Vec<usize> = (0..m)
+                    .filter(|r| got[r * n..(r + 1) * n].iter().any(|&b| half::bf16::from_bits(b).is_nan()))
+                    .collect();
                 assert_eq!(nan_rows, if nan { vec![m - 1] } else { vec![] }, "{what}: rows with NaN");
             }
         }
@@ -354,58 +369,70 @@ fn full_linear_quantizing_in_the_gemm_equals_quantize_then_gemm() -> Result<()> 
 fn repeated_calls_are_bitwise_identical() -> Result<()> {
     let dev = gpu_or_skip!("repeated_calls_are_bitwise_identical");
     let providers = usable(&dev, "repeated_calls_are_bitwise_identical")?;
-    let shapes: &[(usize, usize, usize)] =
-        if quick() { &[(1, 256, 512)] } else { &[(1, 4096, 4096), (16, 5120, 25600), (129, 1024, 5120), (2048, 5120, 8192)] };
+    let shapes: &[(usize, usize, usize)] = if quick() {
+        &[(1, 256, 512)]
+    } else {
+        &[(1, 4096, 4096), (16, 5120, 25600), (129, 1024, 5120), (2048, 5120, 8192)]
+    };
     for &(m, n, k) in shapes {
         let op = random_operands(m, n, k, 99, &dev)?;
         for &p in &providers {
-            let req = Backend::Force(p);
-            let first = bits(&fp8_block_matmul_with(req, &op.qa, &op.sa, &op.w, &op.sw)?)?;
+            let first = bits(&fp8_block_matmul_with(&forced(p), &op.qa, &op.sa, &op.w, &op.sw)?)?;
             for i in 1..20 {
                 poison(&dev, m * n)?;
-                let y = bits(&fp8_block_matmul_with(req, &op.qa, &op.sa, &op.w, &op.sw)?)?;
-                assert!(first == y, "{p} m={m} n={n} k={k}: call {i} differs from call 0");
+                let y = bits(&fp8_block_matmul_with(&forced(p), &op.qa, &op.sa, &op.w, &op.sw)?)?;
+                assert!(first == y, "{p} m={m} n={n} k={k}: repetition {i} differs from the first result");
             }
         }
     }
     Ok(())
 }
 
-/// Our kernels land as close to the exact product as cuBLASLt's blockwise FP8 (the same Hopper
-/// tensor-core accumulation, ~14 bits inside a 128-K block): the share of outputs off the
-/// correctly rounded bf16 value and the mean signed error (a biased promotion or scale
-/// rounding would show there), against the f64 sum of the contract, one shape per schedule.
+/// Our kernels land as close to the exact product as the contract allows
+/// (`gpu::check_rounding`: the share of outputs off the correctly rounded bf16 value and the
+/// mean signed error, against the f64 sum of the contract), one shape per schedule family, and
+/// as close as cuBLASLt's blockwise FP8 on the same operands (the same Hopper tensor-core
+/// accumulation inside a 128-K block, where only the order of the four 32-K wgmma steps and of
+/// the promotion may differ): at most 10 % more outputs off the rounded value than cuBLASLt's,
+/// plus four binomial standard errors of the difference, and a mean error within cuBLASLt's plus
+/// four standard errors.
 #[test]
 fn outputs_round_as_close_to_exact_as_cublaslt() -> Result<()> {
-    let dev = gpu_or_skip!("outputs_round_as_close_to_exact_as_cublaslt");
-    let providers = usable(&dev, "outputs_round_as_close_to_exact_as_cublaslt")?;
-    if !providers.contains(&Provider::Hopper) {
-        println!("SKIP outputs_round_as_close_to_exact_as_cublaslt: our kernels cannot run on this device");
-        return Ok(());
-    }
-    // swap-AB (1, 16), small-M (100), persistent (300).
-    for (m, n, k) in [(1, 1024, 5120), (16, 2048, 4096), (100, 1024, 2048), (300, 768, 2048)] {
+    let dev = kernels_device_or_skip!("outputs_round_as_close_to_exact_as_cublaslt");
+    let lt_ok = match device_caps(&dev)?.unusable_reason(Provider::CublasLt) {
+        None => true,
+        Some(why) => {
+            skip("outputs_round_as_close_to_exact_as_cublaslt [cublaslt comparison]", &why);
+            false
+        }
+    };
+    // swap-AB (1, 16), small-M (100), persistent (300), stream-K (16 x 51200: three waves).
+    for (m, n, k) in [(1, 1024, 5120), (16, 2048, 4096), (100, 1024, 2048), (300, 768, 2048), (16, 51200, 1024)] {
         let op = random_operands(m, n, k, (m * 7 + n) as u64, &dev)?;
-        let exact = naive_matmul_f64(&op.qa_host, &op.sa_host, &op.w_host, &op.sw_host, m, n, k);
+        let exact = exact(&op, m, n, k);
+        let what = |p: Provider| format!("{p} {m}x{n}x{k}");
         let stats = |p: Provider| -> Result<RoundingStats> {
             poison(&dev, m * n)?;
-            let y = fp8_block_matmul_with(&Fp8Options::with_backend(Backend::Force(p)), &op.qa, &op.sa, &op.w, &op.sw)?;
-            rounding_stats(&y.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?, &exact)
+            let y = fp8_block_matmul_with(&forced(p), &op.qa, &op.sa, &op.w, &op.sw)?;
+            check_rounding(&what(p), &host_f32(&y)?, &exact)
         };
         let ours = stats(Provider::Hopper)?;
-        println!("{m}x{n}x{k} hopper: {ours:?}");
-        assert!(ours.off_rounded < 0.12, "{m}x{n}x{k}: {:.2} % of outputs off the rounded value", 100.0 * ours.off_rounded);
-        if providers.contains(&Provider::CublasLt) {
+        println!("{}: {ours:?}", what(Provider::Hopper));
+        if lt_ok {
             let lt = stats(Provider::CublasLt)?;
-            println!("{m}x{n}x{k} cublaslt: {lt:?}");
+            println!("{}: {lt:?}", what(Provider::CublasLt));
+            let count = (m * n) as f64;
+            let p = ours.off_rounded.max(lt.off_rounded);
+            let se = (2.0 * p * (1.0 - p) / count).sqrt();
             assert!(
-                ours.off_rounded <= 1.1 * lt.off_rounded + 0.005,
+                ours.off_rounded <= 1.1 * lt.off_rounded + 4.0 * se,
                 "{m}x{n}x{k}: {:.2} % off the rounded value vs cuBLASLt {:.2} %",
                 100.0 * ours.off_rounded,
                 100.0 * lt.off_rounded
             );
+            let se = (ours.rms_ulp.powi(2) + lt.rms_ulp.powi(2)).sqrt() / count.sqrt();
             assert!(
-                ours.mean_ulp.abs() <= lt.mean_ulp.abs() + 0.05,
+                ours.mean_ulp.abs() <= lt.mean_ulp.abs() + 4.0 * se,
                 "{m}x{n}x{k}: mean error {:.4} ulp vs cuBLASLt {:.4}",
                 ours.mean_ulp,
                 lt.mean_ulp
@@ -415,10 +442,34 @@ fn outputs_round_as_close_to_exact_as_cublaslt() -> Result<()> {
     Ok(())
 }
 
+/// Set in the child process that [`backend_env_override`] runs its body in.
+const CHILD_ENV: &str = "CANDLE_FP8_TEST_BACKEND_ENV_CHILD";
+
+/// `CANDLE_FP8_BACKEND` read by `fp8_block_matmul`: every value, refusals naming the provider,
+/// the fallback off the fast path. The body sets the process environment, which other tests of
+/// this binary (running in parallel threads) must not see: the test re-runs this binary for
+/// itself alone (`--exact`) with [`CHILD_ENV`] set, and the body runs only there.
 #[test]
 fn backend_env_override() -> Result<()> {
-    // The only test that touches CANDLE_FP8_BACKEND (all others pass the request explicitly).
-    let dev = gpu_or_skip!("backend_env_override");
+    const NAME: &str = "backend_env_override";
+    let dev = gpu_or_skip!(NAME);
+    if std::env::var_os(CHILD_ENV).is_none() {
+        let exe = std::env::current_exe()?;
+        let out = std::process::Command::new(exe)
+            .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, "1")
+            .env_remove(BACKEND_ENV)
+            .output()?;
+        // Indented, so that the runner's counts of `test result:` / `SKIP` lines see the parent
+        // only.
+        for line in String::from_utf8_lossy(&out.stdout).lines().chain(String::from_utf8_lossy(&out.stderr).lines()) {
+            println!("  [child] {line}");
+        }
+        assert!(out.status.success(), "{NAME}: the child process failed ({})", out.status);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains("test result: ok. 1 passed"), "{NAME}: the child process did not run the test");
+        return Ok(());
+    }
     let caps = device_caps(&dev)?;
     let (m, n, k) = (5, 256, 512);
     let op = random_operands(m, n, k, 5, &dev)?;
@@ -441,10 +492,10 @@ fn backend_env_override() -> Result<()> {
         }
     }
     let e = call("tensorrt").unwrap_err().to_string();
-    assert!(e.contains("tensorrt") && e.contains("expected one of"), "{e}");
+    assert!(e.contains("tensorrt") && e.contains(BACKEND_ENV) && e.contains("one of"), "{e}");
     let e = call("cpu").unwrap_err().to_string();
-    assert!(e.contains("CUDA"), "cpu on CUDA tensors must be refused: {e}");
-    // Off the fast path (K % 128 != 0): hopper/cublaslt are refused, auto falls back.
+    assert!(e.contains("cpu") && e.contains("CUDA"), "cpu on CUDA tensors must be refused: {e}");
+    // Off the fast path (K % 128 != 0): hopper is refused naming the shape, auto falls back.
     let op2 = random_operands(3, 256, 200, 6, &dev)?;
     let r2 = reference(&op2, 3, 256, 200, &dev)?;
     std::env::set_var(BACKEND_ENV, "hopper");
@@ -452,7 +503,10 @@ fn backend_env_override() -> Result<()> {
     std::env::set_var(BACKEND_ENV, "auto");
     let y = fp8_block_matmul(&op2.qa, &op2.sa, &op2.w, &op2.sw);
     std::env::remove_var(BACKEND_ENV);
-    assert!(e.is_err(), "hopper must refuse K = 200");
+    match e {
+        Ok(_) => panic!("hopper must refuse K = 200"),
+        Err(e) => assert!(e.to_string().contains("K = 200"), "{e}"),
+    }
     check(&y?, &r2, "auto with K = 200")?;
     Ok(())
 }

@@ -1,6 +1,6 @@
-//! The greedy-sampling kernel (`src/cuda/sampling.rs`, `kernels/sampling.cu`) on CUDA (built
-//! only with the `cuda` feature; every test prints a skip reason and passes when no CUDA sm_90
-//! device can be opened).
+//! The greedy-sampling kernel (`src/cuda/sampling.rs`, `kernels/sampling/sampling.cu`) on CUDA
+//! (built only with the `cuda` feature; without a CUDA sm_90 device every test reports
+//! `SKIP <test>: <reason>` on stderr, a failure under `CANDLE_FP8_REQUIRE_GPU=1`).
 //!
 //! `argmax_last_dim` must return what candle's CPU `argmax(D::Minus1)` returns for the same
 //! values (f32, and bf16 — the lm_head's own output), index for index: rows 1, 3, 16 ×
@@ -16,26 +16,15 @@
 #[path = "common/gpu.rs"]
 #[macro_use]
 mod gpu;
+use gpu::poison;
 
 use candle_core::{DType, Device, Result, Tensor, D};
-use candle_fp8::kernels::{self, argmax_last_dim};
+use candle_fp8::kernels::argmax_last_dim;
 use candle_fp8::models::Sampler;
 use candle_fp8::testing::Rng;
 
 const ROWS: [usize; 3] = [1, 3, 16];
 const COLS: [usize; 5] = [1, 5, 1000, 151936, 151937];
-
-/// The device, or print why the kernel cannot run and return `Ok(())`.
-macro_rules! sampling_device_or_skip {
-    ($name:expr) => {{
-        let dev = gpu_or_skip!($name);
-        if let Some(why) = sampling::unavailable_reason(&dev) {
-            println!("SKIP {}: {why}", $name);
-            return Ok(());
-        }
-        dev
-    }};
-}
 
 /// What a row holds.
 #[derive(Debug, Clone, Copy)]
@@ -58,15 +47,8 @@ enum Kind {
     SignedZero,
 }
 
-const KINDS: [Kind; 7] = [
-    Kind::Random,
-    Kind::Ties,
-    Kind::Constant,
-    Kind::NegInf,
-    Kind::PosInf,
-    Kind::Nan,
-    Kind::SignedZero,
-];
+const KINDS: [Kind; 7] =
+    [Kind::Random, Kind::Ties, Kind::Constant, Kind::NegInf, Kind::PosInf, Kind::Nan, Kind::SignedZero];
 
 fn fill_row(kind: Kind, row: &mut [f32], r: usize, rng: &mut Rng) {
     let n = row.len();
@@ -115,8 +97,7 @@ fn fill_row(kind: Kind, row: &mut [f32], r: usize, rng: &mut Rng) {
             }
         }
         Kind::SignedZero => {
-            row.iter_mut()
-                .for_each(|x| *x = -1.0 - rng.uniform_f32().abs());
+            row.iter_mut().for_each(|x| *x = -1.0 - rng.uniform_f32().abs());
             for _ in 0..4 {
                 let c = pick(rng);
                 row[c] = if c % 2 == 0 { 0.0 } else { -0.0 };
@@ -139,69 +120,38 @@ fn values(kind: Kind, len: usize, cols: usize, seed: u64) -> Vec<f32> {
     v
 }
 
-/// Fills the allocator pool with NaNs (as u32: 0x7fc00000, never a valid index) and frees
-/// them, so that the output most likely lands on poisoned memory.
-fn poison(dev: &Device, elems: usize) -> Result<()> {
-    let a = Tensor::full(f32::NAN, elems, dev)?;
-    dev.synchronize()?;
-    drop(a);
-    Ok(())
-}
-
 /// Asserts `argmax_last_dim(view(gpu copy of base))` equals candle's CPU argmax of
 /// `view(base)`, shape and every index.
-fn check(
-    what: &str,
-    base: &Tensor,
-    dev: &Device,
-    view: impl Fn(&Tensor) -> Result<Tensor>,
-) -> Result<()> {
+fn check(what: &str, base: &Tensor, dev: &Device, view: impl Fn(&Tensor) -> Result<Tensor>) -> Result<()> {
     let cpu = view(base)?;
     let gpu = view(&base.to_device(dev)?)?;
     assert_eq!(gpu.stride(), cpu.stride(), "{what}: the views differ");
     let want = cpu.argmax(D::Minus1)?;
-    poison(
-        dev,
-        4 * gpu.elem_count() / gpu.dims().last().unwrap() + 4096,
-    )?;
+    // NaN poison (as u32: 0x7fc00000 or 0x7fc0_7fc0, never a valid index) in recycled memory.
+    poison(dev, 4 * gpu.elem_count() / gpu.dims().last().unwrap() + 4096)?;
     let got = argmax_last_dim(&gpu)?;
     assert_eq!(got.dtype(), DType::U32, "{what}: dtype");
-    assert!(
-        got.device().same_device(dev),
-        "{what}: the result is not on the logits' device"
-    );
+    assert!(got.device().same_device(dev), "{what}: the result is not on the logits' device");
     assert_eq!(got.dims(), want.dims(), "{what}: shape");
-    let (g, w) = (
-        got.flatten_all()?.to_vec1::<u32>()?,
-        want.flatten_all()?.to_vec1::<u32>()?,
-    );
+    let (g, w) = (got.flatten_all()?.to_vec1::<u32>()?, want.flatten_all()?.to_vec1::<u32>()?);
     if let Some(r) = (0..w.len()).find(|&r| g[r] != w[r]) {
-        panic!(
-            "{what}: row {r}: got index {}, candle's CPU argmax {}",
-            g[r], w[r]
-        );
+        panic!("{what}: row {r}: got index {}, candle's CPU argmax {}", g[r], w[r]);
     }
     Ok(())
 }
 
 #[test]
 fn argmax_matches_candle_cpu() -> Result<()> {
-    let dev = sampling_device_or_skip!("argmax_matches_candle_cpu");
+    let dev = kernels_device_or_skip!("argmax_matches_candle_cpu");
     for kind in KINDS {
         for &rows in &ROWS {
             for &cols in &COLS {
                 let seed = (rows * 1_000_003 + cols) as u64 ^ kind as u64;
-                let base = Tensor::from_vec(
-                    values(kind, rows * cols, cols, seed),
-                    (rows, cols),
-                    &Device::Cpu,
-                )?;
+                let base = Tensor::from_vec(values(kind, rows * cols, cols, seed), (rows, cols), &Device::Cpu)?;
                 // bf16: the lm_head's own output (rounding makes more ties); candle's CPU
                 // argmax of the same bf16 values is the reference.
                 for dt in [DType::F32, DType::BF16] {
-                    check(&format!("{kind:?} {dt:?} [{rows}, {cols}]"), &base.to_dtype(dt)?, &dev, |t| {
-                        Ok(t.clone())
-                    })?;
+                    check(&format!("{kind:?} {dt:?} [{rows}, {cols}]"), &base.to_dtype(dt)?, &dev, |t| Ok(t.clone()))?;
                 }
             }
         }
@@ -211,18 +161,14 @@ fn argmax_matches_candle_cpu() -> Result<()> {
 
 #[test]
 fn argmax_of_views_matches_candle_cpu() -> Result<()> {
-    let dev = sampling_device_or_skip!("argmax_of_views_matches_candle_cpu");
+    let dev = kernels_device_or_skip!("argmax_of_views_matches_candle_cpu");
     for kind in [Kind::Random, Kind::Ties, Kind::Nan] {
         for &rows in &ROWS {
             for &cols in &COLS {
                 let seed = (rows * 7919 + cols) as u64 ^ (kind as u64) << 32;
                 let what = format!("{kind:?} [{rows}, {cols}]");
                 // Start offset 1 (4 bytes past a 16-byte boundary), contiguous rows.
-                let flat = Tensor::from_vec(
-                    values(kind, rows * cols + 3, cols, seed),
-                    rows * cols + 3,
-                    &Device::Cpu,
-                )?;
+                let flat = Tensor::from_vec(values(kind, rows * cols + 3, cols, seed), rows * cols + 3, &Device::Cpu)?;
                 check(&format!("{what} at offset 1"), &flat, &dev, |t| {
                     t.narrow(0, 1, rows * cols)?.reshape((rows, cols))
                 })?;
@@ -234,14 +180,9 @@ fn argmax_of_views_matches_candle_cpu() -> Result<()> {
                     })?;
                 }
                 // Columns 1..=cols of [rows, cols + 3]: offset 1, row stride cols + 3.
-                let wide = Tensor::from_vec(
-                    values(kind, rows * (cols + 3), cols + 3, seed),
-                    (rows, cols + 3),
-                    &Device::Cpu,
-                )?;
-                check(&format!("{what} of a wider row"), &wide, &dev, |t| {
-                    t.narrow(1, 1, cols)
-                })?;
+                let wide =
+                    Tensor::from_vec(values(kind, rows * (cols + 3), cols + 3, seed), (rows, cols + 3), &Device::Cpu)?;
+                check(&format!("{what} of a wider row"), &wide, &dev, |t| t.narrow(1, 1, cols))?;
                 check(&format!("{what} bf16 of a wider row"), &wide.to_dtype(DType::BF16)?, &dev, |t| {
                     t.narrow(1, 1, cols)
                 })?;
@@ -251,23 +192,11 @@ fn argmax_of_views_matches_candle_cpu() -> Result<()> {
         for &cols in &[5, 151936, 151937] {
             let v = values(kind, 6 * cols, cols, cols as u64);
             let t3 = Tensor::from_vec(v.clone(), (2, 3, cols), &Device::Cpu)?;
-            check(&format!("{kind:?} [2, 3, {cols}]"), &t3, &dev, |t| {
-                Ok(t.clone())
-            })?;
-            check(
-                &format!("{kind:?} [2, 3, {cols}] from index 1 of dim 0"),
-                &t3,
-                &dev,
-                |t| t.narrow(0, 1, 1),
-            )?;
+            check(&format!("{kind:?} [2, 3, {cols}]"), &t3, &dev, |t| Ok(t.clone()))?;
+            check(&format!("{kind:?} [2, 3, {cols}] from index 1 of dim 0"), &t3, &dev, |t| t.narrow(0, 1, 1))?;
             let t1 = Tensor::from_vec(v[cols..2 * cols].to_vec(), cols, &Device::Cpu)?;
             check(&format!("{kind:?} [{cols}]"), &t1, &dev, |t| Ok(t.clone()))?;
-            check(
-                &format!("{kind:?} [{cols}] broadcast to [4, {cols}]"),
-                &t1,
-                &dev,
-                |t| t.broadcast_as((4, cols)),
-            )?;
+            check(&format!("{kind:?} [{cols}] broadcast to [4, {cols}]"), &t1, &dev, |t| t.broadcast_as((4, cols)))?;
         }
     }
     Ok(())
@@ -275,87 +204,52 @@ fn argmax_of_views_matches_candle_cpu() -> Result<()> {
 
 fn expect_err(what: &str, r: Result<Tensor>, needles: &[&str]) {
     let msg = match r {
-        Ok(t) => panic!(
-            "{what}: expected an error, got a result of shape {:?}",
-            t.dims()
-        ),
+        Ok(t) => panic!("{what}: expected an error, got a result of shape {:?}", t.dims()),
         Err(e) => e.to_string(),
     };
     for n in needles {
-        assert!(
-            msg.contains(n),
-            "{what}: the error should mention {n:?}: {msg}"
-        );
+        assert!(msg.contains(n), "{what}: the error should mention {n:?}: {msg}");
     }
 }
 
 #[test]
 fn argmax_rejects_what_it_cannot_read() -> Result<()> {
-    let dev = sampling_device_or_skip!("argmax_rejects_what_it_cannot_read");
-    let x = Tensor::from_vec(
-        values(Kind::Random, 4 * 6 * 10, 10, 1),
-        (4, 6, 10),
-        &Device::Cpu,
-    )?;
+    let dev = kernels_device_or_skip!("argmax_rejects_what_it_cannot_read");
+    let x = Tensor::from_vec(values(Kind::Random, 4 * 6 * 10, 10, 1), (4, 6, 10), &Device::Cpu)?;
     let g = x.to_device(&dev)?;
     expect_err(
         "f16",
         argmax_last_dim(&g.to_dtype(DType::F16)?),
-        &[
-            "argmax_last_dim",
-            "logits",
-            "must be f32 or bf16",
-            "F16",
-            "[4, 6, 10]",
-        ],
+        &["argmax_last_dim", "logits", "must be f32 or bf16", "F16", "[4, 6, 10]"],
     );
     expect_err(
         "strided last dimension",
         argmax_last_dim(&g.transpose(1, 2)?),
-        &[
-            "logits",
-            "contiguous along the last dimension",
-            "[4, 10, 6]",
-            "stride [60, 1, 10]",
-        ],
+        &["logits", "contiguous along the last dimension", "[4, 10, 6]", "stride [60, 1, 10]"],
     );
-    expect_err(
-        "CPU tensor",
-        argmax_last_dim(&x),
-        &["logits", "must be on a CUDA device", "Cpu", "F32"],
-    );
+    expect_err("CPU tensor", argmax_last_dim(&x), &["logits", "must be on a CUDA device", "Cpu", "F32"]);
     expect_err(
         "leading dimensions of two strides",
         argmax_last_dim(&g.narrow(1, 0, 3)?),
         &["logits", "flatten", "[4, 3, 10]", "stride [60, 10, 1]"],
     );
-    expect_err(
-        "scalar",
-        argmax_last_dim(&g.flatten_all()?.get(0)?),
-        &["logits", "at least one dimension"],
-    );
+    expect_err("scalar", argmax_last_dim(&g.flatten_all()?.get(0)?), &["logits", "at least one dimension"]);
     Ok(())
 }
 
 #[test]
 fn greedy_sampler_on_cuda_matches_the_cpu() -> Result<()> {
-    let dev = sampling_device_or_skip!("greedy_sampler_on_cuda_matches_the_cpu");
+    let dev = kernels_device_or_skip!("greedy_sampler_on_cuda_matches_the_cpu");
     for kind in KINDS {
         for rows in [1, 16] {
             let cols = 151936;
-            let logits = Tensor::from_vec(
-                values(kind, rows * cols, cols, 42 + rows as u64),
-                (rows, cols),
-                &Device::Cpu,
-            )?;
+            let logits =
+                Tensor::from_vec(values(kind, rows * cols, cols, 42 + rows as u64), (rows, cols), &Device::Cpu)?;
             for dt in [DType::F32, DType::BF16] {
                 let logits = logits.to_dtype(dt)?;
                 let want = Sampler::greedy().sample(&logits)?.to_vec1::<u32>()?;
                 let got = Sampler::greedy().sample(&logits.to_device(&dev)?)?;
-                assert!(
-                    got.device().same_device(&dev),
-                    "{kind:?}: the ids must stay on the device"
-                );
+                assert!(got.device().same_device(&dev), "{kind:?}: the ids must stay on the device");
                 assert_eq!(got.to_vec1::<u32>()?, want, "{kind:?} {dt:?} [{rows}, {cols}]");
             }
         }
@@ -380,21 +274,17 @@ fn per_call_us(dev: &Device, iters: usize, f: impl Fn() -> Result<Tensor>) -> Re
 
 #[test]
 fn argmax_is_faster_than_candle_cuda() -> Result<()> {
-    let dev = sampling_device_or_skip!("argmax_is_faster_than_candle_cuda");
+    let dev = kernels_device_or_skip!("argmax_is_faster_than_candle_cuda");
     for rows in [1, 16] {
         let cols = 151936;
-        let logits = Tensor::from_vec(
-            values(Kind::Random, rows * cols, cols, 9),
-            (rows, cols),
-            &dev,
-        )?;
+        let logits = Tensor::from_vec(values(Kind::Random, rows * cols, cols, 9), (rows, cols), &dev)?;
         let ours = per_call_us(&dev, 200, || argmax_last_dim(&logits))?;
         let candle = per_call_us(&dev, 200, || logits.argmax(D::Minus1))?;
-        println!("argmax f32 [{rows}, {cols}]: ours {ours:.1} µs, candle {candle:.1} µs per call ({:.1}x)", candle / ours);
-        assert!(
-            ours < candle,
-            "[{rows}, {cols}]: ours {ours:.1} µs is not faster than candle's {candle:.1} µs"
+        println!(
+            "argmax f32 [{rows}, {cols}]: ours {ours:.1} µs, candle {candle:.1} µs per call ({:.1}x)",
+            candle / ours
         );
+        assert!(ours < candle, "[{rows}, {cols}]: ours {ours:.1} µs is not faster than candle's {candle:.1} µs");
     }
     Ok(())
 }
