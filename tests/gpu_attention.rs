@@ -107,13 +107,42 @@ fn qk_norm_weights(hq: usize, hkv: usize, dev: &Device) -> Result<Tensor> {
     w.broadcast_mul(&scale)?.to_dtype(DType::BF16)
 }
 
+/// The model's composed candle path for one decode step's q / k / v: `[rms_norm] →
+/// broadcast_mul(weights) → rope_thd`, v as it is. Returns `(q [B, hq, d], k [B, hkv, d],
+/// v [B, hkv, d])`.
+fn candle_step_path(
+    qkv: &Tensor,
+    w: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+    (hq, hkv, d): (usize, usize, usize),
+    norm: QkNorm,
+    eps: f32,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let b = qkv.dim(0)?;
+    let nqk = (hq + hkv) * d;
+    let qk = qkv.narrow(1, 0, nqk)?.contiguous()?;
+    let qk = match norm {
+        QkNorm::Rms => {
+            let unit = Tensor::ones(d, DType::BF16, qkv.device())?;
+            candle_nn::ops::rms_norm(&qk.reshape((b * (hq + hkv), d))?, &unit, eps)?
+        }
+        QkNorm::WeightOnly => qk,
+    };
+    let qk = qk.reshape((b, 1, hq + hkv, d))?.broadcast_mul(w)?;
+    let qk = candle_nn::rotary_emb::rope_thd(&qk, cos, sin)?;
+    let q = qk.narrow(2, 0, hq)?.reshape((b, hq, d))?;
+    let k = qk.narrow(2, hq, hkv)?.reshape((b, hkv, d))?;
+    let v = qkv.narrow(1, nqk, hkv * d)?.reshape((b, hkv, d))?;
+    Ok((q, k, v))
+}
+
 #[test]
 fn cuda_qk_norm_rope_append_matches_candle_ops() -> Result<()> {
     let dev = kernels_device_or_skip!("cuda_qk_norm_rope_append_matches_candle_ops");
     let eps = 1e-6f32;
     let cap = 1100;
     let (cos, sin) = rope_tables(cap, &dev)?;
-    let unit = Tensor::ones(HD, DType::BF16, &dev)?;
     let (mut total, mut mismatched, mut worst) = (0usize, 0usize, 0i32);
     for (b, hq, hkv) in [(1, 64, 8), (3, 16, 4), (16, 8, 8), (5, 64, 8)] {
         for offset in [0usize, 1, 5, 63, 64, 1000, cap - 1] {
@@ -129,15 +158,8 @@ fn cuda_qk_norm_rope_append_matches_candle_ops() -> Result<()> {
                 attn::qk_norm_rope_append(&qkv, &qk_norm, &cos_r, &sin_r, &k_cache, &v_cache, offset, hq, hkv, eps)?;
             assert_eq!(q.dims(), &[b, hq, HD]);
 
-            // The model's candle path.
-            let nqk = (hq + hkv) * HD;
-            let qk = qkv.narrow(1, 0, nqk)?.contiguous()?;
-            let qk = candle_nn::ops::rms_norm(&qk.reshape((b * (hq + hkv), HD))?, &unit, eps)?;
-            let qk = qk.reshape((b, 1, hq + hkv, HD))?.broadcast_mul(&qk_norm)?;
-            let qk = candle_nn::rotary_emb::rope_thd(&qk, &cos_r, &sin_r)?;
-            let q_ref = qk.narrow(2, 0, hq)?.reshape((b, hq, HD))?;
-            let k_ref = qk.narrow(2, hq, hkv)?.reshape((b, hkv, HD))?;
-            let v_ref = qkv.narrow(1, nqk, hkv * HD)?.reshape((b, hkv, HD))?;
+            let (q_ref, k_ref, v_ref) =
+                candle_step_path(&qkv, &qk_norm, &cos_r, &sin_r, (hq, hkv, HD), QkNorm::Rms, eps)?;
 
             let k_new = k_cache.narrow(2, offset, 1)?.squeeze(2)?;
             let v_new = v_cache.narrow(2, offset, 1)?.squeeze(2)?;
@@ -614,21 +636,7 @@ fn cuda_attention_takes_head_dim_64_and_models_without_qk_norm() -> Result<()> {
                 // 1. The append against the composed candle ops.
                 let q = attn::qk_norm_rope_append_with(&qkv, &w, &cos, &sin, &kc, &vc, offset, hq, hkv, eps, norm)?;
                 assert_eq!(q.dims(), &[b, hq, d], "{what}");
-                let nqk = (hq + hkv) * d;
-                let qk = qkv.narrow(1, 0, nqk)?.contiguous()?;
-                let qk = match norm {
-                    QkNorm::Rms => candle_nn::ops::rms_norm(
-                        &qk.reshape((b * (hq + hkv), d))?,
-                        &Tensor::ones(d, DType::BF16, &dev)?,
-                        eps,
-                    )?,
-                    QkNorm::WeightOnly => qk,
-                };
-                let qk = qk.reshape((b, 1, hq + hkv, d))?.broadcast_mul(&w)?;
-                let qk = candle_nn::rotary_emb::rope_thd(&qk, &cos, &sin)?;
-                let q_ref = qk.narrow(2, 0, hq)?.reshape((b, hq, d))?;
-                let k_ref = qk.narrow(2, hq, hkv)?.reshape((b, hkv, d))?;
-                let v_ref = qkv.narrow(1, nqk, hkv * d)?.reshape((b, hkv, d))?;
+                let (q_ref, k_ref, v_ref) = candle_step_path(&qkv, &w, &cos, &sin, (hq, hkv, d), norm, eps)?;
                 let k_new = kc.narrow(2, offset, 1)?.squeeze(2)?;
                 let v_new = vc.narrow(2, offset, 1)?.squeeze(2)?;
                 assert_eq!(ulp_diff(&v_new, &v_ref)?.0, 0, "{what}: v must be copied bit for bit");
