@@ -262,23 +262,22 @@ fn cuda_decode_attention_matches_f32_reference() -> Result<()> {
                 let ds = max_abs(&((&sa - &rs)? / &rs)?)?;
                 assert!(ds <= 1e-4, "{what}: scales differ by {ds} (relative)");
                 let deq = dequantize(&qa, &sa)?;
-                let rdeq = dequantize(&rq, &rs)?;
                 assert!(
                     deq.flatten_all()?.to_vec1::<f32>()?.iter().all(|x| x.is_finite()),
                     "{what}: non-finite (unwritten?) output"
                 );
                 // Codes may differ by one e4m3 step where the f32 values straddle a rounding
-                // boundary: at most 2^-3 of a value (normals) or s·2^-9 (subnormals).
-                let step = (rdeq.abs()? * 0.125)?.broadcast_add(
-                    &(rs.unsqueeze(2)?.broadcast_as((b, hq, HD))?.reshape((b, hq * HD))? * (1.0 / 512.0))?,
-                )?;
-                let over = ((&deq - &rdeq)?.abs()? - &step)?;
+                // boundary. Compared as codes (value / scale), so that the scales' own difference
+                // (bounded above) does not count twice: one step is at most 2^-3 of a normal code
+                // (exactly 2^-3 just above a power of two) and 2^-9 among the subnormals.
+                let (codes, ref_codes) = (e4m3_to_f32(&qa)?, e4m3_to_f32(&rq)?);
+                let step = ((ref_codes.abs()? * 0.125)? + (1.0 / 512.0))?;
+                let over = ((&codes - &ref_codes)?.abs()? - &step)?;
                 assert!(max_abs(&over.relu()?)? == 0.0, "{what}: a code differs by more than one e4m3 step");
                 // Count differing *codes* (the e4m3 values before scaling): a scale one ulp
                 // away from the reference's (amax in another summation order) changes every
                 // dequantized value of its head without changing a code.
-                let differ =
-                    e4m3_to_f32(&qa)?.ne(&e4m3_to_f32(&rq)?)?.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()?;
+                let differ = codes.ne(&ref_codes)?.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()?;
                 assert!(
                     differ <= 0.01 * (b * hq * HD) as f32,
                     "{what}: {differ} codes differ from quantizing the reference"
