@@ -19,7 +19,7 @@
 mod common;
 
 use anyhow::{bail, Context, Result};
-use candle_core::Device;
+use candle_core::{DType, Device};
 use candle_fp8::checkpoint::GgufCheckpoint;
 use candle_fp8::models::{window_log_probs, DecoderModel, ModelOptions, TextScore as Score};
 use clap::Parser;
@@ -48,9 +48,14 @@ struct Args {
     /// cpu or cuda.
     #[arg(long, default_value = "cpu")]
     device: String,
-    /// On cuda: also run the FP8 model on the CPU and compare.
+    /// On cuda: also run the FP8 model on the CPU and compare, with the same activation dtype
+    /// (`--dtype`), so that both run the same quantized operands.
     #[arg(long)]
     compare_cpu: bool,
+    /// Activation dtype of the models: f32, bf16 or f16 (default: the device's, f32 on the CPU,
+    /// bf16 on CUDA).
+    #[arg(long)]
+    dtype: Option<String>,
     /// Where converted models are kept (default `~/.cache/candle-fp8`).
     #[arg(long)]
     cache_dir: Option<PathBuf>,
@@ -72,17 +77,16 @@ struct Args {
 }
 
 /// The baseline model: a GGUF file's weights dequantized, or a dense checkpoint.
-fn baseline_model(src: &str, device: &Device) -> Result<DecoderModel> {
+fn baseline_model(src: &str, device: &Device, opts: &ModelOptions) -> Result<DecoderModel> {
     let p = Path::new(src);
-    let opts = ModelOptions::default();
     if p.is_file() && candle_fp8::checkpoint::is_gguf_file(p) {
-        return Ok(DecoderModel::from_gguf(&GgufCheckpoint::open(p)?, device, &opts, &mut |_, _| {})?);
+        return Ok(DecoderModel::from_gguf(&GgufCheckpoint::open(p)?, device, opts, &mut |_, _| {})?);
     }
     let ck = candle_fp8::checkpoint::open_model(src)?;
     if ck.quantization().is_some() {
         bail!("--baseline {src}: an FP8 checkpoint; the baseline is the unquantized model")
     }
-    Ok(DecoderModel::from_checkpoint(&ck, device, &opts, &mut |_, _| {})?)
+    Ok(DecoderModel::from_checkpoint(&ck, device, opts, &mut |_, _| {})?)
 }
 
 fn main() -> Result<()> {
@@ -108,11 +112,19 @@ fn main() -> Result<()> {
     }
 
     let t0 = Instant::now();
-    let mut base = baseline_model(&baseline_src, &device)?;
-    let mut fp8 = DecoderModel::from_checkpoint(&src.ckpt, &device, &ModelOptions::default(), &mut |_, _| {})?;
+    let dtype = match args.dtype.as_deref() {
+        None => ModelOptions::default().dtype_for(&device),
+        Some("f32") => DType::F32,
+        Some("bf16") => DType::BF16,
+        Some("f16") => DType::F16,
+        Some(d) => bail!("--dtype {d}: expected f32, bf16 or f16"),
+    };
+    let opts = ModelOptions::default().dtype(dtype);
+    let mut base = baseline_model(&baseline_src, &device, &opts)?;
+    let mut fp8 = DecoderModel::from_checkpoint(&src.ckpt, &device, &opts, &mut |_, _| {})?;
     let mut weights_only = fp8.to_dense()?;
     let mut cpu = if args.compare_cpu && !device.is_cpu() {
-        Some(DecoderModel::from_checkpoint(&src.ckpt, &Device::Cpu, &ModelOptions::default(), &mut |_, _| {})?)
+        Some(DecoderModel::from_checkpoint(&src.ckpt, &Device::Cpu, &opts, &mut |_, _| {})?)
     } else {
         None
     };
@@ -142,7 +154,7 @@ fn main() -> Result<()> {
         args.window,
         s_base.positions
     );
-    println!("device    {}", args.device);
+    println!("device    {} ({dtype:?} activations)", args.device);
     println!();
     println!("| row | perplexity | Δ vs baseline | mean KL | top-1 agreement |");
     println!("|---|---|---|---|---|");
@@ -200,7 +212,7 @@ fn main() -> Result<()> {
     if let Some(path) = &args.json {
         let row = |s: &Score| serde_json::json!({"ppl": s.perplexity(), "kl": s.mean_kl(), "top1_pct": s.top1_pct(), "positions": s.positions});
         let j = serde_json::json!({
-            "model": src.label, "baseline": baseline_src, "device": args.device, "tokens": ids.len(), "window": args.window,
+            "model": src.label, "baseline": baseline_src, "device": args.device, "dtype": format!("{dtype:?}"), "tokens": ids.len(), "window": args.window,
             "baseline_row": row(&s_base), "fp8_weights_only": row(&s_w), "fp8": row(&s_wa),
             "fp8_cpu": cpu.as_ref().map(|_| row(&s_cpu)), "gpu_vs_cpu": cpu.as_ref().map(|_| row(&s_gpu_vs_cpu)),
             "seconds": secs, "missed": missed,

@@ -193,9 +193,13 @@ for p in "${PHASES[@]}"; do
       phase smollm2-chat "${DECODE_TIMEOUT:-150}" "$BIN/decode" --device cuda --cache-dir "$CACHE" --chat \
         --prompt "What is the capital of France? Answer in one sentence." --max-new-tokens 32 \
         --json "$OUT/smollm2-chat.json" || FAILED+=("smollm2-chat")
-      # shellcheck disable=SC2086
-      phase smollm2-eval "${EVAL_TIMEOUT:-300}" "$BIN/eval" --device cuda --compare-cpu --cache-dir "$CACHE" \
-        ${EVAL_ARGS:-} --json "$OUT/smollm2-eval.json" || FAILED+=("smollm2-eval")
+      # bf16 activations (what decode runs), then f32 on both sides: GPU and CPU on the same
+      # operands (the GPU-vs-CPU targets).
+      for dt in bf16 f32; do
+        # shellcheck disable=SC2086
+        phase "smollm2-eval-$dt" "${EVAL_TIMEOUT:-300}" "$BIN/eval" --device cuda --dtype "$dt" --compare-cpu \
+          --cache-dir "$CACHE" ${EVAL_ARGS:-} --json "$OUT/smollm2-eval-$dt.json" || FAILED+=("smollm2-eval-$dt")
+      done
       ;;
     *)
       echo "gpu_run: unknown phase $p (env test reliability sanitize sanitize-fused bench anchors decode smollm2)" | tee -a "$SUMMARY"

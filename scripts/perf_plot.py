@@ -61,7 +61,7 @@ def main(folder, out=None):
         if r.get("n") != N or r.get("k") != K or "temp" not in r:
             continue
         errs = r.get("relerr") or {}
-        add("ours", r["temp"], r["m"], r.get("ours_into_us") or r.get("ours_us"), errs.get("hopper"), True)
+        add("ours", r["temp"], r["m"], r.get("ours_into_us") or r.get("ours_us"), errs.get("into", errs.get("hopper")), True)
         add("cuBLASLt blockwise", r["temp"], r["m"], r.get("cublaslt_us"), errs.get("cublaslt"), True)
     for r in anchors:
         if r["N"] != N or r["K"] != K:
