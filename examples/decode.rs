@@ -79,6 +79,9 @@ struct Args {
     /// quantize, SiLU·up + quantize, the decode attention).
     #[arg(long)]
     no_fused_kernels: bool,
+    /// Most prompt tokens per prefill pass (longer prompts run in chunks against the KV cache).
+    #[arg(long, default_value_t = candle_fp8::models::DEFAULT_PREFILL_CHUNK)]
+    prefill_chunk: usize,
     /// Do not stop at end-of-sequence tokens.
     #[arg(long)]
     ignore_eos: bool,
@@ -219,8 +222,10 @@ fn main() -> Result<()> {
         bail!("--batch and --max-new-tokens must be at least 1")
     }
     let device = common::make_device(&args.device)?;
-    let opts =
-        ModelOptions::with_mode(args.linear).fuse_projections(!args.no_fuse).fused_kernels(!args.no_fused_kernels);
+    let opts = ModelOptions::with_mode(args.linear)
+        .fuse_projections(!args.no_fuse)
+        .fused_kernels(!args.no_fused_kernels)
+        .prefill_chunk(args.prefill_chunk);
 
     // ---- Load ----------------------------------------------------------------------------
     let t_load = Instant::now();

@@ -106,6 +106,41 @@ fn kv_cache_decode_equals_full_recompute() -> Result<()> {
     Ok(())
 }
 
+/// A prompt prefilled in chunks against the KV cache (`ModelOptions::prefill_chunk`: 1, 3 and 7
+/// tokens, and uneven last chunks) gives the logits of one pass at every position, with the
+/// bounds of `kv_cache_decode_equals_full_recompute` (the same arithmetic up to f32 summation
+/// order; FP8: a rare e4m3 step where that order flips a code), and the same KV cache length.
+#[test]
+fn chunked_prefill_equals_one_pass() -> Result<()> {
+    let cfg = small_cfg();
+    let dir = write(&cfg, &[])?;
+    let seq: Vec<u32> = "Chunked prefill: the same logits, bounded memory.".bytes().map(u32::from).collect();
+    let ids = Tensor::new(&seq[..], &Device::Cpu)?.unsqueeze(0)?;
+    for mode in [LinearMode::Bf16, LinearMode::Fp8] {
+        let mut whole = load(dir.path(), &ModelOptions::with_mode(mode))?;
+        let want = whole.forward_all(&ids, 0)?;
+        let want_last = whole.forward(&ids.narrow(1, 0, seq.len() - 1)?, 0)?;
+        for chunk in [1, 3, 7] {
+            let mut chunked = load(dir.path(), &ModelOptions::with_mode(mode).prefill_chunk(chunk))?;
+            let got = chunked.forward_all(&ids, 0)?;
+            assert_eq!(got.dims(), want.dims());
+            assert_eq!(chunked.kv_len(), seq.len());
+            chunked.clear_kv_cache();
+            let got_last = chunked.forward(&ids.narrow(1, 0, seq.len() - 1)?, 0)?;
+            for (what, g, w) in [("every position", &got, &want), ("last position", &got_last, &want_last)] {
+                let (d, scale) = (max_abs_diff(g, w)?, rms(w)?);
+                let mean = (g - w)?.abs()?.mean_all()?.to_scalar::<f32>()?;
+                let ctx = format!("{mode:?} chunk {chunk} {what}: max |Δ| {d}, mean {mean}, logit rms {scale}");
+                match mode {
+                    LinearMode::Bf16 => assert!(d < 1e-4 * scale, "{ctx}"),
+                    LinearMode::Fp8 => assert!(d < 1e-1 * scale && mean < 2e-2 * scale, "{ctx}"),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn fused_projections_equal_unfused() -> Result<()> {
     let cfg = small_cfg();

@@ -371,20 +371,47 @@ mod tests {
             for k in [0, 4, 100, 572] {
                 assert_eq!(fp8gemm_quantize_act(p, FP8GEMM_BF16, b, f, 1, k, null), SHAPE, "quantize k={k}");
                 let r = std::ptr::null();
-                assert_eq!(fp8gemm_add_rmsnorm_quant(p, r, p, 1e-6, null, b, f, 1, k, std::ptr::null_mut(), 0, null), SHAPE);
+                assert_eq!(
+                    fp8gemm_add_rmsnorm_quant(p, r, p, 1e-6, null, b, f, 1, k, std::ptr::null_mut(), 0, null),
+                    SHAPE
+                );
                 assert_eq!(fp8gemm_swiglu_quant(p, 1, k, b, f, null), SHAPE, "swiglu inter={k}");
             }
             // Attention: head_dim 64 or 128; flags 0 or ATTN_NO_QK_NORM; no in-kernel quantized
             // output at head_dim 64 (a group spans two heads).
             let step = |d: i64, flags: u32, qa: *mut u8| {
                 fp8gemm_decode_step_attention(
-                    p, p, p, p, p, p, 1, 9, 3, d, 8, 0, 1e-6, flags, 1, 1, null, 0, std::ptr::null_mut(), qa, f, null, null,
+                    p,
+                    p,
+                    p,
+                    p,
+                    p,
+                    p,
+                    1,
+                    9,
+                    3,
+                    d,
+                    8,
+                    0,
+                    1e-6,
+                    flags,
+                    1,
+                    1,
+                    null,
+                    0,
+                    std::ptr::null_mut(),
+                    qa,
+                    f,
+                    null,
+                    null,
                 )
             };
             assert_eq!(step(96, 0, std::ptr::null_mut()), SHAPE);
             assert_eq!(step(128, 2, b), SHAPE);
             assert_eq!(step(64, ATTN_NO_QK_NORM, b), SHAPE, "head_dim 64 takes qa == NULL");
-            let append = |d: i64, flags: u32| fp8gemm_qk_norm_rope_append(p, p, p, p, p, p, p, 1, 9, 3, d, 8, 0, 1e-6, flags, null);
+            let append = |d: i64, flags: u32| {
+                fp8gemm_qk_norm_rope_append(p, p, p, p, p, p, p, 1, 9, 3, d, 8, 0, 1e-6, flags, null)
+            };
             assert_eq!(append(96, 0), SHAPE);
             assert_eq!(append(64, 4), SHAPE);
             let attn = |d: i64| fp8gemm_decode_attention(p, p, p, 1, 9, 3, d, 8, 1, 1, null, 0, b, f, null, null);

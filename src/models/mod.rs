@@ -25,7 +25,7 @@ pub use config::{DecoderConfig, Family, RopeScaling, RopeType};
 pub use eval::{compare_greedy, top1_outcome, window_log_probs, AccuracyReport, LogProbs, TextScore};
 pub use generation::{generate, launches_ahead, Generation, Sampler};
 pub use model::DecoderModel;
-pub use options::{LinearMode, ModelOptions};
+pub use options::{LinearMode, ModelOptions, DEFAULT_PREFILL_CHUNK};
 pub use tokenizer::{
     TokenStream, Tokenizer, GENERATION_CONFIG_FILE, GGUF_PRE_TOKENIZERS, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE,
 };

@@ -44,6 +44,30 @@ pub struct DecoderModel {
     device: Device,
     mode: LinearMode,
     fused: bool,
+    prefill_chunk: usize,
+}
+
+/// Most elements of one prefill pass's attention scores `[B, heads, T, cached + T]`: candle's
+/// kernels index elements with 32 bits (a 2³²-element tensor fails to launch).
+const MAX_SCORE_ELEMENTS: usize = 1 << 31;
+
+/// The prefill passes `(offset, tokens)` of `t` new tokens after `offset` cached ones for
+/// `b` sequences of `heads` query heads: at most `chunk` tokens each, fewer where the scores
+/// `b · heads · tokens · (cached + tokens)` would reach [`MAX_SCORE_ELEMENTS`] (at least one
+/// token per pass).
+pub(crate) fn prefill_passes(b: usize, heads: usize, t: usize, offset: usize, chunk: usize) -> Vec<(usize, usize)> {
+    let mut passes = Vec::new();
+    let (mut done, rows) = (0, (b * heads).max(1));
+    while done < t {
+        let start = offset + done;
+        let mut n = chunk.max(1).min(t - done);
+        while n > 1 && rows * n * (start + n) >= MAX_SCORE_ELEMENTS {
+            n = (n / 2).max(1);
+        }
+        passes.push((start, n));
+        done += n;
+    }
+    passes
 }
 
 /// Where the model's tensors come from while building it.
@@ -370,6 +394,7 @@ impl DecoderModel {
             device: device.clone(),
             mode: opts.mode,
             fused: opts.fused_kernels,
+            prefill_chunk: opts.prefill_chunk,
         })
     }
 
@@ -559,27 +584,41 @@ impl DecoderModel {
     /// [`Self::forward`] with the logits in the lm_head's output dtype (bf16 on CUDA): a greedy
     /// sampler takes their argmax directly, without an f32 copy of `[B, vocab]`.
     pub fn forward_logits(&mut self, input_ids: &Tensor, seqlen_offset: usize) -> Result<Tensor> {
-        let (b, t) = input_ids.dims2()?;
-        let x = self.forward_hidden(input_ids, seqlen_offset)?;
-        let x = if t > 1 {
-            x.reshape((b, t, self.cfg.hidden_size))?.narrow(1, t - 1, 1)?.squeeze(1)?.contiguous()?
-        } else {
-            x
-        };
+        let (b, _) = self.check_positions(input_ids, seqlen_offset)?;
+        let mut last = None;
+        for (off, n) in self.passes(input_ids, seqlen_offset)? {
+            let ids = input_ids.narrow(1, off - seqlen_offset, n)?;
+            let x = self.forward_hidden(&ids, off, input_ids.dim(1)?)?;
+            last = Some(if n > 1 {
+                x.reshape((b, n, self.cfg.hidden_size))?.narrow(1, n - 1, 1)?.squeeze(1)?.contiguous()?
+            } else {
+                x
+            });
+        }
+        let x = last.expect("at least one prefill pass");
         let x = candle_nn::ops::rms_norm(&x, &self.norm, self.cfg.rms_norm_eps as f32)?;
         self.lm_head.forward(&x)
     }
 
     /// The logits of every position, f32 `[B, T, vocab]` (for evaluation: perplexity, KL).
     pub fn forward_all(&mut self, input_ids: &Tensor, seqlen_offset: usize) -> Result<Tensor> {
-        let (b, t) = input_ids.dims2()?;
-        let x = self.forward_hidden(input_ids, seqlen_offset)?;
-        let x = candle_nn::ops::rms_norm(&x, &self.norm, self.cfg.rms_norm_eps as f32)?;
-        self.lm_head.forward(&x)?.to_dtype(DType::F32)?.reshape((b, t, self.cfg.vocab_size))
+        let (b, t) = self.check_positions(input_ids, seqlen_offset)?;
+        let mut parts = Vec::new();
+        for (off, n) in self.passes(input_ids, seqlen_offset)? {
+            let ids = input_ids.narrow(1, off - seqlen_offset, n)?;
+            let x = self.forward_hidden(&ids, off, t)?;
+            let x = candle_nn::ops::rms_norm(&x, &self.norm, self.cfg.rms_norm_eps as f32)?;
+            parts.push(self.lm_head.forward(&x)?.to_dtype(DType::F32)?.reshape((b, n, self.cfg.vocab_size))?);
+        }
+        if parts.len() == 1 {
+            return Ok(parts.pop().expect("one part"));
+        }
+        Tensor::cat(&parts, 1)
     }
 
-    /// The final residual stream `[B·T, hidden]` (before the last norm).
-    fn forward_hidden(&mut self, input_ids: &Tensor, seqlen_offset: usize) -> Result<Tensor> {
+    /// `(B, T)` of `input_ids`, refused before any device work when empty or when the positions
+    /// run past the model's `max_position_embeddings` (naming both numbers).
+    fn check_positions(&self, input_ids: &Tensor, seqlen_offset: usize) -> Result<(usize, usize)> {
         let (b, t) = input_ids.dims2()?;
         if t == 0 || b == 0 {
             bail!("decoder: input_ids must be non-empty, got shape [{b}, {t}]")
@@ -592,6 +631,19 @@ impl DecoderModel {
                 seqlen_offset
             )
         }
+        Ok((b, t))
+    }
+
+    /// The prefill passes of `input_ids` after `seqlen_offset` cached positions ([`prefill_passes`]).
+    fn passes(&self, input_ids: &Tensor, seqlen_offset: usize) -> Result<Vec<(usize, usize)>> {
+        let (b, t) = input_ids.dims2()?;
+        Ok(prefill_passes(b, self.cfg.num_attention_heads, t, seqlen_offset, self.prefill_chunk))
+    }
+
+    /// The final residual stream `[B·T, hidden]` (before the last norm) of one pass; `reserve`:
+    /// the tokens of the whole prompt, for the KV caches of a new sequence.
+    fn forward_hidden(&mut self, input_ids: &Tensor, seqlen_offset: usize, reserve: usize) -> Result<Tensor> {
+        let (b, t) = input_ids.dims2()?;
         let cfg = &self.cfg;
         let dims = Dims {
             hq: cfg.num_attention_heads,
@@ -605,7 +657,7 @@ impl DecoderModel {
             // memory-pool chunks with the prefill's transient activations (a chunk with one live
             // cache in it cannot go back to the device after the prefill).
             for c in &mut self.kv {
-                c.reserve((b, dims.hkv, t, dims.d), self.dtype, &self.device, 0, self.capacity_hint)?;
+                c.reserve((b, dims.hkv, reserve.max(t), dims.d), self.dtype, &self.device, 0, self.capacity_hint)?;
             }
         }
         let ids = input_ids.to_device(&self.device)?.to_dtype(DType::U32)?.flatten_all()?;
@@ -643,5 +695,33 @@ impl DecoderModel {
             x = (x + p)?;
         }
         Ok(x)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every pass stays below the element limit, the passes tile the prompt in order, and
+    /// short prompts stay one pass.
+    #[test]
+    fn prefill_passes_tile_the_prompt_below_the_element_limit() {
+        // Qwen3-32B (64 query heads): 8,192 and 40,960 tokens, batch 1 and 4, after 0 or 1,000
+        // cached tokens.
+        for (b, t, offset) in [(1, 8192, 0), (1, 40960, 0), (4, 8192, 1000), (1, 100, 0), (16, 100, 0)] {
+            let passes = prefill_passes(b, 64, t, offset, 1024);
+            let mut next = offset;
+            for &(start, n) in &passes {
+                assert_eq!(start, next, "passes in order, without gaps");
+                assert!((1..=1024).contains(&n));
+                assert!(b * 64 * n * (start + n) < MAX_SCORE_ELEMENTS, "b {b} t {t}: pass ({start}, {n})");
+                next += n;
+            }
+            assert_eq!(next, offset + t);
+        }
+        assert_eq!(prefill_passes(1, 64, 100, 0, 1024), vec![(0, 100)]);
+        assert_eq!(prefill_passes(1, 8, 10, 5, 4), vec![(5, 4), (9, 4), (13, 2)]);
+        // One token per pass at worst, never zero.
+        assert_eq!(prefill_passes(1 << 20, 1 << 10, 2, 0, 8), vec![(0, 1), (1, 1)]);
     }
 }

@@ -44,11 +44,26 @@ pub struct ModelOptions {
     /// attention as one kernel. `false`: the composed candle ops (the same numbers up to the
     /// documented roundings; for comparisons).
     pub fused_kernels: bool,
+    /// Most prompt tokens one prefill pass processes (default [`DEFAULT_PREFILL_CHUNK`]): a
+    /// longer prompt runs in chunks against the KV cache, so that the attention scores held at
+    /// once grow with the chunk, not with the prompt's square. Chunks also shrink so that no
+    /// score tensor reaches 2³¹ elements (candle's kernels index elements with 32 bits).
+    pub prefill_chunk: usize,
 }
+
+/// The default [`ModelOptions::prefill_chunk`].
+pub const DEFAULT_PREFILL_CHUNK: usize = 1024;
 
 impl Default for ModelOptions {
     fn default() -> Self {
-        Self { mode: LinearMode::Fp8, fuse_projections: true, dtype: None, fp8: None, fused_kernels: true }
+        Self {
+            mode: LinearMode::Fp8,
+            fuse_projections: true,
+            dtype: None,
+            fp8: None,
+            fused_kernels: true,
+            prefill_chunk: DEFAULT_PREFILL_CHUNK,
+        }
     }
 }
 
@@ -71,6 +86,11 @@ impl ModelOptions {
     /// These options with the fused decode kernels on or off.
     pub fn fused_kernels(self, on: bool) -> Self {
         Self { fused_kernels: on, ..self }
+    }
+
+    /// These options with at most `tokens` (≥ 1) prompt tokens per prefill pass.
+    pub fn prefill_chunk(self, tokens: usize) -> Self {
+        Self { prefill_chunk: tokens.max(1), ..self }
     }
 
     /// These options with the FP8 layers' options set.
