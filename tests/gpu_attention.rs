@@ -154,8 +154,19 @@ fn cuda_qk_norm_rope_append_matches_candle_ops() -> Result<()> {
             let k_cache = nan_bf16(&[b, hkv, cap, HD], &dev)?;
             let v_cache = nan_bf16(&[b, hkv, cap, HD], &dev)?;
             let (cos_r, sin_r) = (cos.narrow(0, offset, 1)?, sin.narrow(0, offset, 1)?);
-            let q =
-                attn::qk_norm_rope_append(&qkv, &qk_norm, &cos_r, &sin_r, &k_cache, &v_cache, offset, hq, hkv, eps)?;
+            let q = attn::qk_norm_rope_append(
+                &qkv,
+                &qk_norm,
+                &cos_r,
+                &sin_r,
+                &k_cache,
+                &v_cache,
+                offset,
+                hq,
+                hkv,
+                eps,
+                QkNorm::Rms,
+            )?;
             assert_eq!(q.dims(), &[b, hq, HD]);
 
             let (q_ref, k_ref, v_ref) =
@@ -378,11 +389,27 @@ fn cuda_attention_rejects_bad_inputs() -> Result<()> {
     let w = qk_norm_weights(hq, hkv, &dev)?;
     let (c, s) = (cos.narrow(0, 3, 1)?, sin.narrow(0, 3, 1)?);
     let e = |r: Result<Tensor>| r.err().map(|e| e.to_string()).unwrap_or_default();
-    assert!(e(attn::qk_norm_rope_append(&qkv, &w, &c, &s, &kc, &vc, cap, hq, hkv, 1e-6)).contains("capacity"));
-    assert!(e(attn::qk_norm_rope_append(&qkv, &w, &c, &s, &kc, &kc, 3, hq, hkv, 1e-6)).contains("distinct"));
-    assert!(e(attn::qk_norm_rope_append(&qkv, &w, &c, &s, &kc, &vc, 3, hq, 1, 1e-6)).contains("qkv"));
-    assert!(e(attn::qk_norm_rope_append(&qkv, &w.narrow(0, 1, hq + hkv - 1)?, &c, &s, &kc, &vc, 3, hq, hkv, 1e-6))
-        .contains("qk_norm"));
+    assert!(
+        e(attn::qk_norm_rope_append(&qkv, &w, &c, &s, &kc, &vc, cap, hq, hkv, 1e-6, QkNorm::Rms)).contains("capacity")
+    );
+    assert!(
+        e(attn::qk_norm_rope_append(&qkv, &w, &c, &s, &kc, &kc, 3, hq, hkv, 1e-6, QkNorm::Rms)).contains("distinct")
+    );
+    assert!(e(attn::qk_norm_rope_append(&qkv, &w, &c, &s, &kc, &vc, 3, hq, 1, 1e-6, QkNorm::Rms)).contains("qkv"));
+    assert!(e(attn::qk_norm_rope_append(
+        &qkv,
+        &w.narrow(0, 1, hq + hkv - 1)?,
+        &c,
+        &s,
+        &kc,
+        &vc,
+        3,
+        hq,
+        hkv,
+        1e-6,
+        QkNorm::Rms
+    ))
+    .contains("qk_norm"));
     Ok(())
 }
 
@@ -521,13 +548,36 @@ fn cuda_decode_step_attention_equals_the_two_launches() -> Result<()> {
                             vc_a.slice_set(&nan_bf16(&[b, hkv, 1, HD], &dev)?, 2, 0)?;
                         }
                         let (kc_b, vc_b) = (kc_a.copy()?, vc_a.copy()?);
-                        let q = attn::qk_norm_rope_append(&qkv, &w, &cos, &sin, &kc_a, &vc_a, offset, hq, hkv, eps)?;
+                        let q = attn::qk_norm_rope_append(
+                            &qkv,
+                            &w,
+                            &cos,
+                            &sin,
+                            &kc_a,
+                            &vc_a,
+                            offset,
+                            hq,
+                            hkv,
+                            eps,
+                            QkNorm::Rms,
+                        )?;
                         let both = DecodeAttentionOptions { quantized: true, bf16: true, splits: Some(splits) };
                         let want = attn::decode_attention(&q, &kc_a, &vc_a, len, both)?;
                         poison(&dev, b * hq * HD * (splits + 2))?;
                         let opts = attn::DecodeStepOptions { attention: both, head_splits: Some(hs), merge };
                         let got = attn::decode_step_attention(
-                            &qkv, &w, &cos, &sin, &kc_b, &vc_b, offset, hq, hkv, eps, opts,
+                            &qkv,
+                            &w,
+                            &cos,
+                            &sin,
+                            &kc_b,
+                            &vc_b,
+                            offset,
+                            hq,
+                            hkv,
+                            eps,
+                            QkNorm::Rms,
+                            opts,
                         )?;
                         let what =
                             format!("hq {hq}/{hkv} B={b} offset {offset} splits {splits} head splits {hs} {merge:?}");
@@ -562,7 +612,7 @@ fn cuda_decode_step_attention_rejects_bad_inputs() -> Result<()> {
     let vc = randn_bf16(&[b, hkv, cap, HD], 1.0, &dev)?;
     let run = |offset: usize, hs: Option<usize>, qkv: &Tensor| {
         let opts = attn::DecodeStepOptions { head_splits: hs, ..Default::default() };
-        attn::decode_step_attention(qkv, &w, &cos, &sin, &kc, &vc, offset, hq, hkv, 1e-6, opts)
+        attn::decode_step_attention(qkv, &w, &cos, &sin, &kc, &vc, offset, hq, hkv, 1e-6, QkNorm::Rms, opts)
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default()
@@ -576,7 +626,8 @@ fn cuda_decode_step_attention_rejects_bad_inputs() -> Result<()> {
         attention: DecodeAttentionOptions { quantized: false, bf16: false, splits: None },
         ..Default::default()
     };
-    let e = attn::decode_step_attention(&qkv, &w, &cos, &sin, &kc, &vc, 3, hq, hkv, 1e-6, opts).err().unwrap();
+    let e =
+        attn::decode_step_attention(&qkv, &w, &cos, &sin, &kc, &vc, 3, hq, hkv, 1e-6, QkNorm::Rms, opts).err().unwrap();
     assert!(e.to_string().contains("quantized and/or the bf16"), "{e}");
     assert!(run(3, Some(2), &qkv).is_empty(), "a valid call fails: {}", run(3, Some(2), &qkv));
     Ok(())
@@ -633,7 +684,7 @@ fn cuda_attention_takes_head_dim_64_and_models_without_qk_norm() -> Result<()> {
                 let (kc_step, vc_step) = (kc.copy()?, vc.copy()?);
 
                 // 1. The append against the composed candle ops.
-                let q = attn::qk_norm_rope_append_with(&qkv, &w, &cos, &sin, &kc, &vc, offset, hq, hkv, eps, norm)?;
+                let q = attn::qk_norm_rope_append(&qkv, &w, &cos, &sin, &kc, &vc, offset, hq, hkv, eps, norm)?;
                 assert_eq!(q.dims(), &[b, hq, d], "{what}");
                 let (q_ref, k_ref, v_ref) = candle_step_path(&qkv, &w, &cos, &sin, (hq, hkv, d), norm, eps)?;
                 let k_new = kc.narrow(2, offset, 1)?.squeeze(2)?;
@@ -681,7 +732,7 @@ fn cuda_attention_takes_head_dim_64_and_models_without_qk_norm() -> Result<()> {
                         attention: DecodeAttentionOptions { splits: Some(splits), ..both },
                         ..Default::default()
                     };
-                    let got = attn::decode_step_attention_with(
+                    let got = attn::decode_step_attention(
                         &qkv, &w, &cos, &sin, &kc_b, &vc_b, offset, hq, hkv, eps, norm, opts,
                     )?;
                     let what = format!("{what} splits {splits}");

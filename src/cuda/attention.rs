@@ -2,13 +2,13 @@
 //! sequence of a grouped-query model with `head_dim` 64 or 128 ([`HEAD_DIMS`]), with (Qwen3) or
 //! without (Llama, Qwen2) an RMSNorm of the q and k heads ([`QkNorm`]).
 //!
-//! - [`decode_step_attention`] / [`decode_step_attention_with`]: the whole step in one launch —
+//! - [`decode_step_attention`]: the whole step in one launch —
 //!   per-head RMSNorm of q and k (or none), their per-head weights, RoPE, the KV-cache append
 //!   and the attention, written as the o-projection's quantized activation and/or bf16. What
 //!   the decoder models run.
 //! - The same as two launches (three when the cache positions are split over CTAs), kept as
 //!   building blocks and as the reference the one-launch kernel equals bit for bit:
-//!   [`qk_norm_rope_append`] / [`qk_norm_rope_append_with`] (bit-compatible with candle's
+//!   [`qk_norm_rope_append`] (bit-compatible with candle's
 //!   `rms_norm` (or nothing) → `broadcast_mul` → `rope_thd` → `slice_set` path) and
 //!   [`decode_attention`] (f32 scores, softmax and P·V over the cached positions, written as the
 //!   o-projection's quantized activation `(qa, sa)` — the exact activation-quantization
@@ -143,36 +143,6 @@ fn status(what: &str, st: i32) -> Result<()> {
     ffi::check(what, st)
 }
 
-/// Per-head RMSNorm + weight + RoPE of the q and k heads of one decode step, and the KV-cache
-/// append, in one launch: [`qk_norm_rope_append_with`] with [`QkNorm::Rms`].
-#[allow(clippy::too_many_arguments)]
-pub fn qk_norm_rope_append(
-    qkv: &Tensor,
-    qk_norm: &Tensor,
-    cos: &Tensor,
-    sin: &Tensor,
-    k_cache: &Tensor,
-    v_cache: &Tensor,
-    offset: usize,
-    num_heads: usize,
-    num_kv_heads: usize,
-    eps: f32,
-) -> Result<Tensor> {
-    qk_norm_rope_append_with(
-        qkv,
-        qk_norm,
-        cos,
-        sin,
-        k_cache,
-        v_cache,
-        offset,
-        num_heads,
-        num_kv_heads,
-        eps,
-        QkNorm::Rms,
-    )
-}
-
 /// Per-head RMSNorm (`norm`: [`QkNorm::Rms`]; none with [`QkNorm::WeightOnly`]) + weight + RoPE
 /// of the q and k heads of one decode step, and the KV-cache append, in one launch. `d` (the
 /// head dimension, 64 or 128) is the caches' last dimension.
@@ -194,7 +164,7 @@ pub fn qk_norm_rope_append(
 /// before it (programmatic dependent launch): they must be model constants (weights, RoPE
 /// tables), not outputs of that kernel.
 #[allow(clippy::too_many_arguments)]
-pub fn qk_norm_rope_append_with(
+pub fn qk_norm_rope_append(
     qkv: &Tensor,
     qk_norm: &Tensor,
     cos: &Tensor,
@@ -246,7 +216,7 @@ pub fn qk_norm_rope_append_with(
 }
 
 /// Checks the inputs of a decode step's qk-norm + RoPE + append (shared by
-/// [`qk_norm_rope_append_with`] and [`decode_step_attention_with`]); returns `(device, batch,
+/// [`qk_norm_rope_append`] and [`decode_step_attention`]); returns `(device, batch,
 /// capacity, head_dim)`.
 #[allow(clippy::too_many_arguments)]
 fn check_step_inputs(
@@ -627,40 +597,8 @@ pub struct DecodeStepOptions {
     pub merge: SplitMerge,
 }
 
-/// A decode step's attention in one launch with q/k RMSNorm: [`decode_step_attention_with`]
-/// with [`QkNorm::Rms`].
-#[allow(clippy::too_many_arguments)]
-pub fn decode_step_attention(
-    qkv: &Tensor,
-    qk_norm: &Tensor,
-    cos: &Tensor,
-    sin: &Tensor,
-    k_cache: &Tensor,
-    v_cache: &Tensor,
-    offset: usize,
-    num_heads: usize,
-    num_kv_heads: usize,
-    eps: f32,
-    opts: DecodeStepOptions,
-) -> Result<DecodeAttentionOutput> {
-    decode_step_attention_with(
-        qkv,
-        qk_norm,
-        cos,
-        sin,
-        k_cache,
-        v_cache,
-        offset,
-        num_heads,
-        num_kv_heads,
-        eps,
-        QkNorm::Rms,
-        opts,
-    )
-}
-
-/// A decode step's attention in one launch: [`qk_norm_rope_append_with`] fused into
-/// [`decode_attention`]. Inputs as [`qk_norm_rope_append_with`] takes them (`qkv` the fused
+/// A decode step's attention in one launch: [`qk_norm_rope_append`] fused into
+/// [`decode_attention`]. Inputs as [`qk_norm_rope_append`] takes them (`qkv` the fused
 /// projection output, k and v appended in place at `offset`, `norm` what precedes the per-head
 /// weights), attention over positions `[0, offset + 1)`, outputs as [`decode_attention`]'s
 /// (at head dimension 64 the quantized output takes one more launch, the activation quantizer).
@@ -668,14 +606,14 @@ pub fn decode_step_attention(
 /// the new position compute its k and v themselves. Position splits merge as `opts.merge` says
 /// (by default the last split to finish merges them; [`SplitMerge::Cluster`] with more than
 /// [`MAX_CLUSTER_SPLITS`] splits adds a combine launch). The result is bit-identical to
-/// [`qk_norm_rope_append_with`] then [`decode_attention`] with the same `norm` and position
+/// [`qk_norm_rope_append`] then [`decode_attention`] with the same `norm` and position
 /// splits (the head splits change who computes a head, not how).
 ///
 /// Read before the kernel waits for the kernel launched just before it (programmatic dependent
 /// launch): `qk_norm`, `cos`, `sin` and cache positions before `offset` — model constants and
 /// earlier steps' entries; only `qkv` may be written by that kernel.
 #[allow(clippy::too_many_arguments)]
-pub fn decode_step_attention_with(
+pub fn decode_step_attention(
     qkv: &Tensor,
     qk_norm: &Tensor,
     cos: &Tensor,

@@ -381,7 +381,7 @@ impl DecoderLayer {
         // Without a q/k norm (Llama, Qwen2) the kernel applies the per-head weights only: ones,
         // the q rows times 1/sqrt(d) (`qk_weights`), as the candle path's broadcast_mul does.
         let norm = if self.qk_norm { attn::QkNorm::Rms } else { attn::QkNorm::WeightOnly };
-        let o_in = attn::decode_step_attention_with(
+        let o_in = attn::decode_step_attention(
             &qkv,
             &self.qk_weight,
             rope.0,
