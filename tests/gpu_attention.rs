@@ -650,12 +650,12 @@ fn head_weights(hq: usize, hkv: usize, d: usize, norm: QkNorm, dev: &Device) -> 
 /// Head dimension 64 and the models without a q/k norm, through every decode-attention entry
 /// point, at GQA 3 (SmolLM2's 9 / 3 heads: a 128-wide quantization group spans two heads of
 /// different kv groups), 4 and 1, at the first position, at a tile edge and deep in the cache:
-/// - `qk_norm_rope_append_with` against candle's `[rms_norm] → broadcast_mul → rope_thd` (the
+/// - `qk_norm_rope_append` against candle's `[rms_norm] → broadcast_mul → rope_thd` (the
 ///   model's composed path) within one bf16 ulp on ≤ 0.1 % of the values, v bit for bit, and
 ///   nothing written but position `offset`;
 /// - `decode_attention` (bf16) against softmax(q·Kᵀ)·V in f32, and its quantized output (at
 ///   d = 64 the activation quantizer on the bf16 output) bit for bit that quantizer's;
-/// - `decode_step_attention_with` (one launch, position splits 1 and several) bit-identical to
+/// - `decode_step_attention` (one launch, position splits 1 and several) bit-identical to
 ///   the two launches, caches included.
 #[test]
 fn cuda_attention_takes_head_dim_64_and_models_without_qk_norm() -> Result<()> {
