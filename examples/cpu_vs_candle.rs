@@ -45,10 +45,11 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-fn ours(model: &mut DecoderModel, prompt: &[u32], tokens: usize) -> Result<Run> {
-    model.clear_kv_cache();
+/// Times a greedy run: `forward(ids, position)` returns the last position's logits `[1, vocab]`
+/// (the prompt first, then one token at a time).
+fn greedy(prompt: &[u32], tokens: usize, mut forward: impl FnMut(&[u32], usize) -> Result<Tensor>) -> Result<Run> {
     let t0 = Instant::now();
-    let mut logits = model.forward(&Tensor::new(prompt, &Device::Cpu)?.unsqueeze(0)?, 0)?;
+    let mut logits = forward(prompt, 0)?;
     let mut out = Vec::new();
     let (mut ttft, mut steps) = (0.0, Vec::new());
     let mut last = t0;
@@ -62,31 +63,24 @@ fn ours(model: &mut DecoderModel, prompt: &[u32], tokens: usize) -> Result<Run> 
         }
         last = now;
         out.push(id);
-        logits = model.forward(&Tensor::new(&[id], &Device::Cpu)?.unsqueeze(0)?, prompt.len() + i)?;
+        logits = forward(&[id], prompt.len() + i)?;
     }
     Ok((ttft, steps, out))
 }
 
+/// `[1, T]` u32 ids on the CPU.
+fn ids(ids: &[u32]) -> Result<Tensor> {
+    Ok(Tensor::new(ids, &Device::Cpu)?.unsqueeze(0)?)
+}
+
+fn ours(model: &mut DecoderModel, prompt: &[u32], tokens: usize) -> Result<Run> {
+    model.clear_kv_cache();
+    greedy(prompt, tokens, |t, pos| Ok(model.forward(&ids(t)?, pos)?))
+}
+
 fn candle(model: &candle_llama::Llama, cfg: &candle_llama::Config, prompt: &[u32], tokens: usize) -> Result<Run> {
     let mut cache = candle_llama::Cache::new(true, DType::F32, cfg, &Device::Cpu)?;
-    let t0 = Instant::now();
-    let mut logits = model.forward(&Tensor::new(prompt, &Device::Cpu)?.unsqueeze(0)?, 0, &mut cache)?;
-    let mut out = Vec::new();
-    let (mut ttft, mut steps) = (0.0, Vec::new());
-    let mut last = t0;
-    for i in 0..tokens {
-        let id = logits.argmax(D::Minus1)?.squeeze(0)?.to_scalar::<u32>()?;
-        let now = Instant::now();
-        if i == 0 {
-            ttft = (now - t0).as_secs_f64() * 1e3;
-        } else {
-            steps.push((now - last).as_secs_f64() * 1e3);
-        }
-        last = now;
-        out.push(id);
-        logits = model.forward(&Tensor::new(&[id], &Device::Cpu)?.unsqueeze(0)?, prompt.len() + i, &mut cache)?;
-    }
-    Ok((ttft, steps, out))
+    greedy(prompt, tokens, |t, pos| Ok(model.forward(&ids(t)?, pos, &mut cache)?))
 }
 
 fn main() -> Result<()> {

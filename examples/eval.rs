@@ -19,7 +19,7 @@
 mod common;
 
 use anyhow::{bail, Context, Result};
-use candle_core::{DType, Device};
+use candle_core::Device;
 use candle_fp8::checkpoint::GgufCheckpoint;
 use candle_fp8::models::{window_log_probs, DecoderModel, ModelOptions, TextScore as Score};
 use clap::Parser;
@@ -52,10 +52,9 @@ struct Args {
     /// (`--dtype`), so that both run the same quantized operands.
     #[arg(long)]
     compare_cpu: bool,
-    /// Activation dtype of the models: f32, bf16 or f16 (default: the device's, f32 on the CPU,
-    /// bf16 on CUDA).
-    #[arg(long)]
-    dtype: Option<String>,
+    /// Activation dtype of the models (default: the device's, f32 on the CPU, bf16 on CUDA).
+    #[arg(long, value_enum)]
+    dtype: Option<common::FloatDtype>,
     /// Where converted models are kept (default `~/.cache/candle-fp8`).
     #[arg(long)]
     cache_dir: Option<PathBuf>,
@@ -112,13 +111,7 @@ fn main() -> Result<()> {
     }
 
     let t0 = Instant::now();
-    let dtype = match args.dtype.as_deref() {
-        None => ModelOptions::default().dtype_for(&device),
-        Some("f32") => DType::F32,
-        Some("bf16") => DType::BF16,
-        Some("f16") => DType::F16,
-        Some(d) => bail!("--dtype {d}: expected f32, bf16 or f16"),
-    };
+    let dtype = args.dtype.map_or_else(|| ModelOptions::default().dtype_for(&device), |d| d.dtype());
     let opts = ModelOptions::default().dtype(dtype);
     let mut base = baseline_model(&baseline_src, &device, &opts)?;
     let mut fp8 = DecoderModel::from_checkpoint(&src.ckpt, &device, &opts, &mut |_, _| {})?;

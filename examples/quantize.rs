@@ -29,6 +29,8 @@
 //! temp dir, converted, reloaded through `Checkpoint` + `Fp8BlockLinear::load` and checked
 //! against the CPU reference (bit-exact weights, forward rel. error ≤ 3e-3, calc_diff < 1e-3).
 
+mod common;
+
 use anyhow::{anyhow, bail, Context, Result};
 use candle_core::{DType, Device, Module, Tensor};
 use candle_fp8::checkpoint::{self, Checkpoint, ConvertOptions, ConvertReport, ShardWriter, CONFIG_FILE};
@@ -36,28 +38,12 @@ use candle_fp8::models::{DecoderModel, Message, ModelOptions, Tokenizer};
 use candle_fp8::quant::{quantize_activation, quantize_weight};
 use candle_fp8::testing::reference::{calc_diff, reference_matmul, rel_err};
 use candle_fp8::Fp8BlockLinear;
-use clap::{Parser, ValueEnum};
+use clap::Parser;
+use common::FloatDtype;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-
-#[derive(Copy, Clone, Debug, ValueEnum)]
-enum ScaleDtype {
-    F32,
-    Bf16,
-    F16,
-}
-
-impl ScaleDtype {
-    fn dtype(self) -> DType {
-        match self {
-            Self::F32 => DType::F32,
-            Self::Bf16 => DType::BF16,
-            Self::F16 => DType::F16,
-        }
-    }
-}
 
 /// Convert a checkpoint (safetensors directory, hub id or GGUF file) to blocked FP8 (e4m3,
 /// 128×128 block scales).
@@ -86,7 +72,7 @@ struct Args {
     all_linear: bool,
     /// Storage dtype of `weight_scale_inv`.
     #[arg(long, value_enum, default_value = "f32")]
-    scale_dtype: ScaleDtype,
+    scale_dtype: FloatDtype,
     /// Largest output shard in GiB; one file when everything fits.
     #[arg(long, default_value_t = 5.0, conflicts_with = "max_shard_mb")]
     max_shard_gib: f64,

@@ -77,13 +77,8 @@ fn ulp_diff(a: &Tensor, b: &Tensor) -> Result<(usize, i32)> {
     Ok((n, worst))
 }
 
-/// RoPE tables `[rows, HD / 2]` (bf16) like the model's: θ = 1e6, non-interleaved halves.
-fn rope_tables(rows: usize, dev: &Device) -> Result<(Tensor, Tensor)> {
-    rope_tables_d(rows, HD, dev)
-}
-
-/// RoPE tables `[rows, d / 2]` (bf16): θ = 1e6, non-interleaved halves.
-fn rope_tables_d(rows: usize, d: usize, dev: &Device) -> Result<(Tensor, Tensor)> {
+/// RoPE tables `[rows, d / 2]` (bf16) like the model's: θ = 1e6, non-interleaved halves.
+fn rope_tables(rows: usize, d: usize, dev: &Device) -> Result<(Tensor, Tensor)> {
     let inv: Vec<f64> = (0..d / 2).map(|i| 1.0 / 1e6f64.powf(2.0 * i as f64 / d as f64)).collect();
     let (mut c, mut s) = (Vec::new(), Vec::new());
     for p in 0..rows {
@@ -97,11 +92,15 @@ fn rope_tables_d(rows: usize, d: usize, dev: &Device) -> Result<(Tensor, Tensor)
     Ok((c, s))
 }
 
-/// The per-head weights as the model builds them: q rows × 1/√128, then k rows.
-fn qk_norm_weights(hq: usize, hkv: usize, dev: &Device) -> Result<Tensor> {
-    let w = (Tensor::randn(0f32, 0.2, (hq + hkv, HD), dev)? + 1.0)?;
+/// The per-head weights of a model of head dimension `d`: with a q/k norm random around 1, the
+/// q rows × 1/√d; without one (Llama, Qwen2) ones, the q rows × 1/√d — as the model builds them.
+fn head_weights(hq: usize, hkv: usize, d: usize, norm: QkNorm, dev: &Device) -> Result<Tensor> {
+    let w = match norm {
+        QkNorm::Rms => (Tensor::randn(0f32, 0.2, (hq + hkv, d), dev)? + 1.0)?,
+        QkNorm::WeightOnly => Tensor::ones((hq + hkv, d), DType::F32, dev)?,
+    };
     let scale = Tensor::cat(
-        &[Tensor::full(1.0 / (HD as f32).sqrt(), (hq, 1), dev)?, Tensor::ones((hkv, 1), DType::F32, dev)?],
+        &[Tensor::full(1.0 / (d as f32).sqrt(), (hq, 1), dev)?, Tensor::ones((hkv, 1), DType::F32, dev)?],
         0,
     )?;
     w.broadcast_mul(&scale)?.to_dtype(DType::BF16)
@@ -142,7 +141,7 @@ fn cuda_qk_norm_rope_append_matches_candle_ops() -> Result<()> {
     let dev = kernels_device_or_skip!("cuda_qk_norm_rope_append_matches_candle_ops");
     let eps = 1e-6f32;
     let cap = 1100;
-    let (cos, sin) = rope_tables(cap, &dev)?;
+    let (cos, sin) = rope_tables(cap, HD, &dev)?;
     let (mut total, mut mismatched, mut worst) = (0usize, 0usize, 0i32);
     for (b, hq, hkv) in [(1, 64, 8), (3, 16, 4), (16, 8, 8), (5, 64, 8)] {
         for offset in [0usize, 1, 5, 63, 64, 1000, cap - 1] {
@@ -150,7 +149,7 @@ fn cuda_qk_norm_rope_append_matches_candle_ops() -> Result<()> {
             // Rows of very different magnitudes, so the norm really rescales.
             let gain = Tensor::rand(0.05f32, 20f32, (b, 1), &dev)?;
             let qkv = Tensor::randn(0f32, 1f32, (b, width), &dev)?.broadcast_mul(&gain)?.to_dtype(DType::BF16)?;
-            let qk_norm = qk_norm_weights(hq, hkv, &dev)?;
+            let qk_norm = head_weights(hq, hkv, HD, QkNorm::Rms, &dev)?;
             let k_cache = nan_bf16(&[b, hkv, cap, HD], &dev)?;
             let v_cache = nan_bf16(&[b, hkv, cap, HD], &dev)?;
             let (cos_r, sin_r) = (cos.narrow(0, offset, 1)?, sin.narrow(0, offset, 1)?);
@@ -384,9 +383,9 @@ fn cuda_attention_rejects_bad_inputs() -> Result<()> {
     let qt = randn_bf16(&[b, HD, hq], 0.2, &dev)?.transpose(1, 2)?;
     assert!(err(attn::decode_attention_bf16(&qt, &kc, &vc, 4)).contains("contiguous"));
 
-    let (cos, sin) = rope_tables(cap, &dev)?;
+    let (cos, sin) = rope_tables(cap, HD, &dev)?;
     let qkv = randn_bf16(&[b, (hq + 2 * hkv) * HD], 1.0, &dev)?;
-    let w = qk_norm_weights(hq, hkv, &dev)?;
+    let w = head_weights(hq, hkv, HD, QkNorm::Rms, &dev)?;
     let (c, s) = (cos.narrow(0, 3, 1)?, sin.narrow(0, 3, 1)?);
     let e = |r: Result<Tensor>| r.err().map(|e| e.to_string()).unwrap_or_default();
     assert!(
@@ -525,9 +524,9 @@ fn cuda_decode_step_attention_equals_the_two_launches() -> Result<()> {
         for b in [1, 3] {
             for offset in [0, 31, 32, 147, 700] {
                 let cap = offset + 9;
-                let (cos, sin) = rope_tables(cap, &dev)?;
+                let (cos, sin) = rope_tables(cap, HD, &dev)?;
                 let (cos, sin) = (cos.narrow(0, offset, 1)?, sin.narrow(0, offset, 1)?);
-                let w = qk_norm_weights(hq, hkv, &dev)?;
+                let w = head_weights(hq, hkv, HD, QkNorm::Rms, &dev)?;
                 let qkv = randn_bf16(&[b, (hq + 2 * hkv) * HD], 1.0, &dev)?;
                 let len = offset + 1;
                 let tiles = len.div_ceil(attn::POSITION_TILE);
@@ -606,8 +605,8 @@ fn cuda_decode_step_attention_rejects_bad_inputs() -> Result<()> {
     let dev = kernels_device_or_skip!("cuda_decode_step_attention_rejects_bad_inputs");
     let (b, hq, hkv, cap) = (2, 8, 2, 64);
     let qkv = randn_bf16(&[b, (hq + 2 * hkv) * HD], 1.0, &dev)?;
-    let w = qk_norm_weights(hq, hkv, &dev)?;
-    let (cos, sin) = rope_tables(4, &dev)?;
+    let w = head_weights(hq, hkv, HD, QkNorm::Rms, &dev)?;
+    let (cos, sin) = rope_tables(4, HD, &dev)?;
     let kc = randn_bf16(&[b, hkv, cap, HD], 1.0, &dev)?;
     let vc = randn_bf16(&[b, hkv, cap, HD], 1.0, &dev)?;
     let run = |offset: usize, hs: Option<usize>, qkv: &Tensor| {
@@ -633,20 +632,6 @@ fn cuda_decode_step_attention_rejects_bad_inputs() -> Result<()> {
     Ok(())
 }
 
-/// The per-head weights of a model of head dimension `d`: with a q/k norm random around 1, the
-/// q rows × 1/√d; without one (Llama, Qwen2) ones, the q rows × 1/√d — as the model builds them.
-fn head_weights(hq: usize, hkv: usize, d: usize, norm: QkNorm, dev: &Device) -> Result<Tensor> {
-    let w = match norm {
-        QkNorm::Rms => (Tensor::randn(0f32, 0.2, (hq + hkv, d), dev)? + 1.0)?,
-        QkNorm::WeightOnly => Tensor::ones((hq + hkv, d), DType::F32, dev)?,
-    };
-    let scale = Tensor::cat(
-        &[Tensor::full(1.0 / (d as f32).sqrt(), (hq, 1), dev)?, Tensor::ones((hkv, 1), DType::F32, dev)?],
-        0,
-    )?;
-    w.broadcast_mul(&scale)?.to_dtype(DType::BF16)
-}
-
 /// Head dimension 64 and the models without a q/k norm, through every decode-attention entry
 /// point, at GQA 3 (SmolLM2's 9 / 3 heads: a 128-wide quantization group spans two heads of
 /// different kv groups), 4 and 1, at the first position, at a tile edge and deep in the cache:
@@ -667,7 +652,7 @@ fn cuda_attention_takes_head_dim_64_and_models_without_qk_norm() -> Result<()> {
             for offset in [0usize, 32, 700] {
                 let what = format!("d={d} {norm:?} B={b} heads {hq}/{hkv} offset {offset}");
                 let cap = offset + 9;
-                let (cos, sin) = rope_tables_d(cap, d, &dev)?;
+                let (cos, sin) = rope_tables(cap, d, &dev)?;
                 let (cos, sin) = (cos.narrow(0, offset, 1)?, sin.narrow(0, offset, 1)?);
                 let w = head_weights(hq, hkv, d, norm, &dev)?;
                 let gain = Tensor::rand(0.05f32, 20f32, (b, 1), &dev)?;

@@ -3,10 +3,29 @@
 #![allow(dead_code)]
 
 use anyhow::{bail, Context, Result};
-use candle_core::Device;
+use candle_core::{DType, Device};
 use candle_fp8::checkpoint::{self, Checkpoint, ConvertOptions};
 use candle_fp8::models::{ByteTokenizer, DecoderConfig, Tokenizer};
 use std::path::{Path, PathBuf};
+
+/// A float dtype flag (`f32`, `bf16`, `f16`): activations, scale storage.
+#[derive(Copy, Clone, Debug, clap::ValueEnum)]
+pub enum FloatDtype {
+    F32,
+    Bf16,
+    F16,
+}
+
+impl FloatDtype {
+    /// The candle dtype.
+    pub fn dtype(self) -> DType {
+        match self {
+            Self::F32 => DType::F32,
+            Self::Bf16 => DType::BF16,
+            Self::F16 => DType::F16,
+        }
+    }
+}
 
 /// `cpu` or `cuda` (device 0).
 pub fn make_device(name: &str) -> Result<Device> {

@@ -584,11 +584,11 @@ impl DecoderModel {
     /// [`Self::forward`] with the logits in the lm_head's output dtype (bf16 on CUDA): a greedy
     /// sampler takes their argmax directly, without an f32 copy of `[B, vocab]`.
     pub fn forward_logits(&mut self, input_ids: &Tensor, seqlen_offset: usize) -> Result<Tensor> {
-        let (b, _) = self.check_positions(input_ids, seqlen_offset)?;
+        let (b, t) = self.check_positions(input_ids, seqlen_offset)?;
         let mut last = None;
         for (off, n) in self.passes(input_ids, seqlen_offset)? {
             let ids = input_ids.narrow(1, off - seqlen_offset, n)?;
-            let x = self.forward_hidden(&ids, off, input_ids.dim(1)?)?;
+            let x = self.forward_hidden(&ids, off, t)?;
             last = Some(if n > 1 {
                 x.reshape((b, n, self.cfg.hidden_size))?.narrow(1, n - 1, 1)?.squeeze(1)?.contiguous()?
             } else {
@@ -657,7 +657,7 @@ impl DecoderModel {
             // memory-pool chunks with the prefill's transient activations (a chunk with one live
             // cache in it cannot go back to the device after the prefill).
             for c in &mut self.kv {
-                c.reserve((b, dims.hkv, reserve.max(t), dims.d), self.dtype, &self.device, 0, self.capacity_hint)?;
+                c.reserve((b, dims.hkv, reserve, dims.d), self.dtype, &self.device, 0, self.capacity_hint)?;
             }
         }
         let ids = input_ids.to_device(&self.device)?.to_dtype(DType::U32)?.flatten_all()?;
