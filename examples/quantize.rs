@@ -34,6 +34,7 @@ mod common;
 use anyhow::{anyhow, bail, Context, Result};
 use candle_core::{DType, Device, Module, Tensor};
 use candle_fp8::checkpoint::{self, Checkpoint, ConvertOptions, ConvertReport, ShardWriter, CONFIG_FILE};
+use candle_fp8::format::{e4m3_to_f32, f32_to_e4m3, BLOCK};
 use candle_fp8::models::{DecoderModel, Message, ModelOptions, Tokenizer};
 use candle_fp8::quant::{quantize_activation, quantize_weight};
 use candle_fp8::testing::reference::{calc_diff, reference_matmul, rel_err};
@@ -234,9 +235,29 @@ fn verify_round_trip(input: &Path, output: &Path, report: &ConvertReport) -> Res
         let w = src.load_tensor(&format!("{m}.weight"), &Device::Cpu)?.to_dtype(DType::F32)?;
         let (n, k) = w.dims2()?;
         let layer = Fp8BlockLinear::load(vb.pp(m), k, n, false)?;
-        let (wq, _) = quantize_weight(&w)?;
+        // A fresh quantization with the scales as stored: f32 scales are quantize_weight's; bf16 /
+        // f16 ones are its scales rounded to that dtype, and the codes sat_e4m3(w / stored scale).
+        let (wq, sq) = quantize_weight(&w)?;
+        let stored_dtype = out.load_tensor(&format!("{m}.weight_scale_inv"), &Device::Cpu)?.dtype();
+        let sq = sq.to_dtype(stored_dtype)?.to_dtype(DType::F32)?;
         let bits = |t: &Tensor| -> Result<Vec<f32>> { Ok(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?) };
-        if bits(layer.weight())? != bits(&wq)? {
+        if bits(layer.weight_scale_inv())? != bits(&sq)? {
+            bail!("{m}: reloaded block scales differ from a fresh quantization's (stored as {stored_dtype:?})")
+        }
+        let want = if stored_dtype == DType::F32 {
+            bits(&wq)?
+        } else {
+            let s = sq.to_vec2::<f32>()?;
+            let rows = w.to_vec2::<f32>()?;
+            rows.iter()
+                .enumerate()
+                .flat_map(|(r, row)| {
+                    let s = &s[r / BLOCK];
+                    row.iter().enumerate().map(move |(c, &x)| e4m3_to_f32(f32_to_e4m3(x / s[c / BLOCK])))
+                })
+                .collect()
+        };
+        if bits(layer.weight())? != want {
             bail!("{m}: reloaded FP8 weight differs from a fresh quantization")
         }
         let x = Tensor::randn(0f32, 1.0, (7, k), &Device::Cpu)?.to_dtype(DType::BF16)?;
