@@ -127,6 +127,14 @@ mod imp {
         /// and print `ATTN b len splits us` lines.
         #[arg(long)]
         attention: bool,
+        /// Instead of the GEMM tables: time the flash prefill attention (`kernels::prefill_attention`)
+        /// of a Qwen3-32B layer (64 query / 8 kv heads of 128, batch 1) for these prompt lengths,
+        /// the whole prompt in one pass and in passes of 1024 and 2048 tokens after their cached
+        /// prefix (the sum over the passes), each length up to 2048 checked against the f32
+        /// attention; print `PREFILL len chunk ms tflops` lines (causal FLOPs: 4·heads·d per
+        /// (query, visible key) pair).
+        #[arg(long, value_delimiter = ',', num_args = 1..)]
+        prefill_attention: Vec<usize>,
         /// Time only these columns (comma-separated: ours, into, lt, bf16, full); all by default.
         /// With one column and one shape, `--trace-out` holds that column's launch chain.
         #[arg(long, value_delimiter = ',', default_value = "ours,into,lt,bf16,full")]
@@ -242,6 +250,72 @@ mod imp {
             }
         }
         Ok(())
+    }
+
+    /// `--prefill-attention`: the flash prefill kernel's time per prompt length and pass size.
+    fn prefill_sweep(
+        dev: &Device,
+        stream: &std::sync::Arc<CudaStream>,
+        args: &Args,
+        judge: &mut Judge,
+        json_rows: &mut Vec<serde_json::Value>,
+    ) -> Result<()> {
+        use candle_fp8::kernels::prefill_attention;
+        let (hq, hkv, d) = (64usize, 8usize, 128usize);
+        for &len in &args.prefill_attention {
+            // q inside q|k rows, as the decoder hands it over; the caches hold the whole prompt.
+            let qk = Tensor::randn(0f32, 0.2, (1, len, hq + hkv, d), dev)?.to_dtype(DType::BF16)?;
+            let k = Tensor::randn(0f32, 1.0, (1, hkv, len, d), dev)?.to_dtype(DType::BF16)?;
+            let v = Tensor::randn(0f32, 1.0, (1, hkv, len, d), dev)?.to_dtype(DType::BF16)?;
+            if len <= 2048 {
+                let q = qk.narrow(2, 0, hq)?;
+                poison(dev, len * hq * d)?;
+                let y = prefill_attention(&q, &k, &v, 0, false, true)?.bf16.context("bf16 output")?;
+                let r = prefill_reference(&q, &k, &v)?;
+                judge.check(&format!("prefill attention len {len}"), &y, &r, MAX_RELERR_BF16)?;
+            }
+            let mut chunks: Vec<usize> = [1024, 2048, len].into_iter().filter(|&c| c <= len).collect();
+            chunks.dedup();
+            for chunk in chunks {
+                let passes: Vec<(usize, usize)> = (0..len).step_by(chunk).map(|o| (o, chunk.min(len - o))).collect();
+                let qs: Vec<Tensor> = passes
+                    .iter()
+                    .map(|&(o, n)| qk.narrow(1, o, n)?.narrow(2, 0, hq))
+                    .collect::<candle_core::Result<_>>()?;
+                let (us, _) = time_us(stream, passes.len(), args, &mut |i| {
+                    let (o, _) = passes[i % passes.len()];
+                    prefill_attention(&qs[i % passes.len()], &k, &v, o, true, false).map(drop).map_err(Into::into)
+                })?;
+                // time_us divides by the passes captured: the prompt's time is their sum.
+                let ms = us * passes.len() as f64 / 1e3;
+                let pairs: f64 = passes.iter().map(|&(o, n)| (n * o) as f64 + (n * (n + 1) / 2) as f64).sum();
+                let tflops = 4.0 * (hq * d) as f64 * pairs / (ms * 1e-3) / 1e12;
+                println!("PREFILL len {len} chunk {chunk} {ms:.3} ms {tflops:.0} TFLOP/s ({} passes)", passes.len());
+                json_rows.push(serde_json::json!({"prefill_attention": true, "len": len, "chunk": chunk,
+                    "passes": passes.len(), "ms": ms, "tflops": tflops}));
+            }
+        }
+        Ok(())
+    }
+
+    /// Causal softmax(q·Kᵀ)·V in f32 with candle ops on the GPU for q `[1, T, hq, d]` and
+    /// caches `[1, hkv, T, d]`: `[T, hq * d]`.
+    fn prefill_reference(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
+        let (_, t, hq, d) = q.dims4()?;
+        let hkv = k.dim(1)?;
+        let rep = hq / hkv;
+        let qf = q.to_dtype(DType::F32)?.squeeze(0)?.transpose(0, 1)?.contiguous()?; // [hq, T, d]
+        let kf = k.to_dtype(DType::F32)?.squeeze(0)?;
+        let vf = v.to_dtype(DType::F32)?.squeeze(0)?;
+        let mask: Vec<f32> = (0..t * t).map(|i| if i % t > i / t { f32::NEG_INFINITY } else { 0.0 }).collect();
+        let mask = Tensor::from_vec(mask, (t, t), q.device())?;
+        let mut outs = Vec::with_capacity(hq);
+        for h in 0..hq {
+            let (qh, kh, vh) = (qf.get(h)?, kf.get(h / rep)?, vf.get(h / rep)?);
+            let s = qh.matmul(&kh.t()?)?.broadcast_add(&mask)?;
+            outs.push(candle_nn::ops::softmax_last_dim(&s)?.matmul(&vh)?);
+        }
+        Ok(Tensor::stack(&outs, 1)?.reshape((t, hq * d))?)
     }
 
     /// softmax(q·Kᵀ)·V in f32 with candle ops on the GPU, `[B, hq * 128]` (q carries the
@@ -714,8 +788,13 @@ mod imp {
             }
             bail!("{} of {} checked outputs are wrong (above)", judge.failures.len(), judge.checks)
         };
-        if args.attention {
-            attention_sweep(&dev, &stream, &args, &mut judge, &mut json_rows)?;
+        if args.attention || !args.prefill_attention.is_empty() {
+            if args.attention {
+                attention_sweep(&dev, &stream, &args, &mut judge, &mut json_rows)?;
+            }
+            if !args.prefill_attention.is_empty() {
+                prefill_sweep(&dev, &stream, &args, &mut judge, &mut json_rows)?;
+            }
             if let Some(path) = &args.json {
                 let doc = json!({"device": report.name, "copy_bytes_per_s": copy_bw, "rows": json_rows, "wrong": judge.failures});
                 std::fs::write(path, serde_json::to_string_pretty(&doc)?)?;

@@ -279,6 +279,28 @@ int32_t fp8gemm_decode_step_attention(const void* qkv, const void* qk_norm, cons
                                       size_t workspace_bytes, uint32_t* counters, uint8_t* qa,
                                       float* sa, void* out, void* stream);
 
+// ---- Prefill attention (kernels/attention/prefill.cu) ---------------------------------------
+// Causal attention of t new tokens per sequence over the KV cache, flash style (no t x t buffer):
+// token i of sequence b sits at position offset + i and attends positions [0, offset + i] of the
+// caches (the new tokens' k and v already appended at [offset, offset + t)), f32 scores and
+// online softmax, P rounded to bf16 for P·V, f32 accumulation. Layouts (bf16, d = head_dim 64
+// or 128):
+//   q        token i of sequence b, head h at q[(b * t + i) * q_row + h * d ...]: the roped q
+//            heads, e.g. inside the q|k rows of a [b * t, (hq + hkv) * d] tensor
+//            (q_row >= hq * d, a multiple of 8); any attention scale already folded in
+//   k/v cache[batch, hkv, cap, d] as for the decode attention
+//   out      [batch * t, hq * d] bf16 (optional when qa is given)
+//   qa, sa   (d = 128 only) the o projection's quantized operand, exactly
+//            fp8gemm_quantize_act of `out`: qa e4m3 [batch * t, hq * d], sa f32 [hq][m_pad],
+//            m_pad = round_up(batch * t, 4), padding rows zeroed.
+// Requires hq % hkv == 0, hq <= 65535, 0 <= offset, offset + t <= cap, batch <= 65535,
+// t <= 65535 * 64, 16-byte aligned pointers (sa: 4). Waits for the previous kernel (PDL) before
+// reading anything.
+int32_t fp8gemm_prefill_attention(const void* q, int64_t q_row, const void* k_cache,
+                                  const void* v_cache, int64_t batch, int64_t t, int64_t hq,
+                                  int64_t hkv, int64_t head_dim, int64_t cap, int64_t offset,
+                                  uint8_t* qa, float* sa, void* out, void* stream);
+
 // ---- Sampling (kernels/sampling/) ----------------------------------------------------------------
 
 // out[r] = argmax over c in [0, cols) of x[r * row_stride + c], for r in [0, rows), on f32 or

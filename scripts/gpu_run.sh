@@ -2,12 +2,12 @@
 # Runs the candle-fp8 GPU bundle on the GPU machine (no cargo there), from the repo root:
 #
 #   bash bundle/gpu_run.sh [PHASE...]
-#     PHASE: env test reliability sanitize sanitize-fused bench anchors decode smollm2
+#     PHASE: env test reliability sanitize sanitize-fused bench anchors decode smollm2 prefill
 #     (default: env test reliability sanitize bench anchors)
 #
 # Every test binary runs with CANDLE_FP8_REQUIRE_GPU=1: a test that would skip (no device, no
 # sm_90, a provider missing) fails instead. `test` runs every GPU suite (gpu, gpu_fused,
-# gpu_attention, gpu_sampling, models_gpu), `reliability` runs gpu_reliability; each binary's exit
+# gpu_attention, gpu_prefill, gpu_sampling, models_gpu), `reliability` runs gpu_reliability; each binary's exit
 # status and its passed / failed / skipped counts (skips counted from its `SKIP` lines) are
 # recorded in summary.txt, and the script exits non-zero when any test binary or the bench failed
 # (the bench fails on any output above its error bound).
@@ -93,7 +93,7 @@ sanitized() {  # sanitized LOGNAME TIMEOUT ENV... -- BINARY ARGS...
 
 SANITIZER="$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)"
 SMALL_FILTER="${SANITIZE_FILTER:-providers_match_reference_on_shape_grid activation_quantization_is_bit_exact repeated_calls_are_bitwise_identical}"
-TEST_SUITES="${TEST_SUITES:-gpu gpu_fused gpu_attention gpu_sampling models_gpu}"
+TEST_SUITES="${TEST_SUITES:-gpu gpu_fused gpu_attention gpu_prefill gpu_sampling models_gpu}"
 
 for p in "${PHASES[@]}"; do
   case "$p" in
@@ -137,8 +137,9 @@ for p in "${PHASES[@]}"; do
       done
       ;;
     sanitize-fused)
-      # The decode kernels (kernels/fused/, kernels/attention/, kernels/sampling/) under the three
-      # tools: tests/gpu_fused.rs, gpu_attention.rs and gpu_sampling.rs, one log per binary.
+      # The decode and prefill kernels (kernels/fused/, kernels/attention/, kernels/sampling/) under
+      # the three tools: tests/gpu_fused.rs, gpu_attention.rs, gpu_prefill.rs and gpu_sampling.rs,
+      # one log per binary.
       if [[ -z "$SANITIZER" ]]; then
         echo "=== sanitize-fused: compute-sanitizer not found" | tee -a "$SUMMARY"
         FAILED+=("sanitize-fused (no compute-sanitizer)")
@@ -147,7 +148,7 @@ for p in "${PHASES[@]}"; do
       # gpu_attention's full grid (len 5000, batch 16) is slow under racecheck: its kernels'
       # every code path is covered by these tests (ATTN_SANITIZE_FILTER= for all).
       ATTN_FILTER="${ATTN_SANITIZE_FILTER-splits_agree len1_quantizes qk_norm_rope_append_matches}"
-      for t in gpu_fused gpu_attention gpu_sampling; do
+      for t in ${FUSED_SANITIZE_SUITES:-gpu_fused gpu_attention gpu_prefill gpu_sampling}; do
         filter=""
         [[ $t == gpu_attention ]] && filter="$ATTN_FILTER"
         for tool in ${FUSED_SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
@@ -201,8 +202,35 @@ for p in "${PHASES[@]}"; do
           --cache-dir "$CACHE" ${EVAL_ARGS:-} --json "$OUT/smollm2-eval-$dt.json" || FAILED+=("smollm2-eval-$dt")
       done
       ;;
+    prefill)
+      # Long prompts (Qwen3-32B architecture, random FP8 weights, batch 1): the flash prefill
+      # kernel alone per prompt length and pass size (checked against the f32 attention up to
+      # 2,048 tokens), torch's SDPA at the same shapes (dev/sdpa_peer.py, when torch is there),
+      # the four GEMMs at the pass sizes, then TTFT and peak memory of `decode` per prompt length
+      # (PREFILL_PROMPTS) and per pass size (PREFILL_CHUNKS, at 8,192 tokens).
+      LENS="${PREFILL_LENS:-512,2048,4096,8192,16384,32768,40960}"
+      phase prefill-attention "${BENCH_TIMEOUT:-300}" "$BIN/bench" --prefill-attention "$LENS" --settle-ms 0 \
+        --samples "${PREFILL_SAMPLES:-5}" --json "$OUT/prefill-attention.json" || FAILED+=("prefill-attention")
+      if python3 -c "import torch" 2>/dev/null; then
+        phase prefill-sdpa "${BENCH_TIMEOUT:-300}" python3 "$HERE/../dev/sdpa_peer.py" ${LENS//,/ } \
+          --json "$OUT/prefill-sdpa.json"
+      fi
+      shapes=()
+      for m in 1024 2048; do shapes+=("$m,10240,5120" "$m,5120,8192" "$m,51200,5120" "$m,5120,25600"); done
+      phase prefill-gemms "${BENCH_TIMEOUT:-300}" "$BIN/bench" --shapes "${shapes[@]}" --no-cold --columns ours \
+        --settle-ms 0 --samples 9 --json "$OUT/prefill-gemms.json" || FAILED+=("prefill-gemms")
+      run_ttft() {  # run_ttft NAME PROMPT_LEN [decode args...]
+        local name="$1" len="$2"; shift 2
+        phase "$name" "${DECODE_TIMEOUT:-150}" "$BIN/decode" --device cuda --random-weights qwen3-32b \
+          --prompt-len "$len" --max-new-tokens 2 --ignore-eos --warmup 1 --json "$OUT/$name.json" "$@" \
+          || FAILED+=("$name")
+        grep -E "^(TTFT|peak memory)" "$OUT/$name.log" | tee -a "$SUMMARY"
+      }
+      for len in ${PREFILL_PROMPTS:-512 2048 8191 8192 8193 32768 40958}; do run_ttft "ttft-$len" "$len"; done
+      for c in ${PREFILL_CHUNKS:-512 2048 8192}; do run_ttft "ttft-8192-chunk$c" 8192 --prefill-chunk "$c"; done
+      ;;
     *)
-      echo "gpu_run: unknown phase $p (env test reliability sanitize sanitize-fused bench anchors decode smollm2)" | tee -a "$SUMMARY"
+      echo "gpu_run: unknown phase $p (env test reliability sanitize sanitize-fused bench anchors decode smollm2 prefill)" | tee -a "$SUMMARY"
       FAILED+=("unknown phase $p")
       ;;
   esac

@@ -42,9 +42,10 @@ pub use quant::{e4m3_to_f32, quantize_activation, quantize_weight};
 pub mod kernels {
     pub use crate::cuda::attention::{
         decode_attention, decode_attention_bf16, decode_attention_quant, decode_step_attention, default_splits,
-        default_step_splits, qk_norm_rope_append, DecodeAttentionOptions, DecodeAttentionOutput, DecodeStepOptions,
-        QkNorm, SplitMerge, HEAD_DIM, HEAD_DIMS, MAX_CLUSTER_SPLITS, MAX_QUERIES_PER_KV_HEAD, POSITION_TILE,
+        default_step_splits, qk_norm_rope_append, AttentionOutput, DecodeAttentionOptions, DecodeStepOptions, QkNorm,
+        SplitMerge, HEAD_DIM, HEAD_DIMS, MAX_CLUSTER_SPLITS, MAX_QUERIES_PER_KV_HEAD, POSITION_TILE,
     };
+    pub use crate::cuda::prefill::prefill_attention;
     pub use crate::cuda::readback::IdReadback;
     pub use crate::cuda::sampling::argmax_last_dim;
     #[cfg(feature = "trace")]

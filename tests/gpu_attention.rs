@@ -17,13 +17,15 @@
 //! - a toy Qwen3 (head_dim 128) and a toy SmolLM2-shaped Llama (head_dim 64, hidden 576)
 //!   decoding with the fused kernels (the attention kernel among them) against the same weights
 //!   with them off (candle's attention): top-1 agreement and logit
-//!   differences within bounds derived from the arithmetic (`gpu::LogitBounds`).
+//!   differences within bounds derived from the arithmetic (`gpu::LogitBounds`);
+//! - the same toy models' prompts through the flash prefill kernel (whole, and in passes after a
+//!   cached prefix) against candle's attention, every position's logits within the same bounds.
 #![cfg(feature = "cuda")]
 
 #[path = "common/gpu.rs"]
 #[macro_use]
 mod gpu;
-use gpu::{assert_providers, poison, teacher_forced, LogitBounds, LogitDiff, LogitScales};
+use gpu::{assert_providers, poison, teacher_forced, LogitBounds, LogitDiff, LogitScales, Logits};
 
 use candle_core::{DType, Device, Result, Tensor, D};
 use candle_fp8::checkpoint::Checkpoint;
@@ -448,10 +450,84 @@ fn toy_cfgs() -> [(&'static str, DecoderConfig); 2] {
 
 /// The toy checkpoint in `dir` loaded onto `dev` (bf16 activations on CUDA, f32 on the CPU).
 fn toy_model(cfg: &DecoderConfig, dir: &std::path::Path, dev: &Device) -> Result<DecoderModel> {
+    toy_model_with(cfg, dir, dev, &ModelOptions::default())
+}
+
+fn toy_model_with(
+    cfg: &DecoderConfig,
+    dir: &std::path::Path,
+    dev: &Device,
+    opts: &ModelOptions,
+) -> Result<DecoderModel> {
     let ck = Checkpoint::open(dir)?;
-    let opts = ModelOptions::default();
     let vb = ck.var_builder(opts.dtype_for(dev), dev);
-    DecoderModel::load(cfg, vb, &|m| ck.is_quantized(m), &opts)
+    DecoderModel::load(cfg, vb, &|m| ck.is_quantized(m), opts)
+}
+
+/// Every position's logits `[T][vocab]` of `ids` `[1, T]` from a fresh KV cache.
+fn all_logits(m: &mut DecoderModel, ids: &Tensor) -> Result<Logits> {
+    m.clear_kv_cache();
+    m.forward_all(&ids.to_device(m.device())?, 0)?.squeeze(0)?.to_vec2::<f32>()
+}
+
+/// A 300-token prompt (past four of the prefill kernel's 64-token tiles, ragged) through the
+/// flash prefill kernel (fused kernels on) against candle's attention (off), for each toy LM of
+/// `toy_cfgs`: every position's logits, the prompt whole and in passes of 100 tokens (the later
+/// passes attend a cached prefix: the kernel's query offset). Bounds as for the decode test
+/// (`LogitBounds`, the FP8 noise measured on the CPU over the same positions). Teacher-forced
+/// prompt positions include near-ties, where either path's roundings flip the top-1, so the
+/// top-1 check is relative: against the CPU f32 reference (FP8 linears, f32 attention), the
+/// flash path agrees at least as often as candle's bf16 attention (less one position in 100) and
+/// its logits are no farther from it (RMS within 1.25×): a wrong mask or a dropped key tile
+/// moves every later position and fails both.
+#[test]
+fn cuda_toy_models_flash_prefill_matches_the_candle_path() -> Result<()> {
+    const NAME: &str = "cuda_toy_models_flash_prefill_matches_the_candle_path";
+    let dev = kernels_device_or_skip!(NAME);
+    for (name, cfg) in toy_cfgs() {
+        let dir = tempfile::tempdir()?;
+        write_toy_lm_checkpoint(dir.path(), &cfg, 11, &CORPUS.repeat(4))?;
+        let prompt: Vec<u32> = CORPUS.repeat(4).bytes().take(300).map(u32::from).collect();
+        let ids = Tensor::new(prompt.as_slice(), &Device::Cpu)?.unsqueeze(0)?;
+        let mut flash = toy_model(&cfg, dir.path(), &dev)?;
+        assert!(flash.flash_prefill(), "{name}: bf16 on sm_90 with fused kernels takes the flash prefill");
+        let mut plain = flash.with_fused_kernels(false);
+        assert!(!plain.flash_prefill(), "{name}: fused kernels off takes candle's attention");
+        let mut chunked = toy_model_with(&cfg, dir.path(), &dev, &ModelOptions::default().prefill_chunk(100))?;
+
+        let cpu = toy_model(&cfg, dir.path(), &Device::Cpu)?;
+        let (mut reference, mut dense) = (cpu.to_reference()?, cpu.to_dense()?);
+        let exact = all_logits(&mut reference, &ids)?;
+        let noise = LogitDiff::of(&exact, &all_logits(&mut dense, &ids)?);
+        let bounds = LogitBounds::new(&LogitScales::of(dir.path(), cfg.num_hidden_layers)?, &noise, 2, 2);
+
+        let want = all_logits(&mut plain, &ids)?;
+        let candle_vs_exact = LogitDiff::of(&want, &exact);
+        for (what, m) in [("whole", &mut flash), ("passes of 100", &mut chunked)] {
+            let got = all_logits(m, &ids)?;
+            let d = LogitDiff::of(&got, &want);
+            assert!(d.max_abs > 0.0, "{name} {what}: identical logits: the flash prefill did not run");
+            bounds.check(&format!("{name}: flash prefill ({what}) vs candle attention"), &d);
+            let e = LogitDiff::of(&got, &exact);
+            println!(
+                "{name} {what}: vs the f32 reference: flash top-1 {}/{} rms {:.4}; candle attention top-1 {}/{} rms {:.4}",
+                e.top1_agree, e.steps, e.rms, candle_vs_exact.top1_agree, candle_vs_exact.steps, candle_vs_exact.rms
+            );
+            assert!(
+                e.top1_agree + e.steps / 100 >= candle_vs_exact.top1_agree,
+                "{name} {what}: top-1 vs the f32 reference {} < candle attention's {}",
+                e.top1_agree,
+                candle_vs_exact.top1_agree
+            );
+            assert!(
+                e.rms <= 1.25 * candle_vs_exact.rms,
+                "{name} {what}: rms vs the f32 reference {} > 1.25 × {}",
+                e.rms,
+                candle_vs_exact.rms
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The fused decode kernels (attention in one launch, fused elementwise steps) against the same

@@ -260,14 +260,19 @@ fn ineligible_inputs_take_the_composed_path() -> Result<()> {
 /// Per step: the greedy tokens of every sequence, and the logits `[batch × vocab]` flattened.
 type Decoded = (Vec<Vec<u32>>, Vec<Vec<f32>>);
 
-/// Greedy tokens and last-position logits of `batch` copies of a prompt, over a prefill and
-/// `steps` decode steps (batch 9-16 takes the gate/up GEMM's SwiGLU epilogue in the fused MLP).
+/// Greedy tokens and last-position logits of `batch` copies of a prompt, fed one token per step
+/// (a prompt of several tokens would take the flash prefill kernel on the fused side, an
+/// attention with roundings of its own), then `steps` decode steps (batch 9-16 takes the gate/up
+/// GEMM's SwiGLU epilogue in the fused MLP).
 fn decode(model: &mut DecoderModel, dev: &Device, batch: usize, steps: usize) -> Result<Decoded> {
     model.clear_kv_cache();
     let prompt: Vec<u32> = "The quick brown fox".bytes().map(u32::from).collect();
-    let ids: Vec<u32> = (0..batch).flat_map(|_| prompt.iter().copied()).collect();
-    let mut next = Tensor::from_vec(ids, (batch, prompt.len()), dev)?;
     let (mut pos, mut tokens, mut logits) = (0, vec![], vec![]);
+    for &id in &prompt[..prompt.len() - 1] {
+        model.forward(&Tensor::from_vec(vec![id; batch], (batch, 1), dev)?, pos)?;
+        pos += 1;
+    }
+    let mut next = Tensor::from_vec(vec![prompt[prompt.len() - 1]; batch], (batch, 1), dev)?;
     for _ in 0..=steps {
         let l = model.forward(&next, pos)?;
         pos += next.dim(1)?;

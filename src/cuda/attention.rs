@@ -86,7 +86,7 @@ pub fn default_splits(batch: usize, kv_heads: usize, len: usize, num_sms: usize)
     (2 * num_sms.max(1)).div_ceil(ctas).clamp(1, tiles)
 }
 
-fn cuda_device(t: &Tensor, what: &str) -> Result<CudaDevice> {
+pub(super) fn cuda_device(t: &Tensor, what: &str) -> Result<CudaDevice> {
     match t.device() {
         Device::Cuda(d) => Ok(d.clone()),
         d => bail!("candle-fp8 attention: {what} must be on a CUDA device, got {d:?}"),
@@ -111,7 +111,7 @@ fn check_bf16_contiguous(t: &Tensor, what: &str) -> Result<()> {
     Ok(())
 }
 
-fn same_device(a: &CudaDevice, t: &Tensor, what: &str) -> Result<()> {
+pub(super) fn same_device(a: &CudaDevice, t: &Tensor, what: &str) -> Result<()> {
     if !t.device().same_device(&Device::Cuda(a.clone())) {
         bail!("candle-fp8 attention: {what} is on {:?}, not on the same device as the other inputs", t.device())
     }
@@ -120,7 +120,7 @@ fn same_device(a: &CudaDevice, t: &Tensor, what: &str) -> Result<()> {
 
 /// `(batch, kv_heads, capacity, head_dim)` of a `[B, hkv, cap, d]` bf16 contiguous cache, `d` one
 /// of [`HEAD_DIMS`].
-fn cache_dims(t: &Tensor, what: &str) -> Result<(usize, usize, usize, usize)> {
+pub(super) fn cache_dims(t: &Tensor, what: &str) -> Result<(usize, usize, usize, usize)> {
     check_bf16_contiguous(t, what)?;
     match t.dims() {
         &[b, h, cap, d] if HEAD_DIMS.contains(&d) && b > 0 && h > 0 && cap > 0 => Ok((b, h, cap, d)),
@@ -139,7 +139,7 @@ fn storage_addr(t: &Tensor, dev: &CudaDevice) -> Result<u64> {
     Ok(p)
 }
 
-fn status(what: &str, st: i32) -> Result<()> {
+pub(super) fn status(what: &str, st: i32) -> Result<()> {
     ffi::check(what, st)
 }
 
@@ -371,9 +371,9 @@ impl Default for DecodeAttentionOptions {
     }
 }
 
-/// The outputs of [`decode_attention`].
+/// The outputs of [`decode_attention`] and [`prefill_attention`](super::prefill::prefill_attention).
 #[derive(Debug, Clone)]
-pub struct DecodeAttentionOutput {
+pub struct AttentionOutput {
     /// `(qa, sa)`: e4m3 `[B, num_heads * d]` and its f32 scales `[B, ceil(num_heads * d / 128)]`
     /// with strides `(1, round_up(B, 4))` — the operand pair `crate::ops::fp8_block_matmul`
     /// takes. At `d == 128` the attention's f32 output quantized in the kernel (one group per
@@ -397,7 +397,7 @@ pub fn decode_attention(
     v_cache: &Tensor,
     len: usize,
     opts: DecodeAttentionOptions,
-) -> Result<DecodeAttentionOutput> {
+) -> Result<AttentionOutput> {
     if !opts.quantized && !opts.bf16 {
         bail!("candle-fp8 decode_attention: ask for the quantized and/or the bf16 output")
     }
@@ -471,12 +471,12 @@ pub fn decode_attention(
 }
 
 /// Raw pointers of the attention outputs a launch writes (null when not requested).
-struct OutPtrs {
-    ws: *mut c_void,
-    ws_bytes: usize,
-    qa: *mut u8,
-    sa: *mut f32,
-    out: *mut c_void,
+pub(super) struct OutPtrs {
+    pub(super) ws: *mut c_void,
+    pub(super) ws_bytes: usize,
+    pub(super) qa: *mut u8,
+    pub(super) sa: *mut f32,
+    pub(super) out: *mut c_void,
 }
 
 /// Allocates the workspace (for `splits` position splits merged by the combine kernel) and the
@@ -484,7 +484,7 @@ struct OutPtrs {
 /// dimension `d`: at 128 the kernel writes the quantized output itself; at 64 (a quantization
 /// group spans two heads) it writes bf16, which the activation quantizer then quantizes (one
 /// launch more, right after the attention).
-fn with_outputs(
+pub(super) fn with_outputs(
     dev: &CudaDevice,
     b: usize,
     hq: usize,
@@ -492,7 +492,7 @@ fn with_outputs(
     splits: usize,
     opts: DecodeAttentionOptions,
     launch: &dyn Fn(&OutPtrs) -> Result<()>,
-) -> Result<DecodeAttentionOutput> {
+) -> Result<AttentionOutput> {
     let stream = dev.cuda_stream();
     let n = b * hq * d;
     let m_pad = act_scale_m_stride(b);
@@ -537,7 +537,7 @@ fn with_outputs(
     };
     let bf16 = if opts.bf16 { out.map(|o| wrap(o, (b, hq * d))) } else { None };
     drop(ws); // stream-ordered free, after the launches above
-    Ok(DecodeAttentionOutput { quantized, bf16 })
+    Ok(AttentionOutput { quantized, bf16 })
 }
 
 /// How [`decode_step_attention`] spreads the work by default: `(position splits, head splits)`.
@@ -626,7 +626,7 @@ pub fn decode_step_attention(
     eps: f32,
     norm: QkNorm,
     opts: DecodeStepOptions,
-) -> Result<DecodeAttentionOutput> {
+) -> Result<AttentionOutput> {
     let op = "decode_step_attention";
     let (hq, hkv) = (num_heads, num_kv_heads);
     let a = opts.attention;

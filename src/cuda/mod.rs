@@ -5,7 +5,8 @@
 //! - [`gemm`]: our Hopper GEMM (quantizer, GEMM, unreduced split-K, gated gate/up, reduction).
 //! - [`cublaslt`]: cuBLASLt with `VEC128_32F` (activations) × `BLK128x128_32F` (weights) scales.
 //! - [`dequant`]: the portable `dequant` provider.
-//! - [`fused`], [`attention`], [`sampling`]: the decode kernels; [`readback`]: sampled ids copied
+//! - [`fused`], [`attention`], [`sampling`]: the decode kernels; [`prefill`]: the prompt's
+//!   flash-style attention; [`readback`]: sampled ids copied
 //!   to the host asynchronously.
 //!
 //! Everything launches on candle's stream for the device (`CudaDevice::cuda_stream`), keeps
@@ -18,6 +19,7 @@ pub(crate) mod device;
 pub(crate) mod ffi;
 pub(crate) mod fused;
 pub(crate) mod gemm;
+pub(crate) mod prefill;
 pub(crate) mod readback;
 pub(crate) mod sampling;
 #[cfg(feature = "trace")]

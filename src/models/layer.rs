@@ -143,6 +143,8 @@ pub(crate) struct Dims {
     pub(crate) eps: f32,
     /// The fused decode kernels may run ([`super::ModelOptions::fused_kernels`]).
     pub(crate) fused: bool,
+    /// Prompts (T > 1) take the flash prefill attention kernel ([`flash_prefill_applies`]).
+    pub(crate) flash_prefill: bool,
 }
 
 impl DecoderLayer {
@@ -180,6 +182,8 @@ impl DecoderLayer {
         // Attention.
         let fused = if dims.fused && t == 1 {
             self.decode_attention_fused(&xn, b, offset, rope, cache, capacity_hint, dims)?
+        } else if dims.flash_prefill && t > 1 {
+            Some(self.prefill_attention_flash(&xn, b, t, offset, rope, unit, cache, capacity_hint, dims)?)
         } else {
             None
         };
@@ -275,6 +279,38 @@ impl DecoderLayer {
         Ok((x, Some(d)))
     }
 
+    /// The q/k/v projection, the (optional) per-head q/k RMSNorm, the per-head weights (which
+    /// carry the attention scale) and RoPE: `(q|k [B, T, hq + hkv, d] roped, v [B·T, hkv·d])`.
+    fn roped_qk_v(
+        &self,
+        xn: &Normed,
+        b: usize,
+        t: usize,
+        rope: (&Tensor, &Tensor),
+        unit: &Tensor,
+        dims: Dims,
+    ) -> Result<(Tensor, Tensor)> {
+        let Dims { hq, hkv, d, eps, .. } = dims;
+        let m = b * t;
+        let (qk, v) = match &self.qkv {
+            Proj::Fused(l, sizes) => {
+                // q and k are adjacent in the fused output: one view (a copy only when M > 1).
+                let y = xn.project(l)?;
+                let nqk = sizes[0] + sizes[1];
+                (y.narrow(1, 0, nqk)?.contiguous()?, y.narrow(1, nqk, sizes[2])?)
+            }
+            Proj::Split(ls) => {
+                let (q, k) = (xn.project(&ls[0])?, xn.project(&ls[1])?);
+                (Tensor::cat(&[&q, &k], 1)?, xn.project(&ls[2])?)
+            }
+        };
+        // Per-head RMSNorm of q and k in one launch (Qwen3), then the per-head weights.
+        let qk =
+            if self.qk_norm { candle_nn::ops::rms_norm(&qk.reshape((m * (hq + hkv), d))?, unit, eps)? } else { qk };
+        let qk = qk.reshape((b, t, hq + hkv, d))?.broadcast_mul(&self.qk_weight)?;
+        Ok((candle_nn::rotary_emb::rope_thd(&qk, rope.0, rope.1)?, v))
+    }
+
     /// The attention of the candle ops (any T, device and dtype): `[B*T, hq * d]`, the input of
     /// the o projection.
     #[allow(clippy::too_many_arguments)]
@@ -291,27 +327,10 @@ impl DecoderLayer {
         capacity_hint: usize,
         dims: Dims,
     ) -> Result<Tensor> {
-        let Dims { hq, hkv, d, eps, .. } = dims;
+        let Dims { hq, hkv, d, .. } = dims;
         let n_rep = hq / hkv;
         let m = b * t;
-        let (qk, v) = match &self.qkv {
-            Proj::Fused(l, sizes) => {
-                // q and k are adjacent in the fused output: one view (a copy only when M > 1).
-                let y = xn.project(l)?;
-                let nqk = sizes[0] + sizes[1];
-                (y.narrow(1, 0, nqk)?.contiguous()?, y.narrow(1, nqk, sizes[2])?)
-            }
-            Proj::Split(ls) => {
-                let (q, k) = (xn.project(&ls[0])?, xn.project(&ls[1])?);
-                (Tensor::cat(&[&q, &k], 1)?, xn.project(&ls[2])?)
-            }
-        };
-        // Per-head RMSNorm of q and k in one launch (Qwen3), then the per-head weights (which
-        // carry the attention scale).
-        let qk =
-            if self.qk_norm { candle_nn::ops::rms_norm(&qk.reshape((m * (hq + hkv), d))?, unit, eps)? } else { qk };
-        let qk = qk.reshape((b, t, hq + hkv, d))?.broadcast_mul(&self.qk_weight)?;
-        let qk = candle_nn::rotary_emb::rope_thd(&qk, rope.0, rope.1)?;
+        let (qk, v) = self.roped_qk_v(xn, b, t, rope, unit, dims)?;
         let (q, k) = (qk.narrow(2, 0, hq)?, qk.narrow(2, hq, hkv)?);
         let (k, v) = if t == 1 {
             (k.reshape((b, hkv, 1, d))?, v.reshape((b, hkv, 1, d))?)
@@ -400,6 +419,64 @@ impl DecoderLayer {
         Ok(Some(o.forward_quantized_unreduced(&qa, &sa)?))
     }
 
+    /// A prompt's (T > 1) attention through the flash prefill kernel (CUDA sm_90, bf16, head_dim
+    /// 64 or 128; [`flash_prefill_applies`]): q/k/v, norm and RoPE as the candle path, the KV-cache
+    /// append, then causal attention over the cache without a `T × T` score tensor, written as the
+    /// o projection's quantized operand when that projection quantizes activations. Returns the o
+    /// projection's output `[B·T, hidden]`.
+    #[cfg(feature = "cuda")]
+    #[allow(clippy::too_many_arguments)]
+    fn prefill_attention_flash(
+        &self,
+        xn: &Normed,
+        b: usize,
+        t: usize,
+        offset: usize,
+        rope: (&Tensor, &Tensor),
+        unit: &Tensor,
+        cache: &mut KvCache,
+        capacity_hint: usize,
+        dims: Dims,
+    ) -> Result<Unreduced> {
+        use crate::cuda::prefill::prefill_attention;
+        let Dims { hq, hkv, d, .. } = dims;
+        let (qk, v) = self.roped_qk_v(xn, b, t, rope, unit, dims)?;
+        let k = qk.narrow(2, hq, hkv)?.transpose(1, 2)?.contiguous()?;
+        let v = v.reshape((b, t, hkv, d))?.transpose(1, 2)?.contiguous()?;
+        cache.append(&k, &v, offset, capacity_hint)?;
+        let (kc, vc) = (cache.k.as_ref().expect("appended"), cache.v.as_ref().expect("appended"));
+        // The q heads of the q|k rows, in place: tokens (hq + hkv)·d elements apart.
+        let q = qk.narrow(2, 0, hq)?;
+        match &self.o {
+            AnyLinear::Fp8(o) if o.quantizes_activations()? => {
+                let out = prefill_attention(&q, kc, vc, offset, true, false)?;
+                let (qa, sa) = out.quantized.expect("requested");
+                o.forward_quantized_unreduced(&qa, &sa)
+            }
+            o => {
+                let out = prefill_attention(&q, kc, vc, offset, false, true)?;
+                Ok(Unreduced::Done(o.forward(&out.bf16.expect("requested"))?))
+            }
+        }
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    #[allow(clippy::too_many_arguments)]
+    fn prefill_attention_flash(
+        &self,
+        _xn: &Normed,
+        _b: usize,
+        _t: usize,
+        _offset: usize,
+        _rope: (&Tensor, &Tensor),
+        _unit: &Tensor,
+        _cache: &mut KvCache,
+        _capacity_hint: usize,
+        _dims: Dims,
+    ) -> Result<Unreduced> {
+        bail!("decoder: the flash prefill attention needs the `cuda` feature")
+    }
+
     #[cfg(not(feature = "cuda"))]
     #[allow(clippy::too_many_arguments)]
     fn decode_attention_fused(
@@ -449,6 +526,19 @@ impl Normed {
             Self::Quantized { qa, .. } => qa.device(),
         }
     }
+}
+
+/// Whether a prompt's attention on `device` in `dtype` with head dimension `d` can take the flash
+/// prefill kernel: CUDA sm_90 (our kernels compiled in), bf16, `d` 64 or 128.
+#[cfg(feature = "cuda")]
+pub(crate) fn flash_prefill_applies(device: &Device, dtype: DType, d: usize) -> bool {
+    use crate::cuda::attention as attn;
+    dtype == DType::BF16 && attn::HEAD_DIMS.contains(&d) && attn::is_available(device)
+}
+
+#[cfg(not(feature = "cuda"))]
+pub(crate) fn flash_prefill_applies(_device: &Device, _dtype: DType, _d: usize) -> bool {
+    false
 }
 
 /// Additive causal mask `[n_rep * t, offset + t]`: row `r` is query position `offset + r % t`.

@@ -4,7 +4,7 @@
 
 use super::config::DecoderConfig;
 use super::kv_cache::KvCache;
-use super::layer::{causal_mask, linear_bytes, to_mode, DecoderLayer, Dims, Proj};
+use super::layer::{causal_mask, flash_prefill_applies, linear_bytes, to_mode, DecoderLayer, Dims, Proj};
 use super::options::{LinearMode, ModelOptions};
 use super::rope::rope_tables;
 use crate::checkpoint::{Checkpoint, GgufCheckpoint};
@@ -54,14 +54,15 @@ const MAX_SCORE_ELEMENTS: usize = 1 << 31;
 /// The prefill passes `(offset, tokens)` of `t` new tokens after `offset` cached ones for
 /// `b` sequences of `heads` query heads: at most `chunk` tokens each, fewer where the scores
 /// `b · heads · tokens · (cached + tokens)` would reach [`MAX_SCORE_ELEMENTS`] (at least one
-/// token per pass).
+/// token per pass). `heads == 0`: the attention holds no score tensor (the flash prefill
+/// kernel), only `chunk` bounds a pass.
 pub(crate) fn prefill_passes(b: usize, heads: usize, t: usize, offset: usize, chunk: usize) -> Vec<(usize, usize)> {
     let mut passes = Vec::new();
-    let (mut done, rows) = (0, (b * heads).max(1));
+    let (mut done, rows) = (0, b * heads);
     while done < t {
         let start = offset + done;
         let mut n = chunk.max(1).min(t - done);
-        while n > 1 && rows * n * (start + n) >= MAX_SCORE_ELEMENTS {
+        while rows > 0 && n > 1 && rows * n * (start + n) >= MAX_SCORE_ELEMENTS {
             n = (n / 2).max(1);
         }
         passes.push((start, n));
@@ -294,7 +295,7 @@ impl DecoderModel {
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
         let (hq, hkv, d) = (cfg.num_attention_heads, cfg.kv_heads(), cfg.head_dim());
         let (qkv_bias, o_bias, qk_norm) = (cfg.qkv_bias()?, cfg.o_bias()?, cfg.qk_norm()?);
-        let dims = Dims { hq, hkv, d, eps: cfg.rms_norm_eps as f32, fused: opts.fused_kernels };
+        let dims = Dims { hq, hkv, d, eps: cfg.rms_norm_eps as f32, fused: opts.fused_kernels, flash_prefill: false };
         let nl = cfg.num_hidden_layers;
         let embed = match &mut src {
             Source::Checkpoint { vb, .. } => {
@@ -637,7 +638,16 @@ impl DecoderModel {
     /// The prefill passes of `input_ids` after `seqlen_offset` cached positions ([`prefill_passes`]).
     fn passes(&self, input_ids: &Tensor, seqlen_offset: usize) -> Result<Vec<(usize, usize)>> {
         let (b, t) = input_ids.dims2()?;
-        Ok(prefill_passes(b, self.cfg.num_attention_heads, t, seqlen_offset, self.prefill_chunk))
+        let score_heads = if self.flash_prefill() { 0 } else { self.cfg.num_attention_heads };
+        Ok(prefill_passes(b, score_heads, t, seqlen_offset, self.prefill_chunk))
+    }
+
+    /// Whether prompts (more than one token per pass) take the flash prefill attention kernel:
+    /// fused kernels on ([`ModelOptions::fused_kernels`]), CUDA sm_90, bf16 activations,
+    /// head_dim 64 or 128. It holds no `T × T` score tensor; otherwise the candle ops do (in
+    /// passes small enough for their 32-bit indexing).
+    pub fn flash_prefill(&self) -> bool {
+        self.fused && flash_prefill_applies(&self.device, self.dtype, self.cfg.head_dim())
     }
 
     /// The final residual stream `[B·T, hidden]` (before the last norm) of one pass; `reserve`:
@@ -651,6 +661,7 @@ impl DecoderModel {
             d: cfg.head_dim(),
             eps: cfg.rms_norm_eps as f32,
             fused: self.fused,
+            flash_prefill: self.flash_prefill(),
         };
         if seqlen_offset == 0 {
             // A new sequence: every layer's KV cache first, so that the caches do not share
@@ -664,7 +675,7 @@ impl DecoderModel {
         let mut x = self.embed.index_select(&ids, 0)?; // [B*T, H]
         let cos = self.cos.narrow(0, seqlen_offset, t)?;
         let sin = self.sin.narrow(0, seqlen_offset, t)?;
-        let mask = if t > 1 {
+        let mask = if t > 1 && !dims.flash_prefill {
             Some(causal_mask(t, seqlen_offset, dims.hq / dims.hkv, &self.device, self.dtype)?)
         } else {
             None
@@ -720,6 +731,10 @@ mod tests {
             assert_eq!(next, offset + t);
         }
         assert_eq!(prefill_passes(1, 64, 100, 0, 1024), vec![(0, 100)]);
+        // No score tensor (the flash prefill kernel): only the chunk bounds a pass.
+        let flash = prefill_passes(1, 0, 40960, 0, 1024);
+        assert_eq!(flash.len(), 40);
+        assert!(flash.iter().enumerate().all(|(i, &(o, n))| o == 1024 * i && n == 1024));
         assert_eq!(prefill_passes(1, 8, 10, 5, 4), vec![(5, 4), (9, 4), (13, 2)]);
         // One token per pass at worst, never zero.
         assert_eq!(prefill_passes(1 << 20, 1 << 10, 2, 0, 8), vec![(0, 1), (1, 1)]);
