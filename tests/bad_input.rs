@@ -27,6 +27,7 @@ use candle_fp8::checkpoint::{
 };
 use candle_fp8::format::act_scales_view;
 use candle_fp8::format::F8E4M3;
+use candle_fp8::models::{DecoderConfig, DecoderModel, ModelOptions};
 use candle_fp8::ops::{fp8_block_matmul, fp8_block_matmul_into, fp8_block_matmul_with};
 use candle_fp8::quant::{quantize_activation, quantize_weight};
 use candle_fp8::testing::{random_operands, Operands};
@@ -857,12 +858,55 @@ fn matrix_index() {
     run_matrix("index", index_cases());
 }
 
+/// A tiny random decoder (2 layers) whose RoPE tables cover 64 positions.
+fn short_model() -> Result<DecoderModel> {
+    let cfg = DecoderConfig { num_hidden_layers: 2, max_position_embeddings: 64, ..DecoderConfig::tiny() };
+    DecoderModel::random(&cfg, &Device::Cpu, 3, &ModelOptions::default())
+}
+
+fn ids(n: usize) -> Result<Tensor> {
+    Tensor::new(&vec![65u32; n][..], &Device::Cpu)?.unsqueeze(0)
+}
+
+fn model_cases() -> Vec<Case> {
+    vec![
+        case("model-prompt-past-max", "a 65-token prompt on a model of 64 positions", &["65", "64"], || {
+            short_model()?.forward(&ids(65)?, 0).map(drop)
+        }),
+        case(
+            "model-offset-past-max",
+            "60 cached + 5 new tokens on a model of 64 positions",
+            &["65", "64", "60 cached"],
+            || {
+                let mut m = short_model()?;
+                m.forward(&ids(60)?, 0)?;
+                m.forward(&ids(5)?, 60).map(drop)
+            },
+        ),
+        case("model-empty-prompt", "an empty input_ids", &["non-empty", "[1, 0]"], || {
+            short_model()?.forward(&Tensor::zeros((1, 0), DType::U32, &Device::Cpu)?, 0).map(drop)
+        }),
+        case(
+            "model-offset-not-cached",
+            "seqlen_offset 7 on an empty KV cache",
+            &["seqlen_offset 7", "0 positions"],
+            || short_model()?.forward(&ids(3)?, 7).map(drop),
+        ),
+    ]
+}
+
+#[test]
+fn matrix_model_inputs() {
+    run_matrix("model", model_cases());
+}
+
 #[test]
 fn matrix_size_and_ids() {
-    let all: Vec<Case> = [gemm_cases(), linear_cases(), config_cases(), safetensors_cases(), index_cases()]
-        .into_iter()
-        .flatten()
-        .collect();
+    let all: Vec<Case> =
+        [gemm_cases(), linear_cases(), config_cases(), safetensors_cases(), index_cases(), model_cases()]
+            .into_iter()
+            .flatten()
+            .collect();
     let mut ids: Vec<&str> = all.iter().map(|c| c.id).collect();
     ids.sort();
     let n = ids.len();
