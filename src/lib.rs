@@ -14,6 +14,7 @@
 //!   quantize), one launch each on CUDA.
 //! - [`models`]: Llama / Qwen2 / Qwen3 decoders on these layers, generation and sampling.
 //! - [`Backend`] / [`Fp8Options`]: which GEMM provider runs (`CANDLE_FP8_BACKEND` is the default).
+//! - [`shard`]: tensor-parallel shards of a layer, cut at the 128 × 128 scale blocks.
 //!
 //! The numeric contract is in [`format`](mod@format); docs/design.md describes the kernels and the decode
 //! step.
@@ -28,6 +29,7 @@ mod linear;
 pub mod models;
 pub mod ops;
 pub mod quant;
+pub mod shard;
 #[cfg(feature = "test-utils")]
 pub mod testing;
 

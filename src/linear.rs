@@ -115,6 +115,11 @@ impl Fp8BlockLinear {
         self.with_options(&Fp8Options::with_backend(backend))
     }
 
+    /// The backend this layer was given ([`Fp8BlockLinear::with_backend`]).
+    pub(crate) fn backend(&self) -> Backend {
+        self.backend
+    }
+
     /// The provider this layer's GEMMs run on (chosen at the first call, then fixed).
     pub fn provider(&self) -> Result<Provider> {
         if let Some(p) = self.provider.get() {
