@@ -14,12 +14,14 @@
 //!   quantize), one launch each on CUDA.
 //! - [`models`]: Llama / Qwen2 / Qwen3 decoders on these layers, generation and sampling.
 //! - [`Backend`] / [`Fp8Options`]: which GEMM provider runs (`CANDLE_FP8_BACKEND` is the default).
-//! - [`shard`]: tensor-parallel shards of a layer, cut at the 128 × 128 scale blocks.
+//! - [`shard`]: tensor-parallel shards of a layer, cut at the 128 × 128 scale blocks;
+//!   [`collective`]: the sums and gathers between the ranks.
 //!
 //! The numeric contract is in [`format`](mod@format); docs/design.md describes the kernels and the decode
 //! step.
 
 pub mod checkpoint;
+pub mod collective;
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
