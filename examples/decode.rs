@@ -65,8 +65,9 @@ struct Args {
     /// fp8 (blocked-FP8 GEMMs) or bf16 (weights dequantized once at load: the baseline).
     #[arg(long, default_value = "fp8")]
     linear: LinearMode,
-    /// Build an architecture with random FP8 weights on the device: `qwen3-32b`, `tiny`, or a
-    /// path to a config.json. Timings are meaningful, text is not.
+    /// Build an architecture with random FP8 weights on the device: `qwen3-32b`,
+    /// `qwen3-30b-a3b` (mixture of experts), `tiny`, or a path to a config.json. Timings are
+    /// meaningful, text is not.
     #[arg(long)]
     random_weights: Option<String>,
     /// Use a synthetic prompt of exactly N tokens (for timing).
@@ -232,6 +233,7 @@ fn main() -> Result<()> {
     let (mut model, text, source) = if let Some(rw) = &args.random_weights {
         let cfg = match rw.as_str() {
             "qwen3-32b" | "Qwen3-32B" => DecoderConfig::qwen3_32b(),
+            "qwen3-30b-a3b" | "Qwen3-30B-A3B" => DecoderConfig::qwen3_30b_a3b(),
             "tiny" => DecoderConfig::tiny(),
             path => DecoderConfig::from_file(path)?,
         };
@@ -407,6 +409,16 @@ fn main() -> Result<()> {
         cfg.intermediate_size,
         cfg.vocab_size
     );
+    let moe_layers = (0..cfg.num_hidden_layers).filter(|&l| cfg.is_moe_layer(l)).count();
+    if moe_layers > 0 {
+        println!(
+            "experts          {moe_layers} mixture-of-experts layers: {} experts of width {}, {} per token{}",
+            cfg.num_experts,
+            cfg.moe_intermediate_size,
+            cfg.num_experts_per_tok,
+            if cfg.norm_topk_prob { " (renormalised)" } else { "" }
+        );
+    }
     let providers: std::collections::BTreeSet<String> =
         model.fp8_providers()?.into_iter().map(|(_, p)| p.to_string()).collect();
     println!(

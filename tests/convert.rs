@@ -102,7 +102,12 @@ fn convert_tiny(name: &str, expect_quantized: usize) {
     let src = Checkpoint::open(&input).unwrap();
     let ck = Checkpoint::open(&out).unwrap();
     let q = ck.quantization().expect("quantization_config");
-    assert_eq!(q.modules_to_not_convert, vec!["lm_head".to_string(), "embed_tokens".to_string()]);
+    let mut not_converted = vec!["lm_head".to_string(), "embed_tokens".to_string()];
+    if name == "tiny-qwen3-moe" {
+        // The router: a rank-2 weight that is not a `_proj`.
+        not_converted.push("model.layers.1.mlp.gate".into());
+    }
+    assert_eq!(q.modules_to_not_convert, not_converted);
     let cfg = ck.config_json();
     assert_eq!(cfg["quantization_config"]["quant_method"], "fp8");
     assert_eq!(cfg["quantization_config"]["fmt"], "e4m3");
@@ -242,6 +247,13 @@ fn tiny_qwen2_converts_and_loads() {
 #[test]
 fn tiny_qwen3_converts_and_loads() {
     convert_tiny("tiny-qwen3", 14);
+}
+
+/// A mixture of experts: the dense layer's 7 projections, layer 1's 4 attention projections and
+/// its 8 experts' gate/up/down become FP8; the router (`mlp.gate`, no `_proj`) stays bf16.
+#[test]
+fn tiny_qwen3_moe_converts_and_loads() {
+    convert_tiny("tiny-qwen3-moe", 7 + 4 + 8 * 3);
 }
 
 #[test]

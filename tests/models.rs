@@ -3,7 +3,7 @@
 //! itself — Hugging Face transformers' logits of tiny Llama / Qwen2 / Qwen3 models and of an FP8
 //! checkpoint written by torch (tests/fixtures).
 
-use candle_core::{DType, Device, Result, Tensor};
+use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_fp8::checkpoint::Checkpoint;
 use candle_fp8::models::{compare_greedy, generate, DecoderConfig, DecoderModel, LinearMode, ModelOptions, Sampler};
 use candle_fp8::testing::checkpoints::write_random_checkpoint;
@@ -470,5 +470,321 @@ fn fp8_checkpoint_written_by_torch_matches_transformers() -> Result<()> {
     let rel = (sq / n as f64).sqrt();
     eprintln!("FP8 activations vs transformers (dequantized weights): rms |Δlogit| / rms logit = {rel:.4}, top-1 judged at {checked}/{n}");
     assert!(rel <= 0.2, "FP8 activations: rms |Δlogit| / rms logit = {rel:.4}");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Qwen3-MoE (tests/fixtures/tiny-qwen3-moe and -fp8: layer 0 a dense MLP, layer 1 a mixture of
+// 8 experts, top-2, norm_topk_prob true; make_fixtures.py steps `moe`, `moefp8`)
+// ---------------------------------------------------------------------------------------------
+
+/// The fixture's config with `norm_topk_prob` set, and the model of `dir` loaded with it.
+fn load_moe(dir: &Path, norm_topk_prob: bool, opts: &ModelOptions) -> Result<DecoderModel> {
+    let ck = Checkpoint::open(dir)?;
+    let mut cfg = DecoderConfig::from_json(&ck.config_json().to_string())?;
+    cfg.norm_topk_prob = norm_topk_prob;
+    let vb = ck.var_builder(opts.dtype_for(&Device::Cpu), &Device::Cpu);
+    DecoderModel::load(&cfg, vb, &|m| ck.is_quantized(m), opts)
+}
+
+fn f32_rows(v: &serde_json::Value) -> Vec<Vec<f32>> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect())
+        .collect()
+}
+
+/// Every position's logits within the f32 summation-order bound of
+/// `tiny_models_match_transformers` (2e-4 · (rms + 1)), and the same argmax.
+fn assert_logits_match(what: &str, got: &[Vec<f32>], want: &[Vec<f32>]) {
+    assert_eq!(got.len(), want.len(), "{what}: positions");
+    for (pos, (g, w)) in got.iter().zip(want).enumerate() {
+        let (d, rms) = row_diff(g, w);
+        assert!(d <= 2e-4 * (rms + 1.0), "{what}, position {pos}: max |Δlogit| {d} (reference rms {rms})");
+        assert_eq!(argmax(g), argmax(w), "{what}, position {pos}");
+    }
+}
+
+/// The dense f32 Qwen3-MoE equals transformers' float32 forward at every position (prefill and
+/// KV-cache steps, gate/up fused per expert or not) and its greedy continuation; the layers
+/// are dense or sparse by the config's `decoder_sparse_step`. Tolerance: that of
+/// `tiny_models_match_transformers` — both sides compute in f32, and the router's top-2 is
+/// separated from the third expert by ≥ 0.003 in probability at every token (the fixture
+/// checks it), far above f32 noise, so both sides route every token alike.
+#[test]
+fn tiny_moe_matches_transformers() -> Result<()> {
+    let (dir, r) = fixture("tiny-qwen3-moe")?;
+    let ids = u32s(&r["input_ids"]);
+    for fuse in [true, false] {
+        let mut model = load_moe(&dir, true, &ModelOptions::default().fuse_projections(fuse))?;
+        assert_eq!(model.config().family()?, candle_fp8::models::Family::Qwen3Moe);
+        assert!(model.moe_experts(0).is_none(), "layer 0: (0 + 1) % decoder_sparse_step 2 != 0, a dense MLP");
+        let moe = model.moe_experts(1).expect("layer 1 is a mixture of experts");
+        assert_eq!((moe.num_experts(), moe.experts_per_token(), moe.norm_topk_prob()), (8, 2, true));
+        let kinds: HashMap<String, &str> = model.linear_kinds().into_iter().collect();
+        assert!(kinds.values().all(|k| *k == "dense"), "an f32 checkpoint loads dense");
+        assert!(
+            kinds.contains_key("0.down") && !kinds.contains_key("1.down") && kinds.contains_key("1.experts.7.down")
+        );
+        assert_eq!(model.projections_fused(), fuse);
+        let got = prefill_then_steps(&mut model, &ids)?;
+        assert_logits_match(&format!("tiny-qwen3-moe (fuse {fuse})"), &got, &ref_logits(&r));
+        let gen = generate(&mut model, &ids, 1, 8, &mut Sampler::greedy(), &[], &mut |_, _| {})?;
+        assert_eq!(gen.tokens[0], u32s(&r["greedy_new_ids"]), "greedy continuation");
+    }
+    Ok(())
+}
+
+/// Layer 1's MoE block on the input transformers gave it: the same experts for every token, the
+/// same routing weights (f32 softmax, renormalised or not), the same output; with
+/// `norm_topk_prob` off the weights are the raw top-2 probabilities (they sum to < 1) and the
+/// output moves by far more than the tolerance, as transformers' does.
+#[test]
+fn moe_block_routes_like_transformers() -> Result<()> {
+    let (dir, r) = fixture("tiny-qwen3-moe")?;
+    let b = &r["moe_block"];
+    assert_eq!(b["layer"], 1);
+    let x = f32_rows(&b["input"]);
+    let (t, h) = (x.len(), x[0].len());
+    let x = Tensor::from_vec(x.concat(), (t, h), &Device::Cpu)?;
+    let want_ids: Vec<Vec<u32>> = b["top_k_ids"].as_array().unwrap().iter().map(u32s).collect();
+    let mut outputs = Vec::new();
+    for (norm, want) in [(true, b), (false, &b["norm_topk_prob_false"])] {
+        let model = load_moe(&dir, norm, &ModelOptions::default())?;
+        let moe = model.moe_experts(1).unwrap();
+        let route = moe.route(&x)?;
+        let want_w = f32_rows(&want["top_k_weights"]);
+        for (tok, (got, (ids, ws))) in route.iter().zip(want_ids.iter().zip(&want_w)).enumerate() {
+            assert_eq!(&got.iter().map(|g| g.0).collect::<Vec<_>>(), ids, "norm {norm}, token {tok}: experts");
+            for ((_, g), w) in got.iter().zip(ws) {
+                assert!((g - w).abs() <= 1e-6, "norm {norm}, token {tok}: weight {g} vs transformers {w}");
+            }
+            let sum: f32 = got.iter().map(|g| g.1).sum();
+            assert!(
+                if norm { (sum - 1.0).abs() < 1e-6 } else { sum < 0.999 },
+                "norm {norm}, token {tok}: weights sum {sum}"
+            );
+        }
+        let y = moe.forward(&x)?.to_vec2::<f32>()?;
+        let want_y = f32_rows(&want["output"]);
+        let scale = want_y.iter().flatten().fold(0f32, |m, v| m.max(v.abs()));
+        let d = y.iter().flatten().zip(want_y.iter().flatten()).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(d <= 1e-5 * (1.0 + scale), "norm {norm}: block output max |Δ| {d} (max |y| {scale})");
+        outputs.push(y);
+    }
+    let moved =
+        outputs[0].iter().flatten().zip(outputs[1].iter().flatten()).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(moved > 1e-2, "renormalisation must change the block's output (max |Δ| {moved})");
+    Ok(())
+}
+
+/// `norm_topk_prob` off: the whole model equals transformers' logits with it off, and differs
+/// from the renormalised reference by far more than the tolerance (the flag is honoured, not
+/// ignored).
+#[test]
+fn moe_norm_topk_prob_off_matches_transformers() -> Result<()> {
+    let (dir, r) = fixture("tiny-qwen3-moe")?;
+    let ids = u32s(&r["input_ids"]);
+    let off = &r["norm_topk_prob_false"];
+    let mut model = load_moe(&dir, false, &ModelOptions::default())?;
+    let got = prefill_then_steps(&mut model, &ids)?;
+    assert_logits_match("tiny-qwen3-moe, norm_topk_prob false", &got, &ref_logits(off));
+    let on = ref_logits(&r);
+    let apart = got.iter().zip(&on).map(|(g, w)| row_diff(g, w).0).fold(0f32, f32::max);
+    assert!(apart > 0.05, "norm_topk_prob off vs the renormalised reference: max |Δlogit| only {apart}");
+    let gen = generate(&mut model, &ids, 1, 8, &mut Sampler::greedy(), &[], &mut |_, _| {})?;
+    assert_eq!(gen.tokens[0], u32s(&off["greedy_new_ids"]));
+    Ok(())
+}
+
+/// The FP8 Qwen3-MoE checkpoint written by torch (experts' gate/up/down FP8 and fused per
+/// expert, the router bf16 and in modules_to_not_convert) against transformers on its
+/// dequantized weights, with the bounds of `fp8_checkpoint_written_by_torch_matches_transformers`:
+/// the dequantized dense path to f32 summation order; the FP8 path (activations quantized per
+/// token per 128) within 0.2 of the logit rms, top-1 where the reference's gap is wide. The
+/// router runs on unquantized activations; an FP8-perturbed hidden state may still send a token
+/// whose 2nd and 3rd experts are close to another expert — part of the FP8 error measured here.
+#[test]
+fn fp8_moe_checkpoint_written_by_torch_matches_transformers() -> Result<()> {
+    let (dir, r) = fixture("tiny-qwen3-moe-fp8")?;
+    let ids = u32s(&r["input_ids"]);
+    let want = ref_logits(&r);
+    let ck = Checkpoint::open(&dir)?;
+    assert!(!ck.is_quantized("model.layers.1.mlp.gate"), "the router is in modules_to_not_convert");
+    let mut fp8 = DecoderModel::from_checkpoint(&ck, &Device::Cpu, &ModelOptions::default(), &mut |_, _| {})?;
+    let kinds: HashMap<String, &str> = fp8.linear_kinds().into_iter().collect();
+    // q|k|v stay split (k is 64 wide, not whole 128-row blocks); gate|up of width 128 fuse, in
+    // the dense layer and in every expert.
+    for k in [
+        "0.qkv[1]",
+        "0.gate_up",
+        "0.down",
+        "1.qkv[0]",
+        "1.experts.0.gate_up",
+        "1.experts.7.gate_up",
+        "1.experts.7.down",
+    ] {
+        assert_eq!(kinds.get(k).copied(), Some("fp8"), "{k}");
+    }
+    assert_eq!(kinds["lm_head"], "dense");
+    assert_eq!(kinds.len(), 2 * 4 + 2 + 8 * 2 + 1, "q, k, v, o per layer, the dense MLP's 2, 8 experts' 2, lm_head");
+    let (_, dense_bytes, _) = fp8.weight_bytes();
+    assert!(dense_bytes >= 8 * 64 * 4, "the f32 router counts among the dense bytes");
+    let mut dense = fp8.to_dense()?;
+    assert_logits_match("tiny-qwen3-moe-fp8, dequantized", &prefill_then_steps(&mut dense, &ids)?, &want);
+    let got = prefill_then_steps(&mut fp8, &ids)?;
+    let gaps: Vec<f64> = r["top2_gap"].as_array().unwrap().iter().map(|g| g.as_f64().unwrap()).collect();
+    let (mut sq, mut checked) = (0f64, 0usize);
+    for (pos, (g, w)) in got.iter().zip(&want).enumerate() {
+        let (_, rms) = row_diff(g, w);
+        let e: f64 = g.iter().zip(w).map(|(x, y)| ((x - y) as f64).powi(2)).sum::<f64>() / g.len() as f64;
+        sq += e / (rms as f64).powi(2);
+        if gaps[pos] > 3.0 * 2f64.sqrt() * 0.1 * rms as f64 {
+            assert_eq!(argmax(g), argmax(w), "FP8 activations, position {pos} (reference gap {})", gaps[pos]);
+            checked += 1;
+        }
+    }
+    let n = got.len();
+    let rel = (sq / n as f64).sqrt();
+    eprintln!("MoE FP8 activations vs transformers (dequantized weights): rms |Δlogit| / rms logit = {rel:.4}, top-1 judged at {checked}/{n}");
+    // Which positions are judged depends on the reference alone: 10 of this fixture's 24 have a
+    // top-2 gap that wide (its logits are flatter than tiny-qwen3's).
+    assert!(checked >= n / 3, "only {checked} of {n} positions have a gap wide enough to judge top-1");
+    assert!(rel <= 0.2, "FP8 activations: rms |Δlogit| / rms logit = {rel:.4}");
+    Ok(())
+}
+
+/// Routing is a pure function of its input: the same call twice, a second model loaded from
+/// the same files, and the block on its own all give the same bits; a batch of two sequences
+/// routes each like that sequence alone (no token reaches another's row).
+#[test]
+fn moe_routing_is_deterministic() -> Result<()> {
+    let (dir, r) = fixture("tiny-qwen3-moe-fp8")?;
+    let ids = u32s(&r["input_ids"]);
+    let input = Tensor::new(&ids[..], &Device::Cpu)?.unsqueeze(0)?;
+    let bits = |t: &Tensor| -> Result<Vec<u32>> {
+        Ok(t.flatten_all()?.to_vec1::<f32>()?.iter().map(|v| v.to_bits()).collect())
+    };
+    let mut a = load_moe(&dir, true, &ModelOptions::default())?;
+    let mut b = load_moe(&dir, true, &ModelOptions::default())?;
+    let first = a.forward_all(&input, 0)?;
+    a.clear_kv_cache();
+    assert_eq!(bits(&first)?, bits(&a.forward_all(&input, 0)?)?, "the same model twice");
+    assert_eq!(bits(&first)?, bits(&b.forward_all(&input, 0)?)?, "a second load");
+    let x = Tensor::from_vec(
+        f32_rows(&fixture("tiny-qwen3-moe")?.1["moe_block"]["input"]).concat(),
+        (24, 64),
+        &Device::Cpu,
+    )?;
+    let moe = a.moe_experts(1).unwrap();
+    let (r1, r2) = (moe.route(&x)?, moe.route(&x)?);
+    assert!(r1.iter().flatten().zip(r2.iter().flatten()).all(|(p, q)| p.0 == q.0 && p.1.to_bits() == q.1.to_bits()));
+    assert_eq!(bits(&moe.forward(&x)?)?, bits(&moe.forward(&x)?)?);
+    // Two different sequences in one batch, each against itself alone (dequantized: the dense
+    // f32 path, where only the summation order of batched matmuls can differ).
+    let mut dense = a.to_dense()?;
+    let other: Vec<u32> = ids.iter().rev().copied().collect();
+    let batch = Tensor::from_vec([&ids[..], &other[..]].concat(), (2, ids.len()), &Device::Cpu)?;
+    let both = dense.forward_all(&batch, 0)?;
+    for (row, seq) in [&ids, &other].into_iter().enumerate() {
+        dense.clear_kv_cache();
+        let alone = dense.forward_all(&Tensor::new(&seq[..], &Device::Cpu)?.unsqueeze(0)?, 0)?;
+        let d = max_abs_diff(&both.narrow(0, row, 1)?, &alone)?;
+        assert!(d <= 1e-4 * (rms(&alone)? + 1.0), "sequence {row}: batched vs alone max |Δ| {d}");
+    }
+    Ok(())
+}
+
+/// A checkpoint without one expert's tensor, or without a router, fails to load with an error
+/// that names the missing tensor (f32 and FP8 checkpoints).
+#[test]
+fn moe_missing_tensors_are_named() -> Result<()> {
+    let cases = [
+        (
+            "tiny-qwen3-moe",
+            vec!["model.layers.1.mlp.experts.5.up_proj.weight"],
+            "model.layers.1.mlp.experts.5.up_proj.weight",
+        ),
+        ("tiny-qwen3-moe", vec!["model.layers.1.mlp.gate.weight"], "model.layers.1.mlp.gate.weight"),
+        (
+            "tiny-qwen3-moe-fp8",
+            vec![
+                "model.layers.1.mlp.experts.3.down_proj.weight",
+                "model.layers.1.mlp.experts.3.down_proj.weight_scale_inv",
+            ],
+            "model.layers.1.mlp.experts.3.down_proj.weight",
+        ),
+    ];
+    for (name, drop, named) in cases {
+        let (src, _) = fixture(name)?;
+        let dir = tempfile::tempdir()?;
+        let mut ts: HashMap<String, Tensor> = HashMap::new();
+        for f in std::fs::read_dir(&src)? {
+            let p = f?.path();
+            if p.extension().is_some_and(|e| e == "safetensors") {
+                ts.extend(candle_core::safetensors::load(&p, &Device::Cpu)?);
+            }
+        }
+        for d in &drop {
+            assert!(ts.remove(*d).is_some(), "{name} has {d}");
+        }
+        candle_core::safetensors::save(&ts, dir.path().join("model.safetensors"))?;
+        std::fs::copy(src.join("config.json"), dir.path().join("config.json"))?;
+        let ck = Checkpoint::open(dir.path())?;
+        let e = DecoderModel::from_checkpoint(&ck, &Device::Cpu, &ModelOptions::default(), &mut |_, _| {})
+            .expect_err("a missing tensor must fail the load");
+        let msg = format!("{e}");
+        assert!(msg.contains(named), "{name} without {drop:?}: the error does not name {named}: {msg}");
+    }
+    Ok(())
+}
+
+/// A small Qwen3-MoE with random FP8 weights (dense, sparse, dense layers): deterministic in
+/// the seed, well-conditioned; the fused elementwise path runs the dense layers only and equals
+/// the composed path; experts fused or not agree; the weights count every expert.
+#[test]
+fn random_moe_builds_the_architecture() -> Result<()> {
+    let cfg = DecoderConfig {
+        model_type: Some("qwen3_moe".into()),
+        architectures: None,
+        num_hidden_layers: 3,
+        num_experts: 4,
+        num_experts_per_tok: 2,
+        moe_intermediate_size: 128,
+        norm_topk_prob: true,
+        decoder_sparse_step: 1,
+        mlp_only_layers: vec![0, 2],
+        ..DecoderConfig::tiny()
+    };
+    let opts = ModelOptions::default();
+    let mut a = DecoderModel::random(&cfg, &Device::Cpu, 5, &opts)?;
+    let mut b = DecoderModel::random(&cfg, &Device::Cpu, 5, &opts)?;
+    assert!(a.moe_experts(0).is_none() && a.moe_experts(1).is_some() && a.moe_experts(2).is_none());
+    assert_eq!(a.fused_elementwise_layers()?, 2, "the two dense layers take the fused elementwise path");
+    assert!(a.projections_fused());
+    let ids = Tensor::new(prompt(), &Device::Cpu)?.unsqueeze(0)?;
+    let (la, lb) = (a.forward(&ids, 0)?, b.forward(&ids, 0)?);
+    assert_eq!(max_abs_diff(&la, &lb)?, 0.0);
+    let s = rms(&la)?;
+    assert!(s.is_finite() && s > 0.1 && s < 10.0, "well-conditioned logits, rms {s}");
+    let step = Tensor::new(&[65u32], &Device::Cpu)?.unsqueeze(0)?;
+    let sa = a.forward(&step, ids.dim(1)?)?;
+    for (what, mut other) in [
+        ("composed", a.with_fused_kernels(false)),
+        ("unfused experts", {
+            let c = DecoderModel::random(&cfg, &Device::Cpu, 5, &opts.clone().fuse_projections(false))?;
+            assert!(!c.projections_fused());
+            c
+        }),
+    ] {
+        let d = max_abs_diff(&other.forward(&ids, 0)?, &la)?;
+        assert!(d <= 1e-4 * s, "{what}: prompt max |Δ| {d}");
+        let d = max_abs_diff(&other.forward(&step, ids.dim(1)?)?, &sa)?;
+        assert!(d <= 1e-4 * s, "{what}: decode step max |Δ| {d}");
+    }
+    let (fp8, dense, _) = a.weight_bytes();
+    assert!(fp8 >= cfg.linear_params() && dense >= 4 * 256 * 4);
+    assert_eq!(cfg.linear_params(), 3 * (256 * 12 * 64 + 8 * 64 * 256) + 2 * 3 * 256 * 768 + 4 * 3 * 256 * 128);
     Ok(())
 }

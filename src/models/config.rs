@@ -13,6 +13,9 @@ pub enum Family {
     Qwen2,
     /// Qwen3 (dense): an RMSNorm over each q and k head before RoPE.
     Qwen3,
+    /// Qwen3-MoE: Qwen3's attention, and a sparse mixture-of-experts MLP in the layers
+    /// [`DecoderConfig::is_moe_layer`] selects (a dense SwiGLU MLP in the others).
+    Qwen3Moe,
 }
 
 impl Family {
@@ -22,6 +25,7 @@ impl Family {
             Family::Llama => "llama",
             Family::Qwen2 => "qwen2",
             Family::Qwen3 => "qwen3",
+            Family::Qwen3Moe => "qwen3_moe",
         }
     }
 
@@ -31,6 +35,7 @@ impl Family {
             Family::Llama => "LlamaForCausalLM",
             Family::Qwen2 => "Qwen2ForCausalLM",
             Family::Qwen3 => "Qwen3ForCausalLM",
+            Family::Qwen3Moe => "Qwen3MoeForCausalLM",
         }
     }
 
@@ -39,12 +44,13 @@ impl Family {
             "llama" => Some(Family::Llama),
             "qwen2" => Some(Family::Qwen2),
             "qwen3" => Some(Family::Qwen3),
+            "qwen3_moe" => Some(Family::Qwen3Moe),
             _ => None,
         }
     }
 
     fn from_architecture(a: &str) -> Option<Self> {
-        [Family::Llama, Family::Qwen2, Family::Qwen3].into_iter().find(|f| f.architecture() == a)
+        [Family::Llama, Family::Qwen2, Family::Qwen3, Family::Qwen3Moe].into_iter().find(|f| f.architecture() == a)
     }
 }
 
@@ -59,6 +65,18 @@ fn default_max_pos() -> usize {
 }
 fn default_act() -> String {
     "silu".to_string()
+}
+fn default_sparse_step() -> usize {
+    1
+}
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+fn is_one(n: &usize) -> bool {
+    *n == 1
 }
 
 /// RoPE frequency scaling (`rope_scaling`, or `rope_parameters` in newer `config.json`s);
@@ -103,7 +121,7 @@ pub enum RopeType {
 /// The fields of a Hugging Face `config.json` that the decoder uses (unknown fields are ignored).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DecoderConfig {
-    /// `llama`, `qwen2` or `qwen3`; when absent, `architectures` decides.
+    /// `llama`, `qwen2`, `qwen3` or `qwen3_moe`; when absent, `architectures` decides.
     #[serde(default)]
     pub model_type: Option<String>,
     /// E.g. `["Qwen3ForCausalLM"]`.
@@ -158,6 +176,27 @@ pub struct DecoderConfig {
     /// An id or a list of ids.
     #[serde(default)]
     pub eos_token_id: Option<serde_json::Value>,
+    /// Experts of each mixture-of-experts MLP (Qwen3-MoE; also read from `num_local_experts`);
+    /// 0: every MLP is dense.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub num_experts: usize,
+    /// Experts each token is routed to (top-k of the router's softmax).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub num_experts_per_tok: usize,
+    /// Width of each expert's SwiGLU MLP (each of gate and up).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub moe_intermediate_size: usize,
+    /// Renormalise the top-k routing probabilities of a token to sum to 1 (transformers'
+    /// default: false).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub norm_topk_prob: bool,
+    /// Every `decoder_sparse_step`-th layer is a mixture-of-experts layer (1 when absent); see
+    /// [`DecoderConfig::is_moe_layer`].
+    #[serde(default = "default_sparse_step", skip_serializing_if = "is_one")]
+    pub decoder_sparse_step: usize,
+    /// Layers (0-based) whose MLP is dense whatever `decoder_sparse_step` says.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mlp_only_layers: Vec<usize>,
 }
 
 impl DecoderConfig {
@@ -166,6 +205,31 @@ impl DecoderConfig {
         let bad = |e: serde_json::Error| candle_core::Error::Msg(format!("config.json: {e}"));
         let mut v: serde_json::Value = serde_json::from_str(text).map_err(bad)?;
         if let Some(obj) = v.as_object_mut() {
+            // transformers 5 writes Qwen3-MoE's expert count as `num_local_experts` (its
+            // attribute map), hub checkpoints as `num_experts`.
+            if !obj.contains_key("num_experts") {
+                if let Some(n) = obj.get("num_local_experts").cloned() {
+                    obj.insert("num_experts".into(), n);
+                }
+            }
+            if obj.get("mlp_only_layers").is_some_and(|v| v.is_null()) {
+                obj.remove("mlp_only_layers");
+            }
+            // Fields a Qwen3-MoE config.json leaves out take transformers' `Qwen3MoeConfig`
+            // defaults.
+            let moe = match obj.get("model_type") {
+                Some(t) => t.as_str() == Some(Family::Qwen3Moe.model_type()),
+                None => obj
+                    .get("architectures")
+                    .and_then(|a| a.get(0))
+                    .is_some_and(|a| a.as_str() == Some(Family::Qwen3Moe.architecture())),
+            };
+            if moe {
+                for (key, default) in [("num_experts", 128), ("num_experts_per_tok", 8), ("moe_intermediate_size", 768)]
+                {
+                    obj.entry(key).or_insert(serde_json::json!(default));
+                }
+            }
             // Newer transformers write `rope_parameters` (theta and scaling together); a
             // scaling of type "default" is plain RoPE.
             let params = obj.get("rope_parameters").cloned().filter(|p| p.is_object());
@@ -229,6 +293,34 @@ impl DecoderConfig {
             hidden_act: "silu".into(),
             bos_token_id: Some(151643),
             eos_token_id: Some(serde_json::json!(151645)),
+            num_experts: 0,
+            num_experts_per_tok: 0,
+            moe_intermediate_size: 0,
+            norm_topk_prob: false,
+            decoder_sparse_step: 1,
+            mlp_only_layers: Vec::new(),
+        }
+    }
+
+    /// The architecture of `Qwen/Qwen3-30B-A3B` (and `-FP8`): 48 layers, every MLP a mixture of
+    /// 128 experts of width 768, 8 per token, renormalised.
+    pub fn qwen3_30b_a3b() -> Self {
+        Self {
+            model_type: Some("qwen3_moe".into()),
+            architectures: Some(vec![Family::Qwen3Moe.architecture().into()]),
+            hidden_size: 2048,
+            intermediate_size: 6144,
+            num_hidden_layers: 48,
+            num_attention_heads: 32,
+            num_key_value_heads: Some(4),
+            head_dim: Some(128),
+            num_experts: 128,
+            num_experts_per_tok: 8,
+            moe_intermediate_size: 768,
+            norm_topk_prob: true,
+            decoder_sparse_step: 1,
+            mlp_only_layers: Vec::new(),
+            ..Self::qwen3_32b()
         }
     }
 
@@ -254,7 +346,7 @@ impl DecoderConfig {
         if let Some(t) = &self.model_type {
             return Family::from_model_type(t).ok_or_else(|| {
                 candle_core::Error::Msg(format!(
-                    "config.json: model_type {t:?} is not supported (supported: llama, qwen2, qwen3)"
+                    "config.json: model_type {t:?} is not supported (supported: llama, qwen2, qwen3, qwen3_moe)"
                 ))
             });
         }
@@ -262,7 +354,7 @@ impl DecoderConfig {
             Some([a, ..]) => Family::from_architecture(a).ok_or_else(|| {
                 candle_core::Error::Msg(format!(
                     "config.json: architecture {a:?} is not supported (supported: LlamaForCausalLM, \
-                     Qwen2ForCausalLM, Qwen3ForCausalLM)"
+                     Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM)"
                 ))
             }),
             _ => bail!("config.json: neither model_type nor architectures says which model this is"),
@@ -283,7 +375,7 @@ impl DecoderConfig {
     pub fn qkv_bias(&self) -> Result<bool> {
         Ok(match self.family()? {
             Family::Qwen2 => true,
-            Family::Llama | Family::Qwen3 => self.attention_bias.unwrap_or(false),
+            Family::Llama | Family::Qwen3 | Family::Qwen3Moe => self.attention_bias.unwrap_or(false),
         })
     }
 
@@ -291,13 +383,25 @@ impl DecoderConfig {
     pub fn o_bias(&self) -> Result<bool> {
         Ok(match self.family()? {
             Family::Qwen2 => false,
-            Family::Llama | Family::Qwen3 => self.attention_bias.unwrap_or(false),
+            Family::Llama | Family::Qwen3 | Family::Qwen3Moe => self.attention_bias.unwrap_or(false),
         })
     }
 
-    /// Whether each q and k head is RMS-normalised before RoPE (Qwen3).
+    /// Whether each q and k head is RMS-normalised before RoPE (Qwen3, Qwen3-MoE).
     pub fn qk_norm(&self) -> Result<bool> {
-        Ok(self.family()? == Family::Qwen3)
+        Ok(matches!(self.family()?, Family::Qwen3 | Family::Qwen3Moe))
+    }
+
+    /// Whether layer `layer` (0-based) has a mixture-of-experts MLP, by transformers' rule for
+    /// Qwen3-MoE: the family is `qwen3_moe`, `num_experts > 0`, the layer is not in
+    /// `mlp_only_layers` and `(layer + 1) % decoder_sparse_step == 0`. Always false for the
+    /// other families.
+    pub fn is_moe_layer(&self, layer: usize) -> bool {
+        matches!(self.family(), Ok(Family::Qwen3Moe))
+            && self.num_experts > 0
+            && !self.mlp_only_layers.contains(&layer)
+            && self.decoder_sparse_step > 0
+            && (layer + 1) % self.decoder_sparse_step == 0
     }
 
     /// The end-of-sequence ids.
@@ -336,6 +440,18 @@ impl DecoderConfig {
         if self.mlp_bias {
             bail!("config.json: mlp_bias = true is not supported")
         }
+        if self.family()? == Family::Qwen3Moe && self.num_experts > 0 {
+            let (e, k) = (self.num_experts, self.num_experts_per_tok);
+            if k == 0 || k > e {
+                bail!("config.json: num_experts_per_tok {k} must be in 1..=num_experts ({e})")
+            }
+            if self.moe_intermediate_size == 0 {
+                bail!("config.json: moe_intermediate_size must be > 0 with num_experts {e}")
+            }
+            if self.decoder_sparse_step == 0 {
+                bail!("config.json: decoder_sparse_step must be > 0 with num_experts {e}")
+            }
+        }
         if let Some(s) = &self.rope_scaling {
             if !(s.factor > 0.0 && s.low_freq_factor > 0.0 && s.high_freq_factor > s.low_freq_factor) {
                 bail!(
@@ -350,11 +466,23 @@ impl DecoderConfig {
         Ok(())
     }
 
-    /// Number of parameters in the decoder's linear layers (what is FP8 in a checkpoint).
+    /// Number of parameters in the decoder's linear layers (what is FP8 in a checkpoint): the
+    /// attention projections, and the dense MLP or every expert of a mixture-of-experts MLP
+    /// (not the router, which checkpoints keep unquantized).
     pub fn linear_params(&self) -> usize {
         let (h, i, d) = (self.hidden_size, self.intermediate_size, self.head_dim());
         let (hq, hkv) = (self.num_attention_heads, self.kv_heads());
-        (h * (hq + 2 * hkv) * d + hq * d * h + 3 * h * i) * self.num_hidden_layers
+        let attention = h * (hq + 2 * hkv) * d + hq * d * h;
+        (0..self.num_hidden_layers)
+            .map(|l| {
+                let mlp = if self.is_moe_layer(l) {
+                    self.num_experts * 3 * h * self.moe_intermediate_size
+                } else {
+                    3 * h * i
+                };
+                attention + mlp
+            })
+            .sum()
     }
 }
 
@@ -375,8 +503,10 @@ mod tests {
         assert_eq!(f(r#", "model_type": "llama""#).unwrap(), Family::Llama);
         assert_eq!(f(r#", "architectures": ["Qwen2ForCausalLM"]"#).unwrap(), Family::Qwen2);
         assert_eq!(f(r#", "model_type": "qwen3", "architectures": ["LlamaForCausalLM"]"#).unwrap(), Family::Qwen3);
-        let e = f(r#", "model_type": "qwen3_moe""#).unwrap_err().to_string();
-        assert!(e.contains("\"qwen3_moe\"") && e.contains("not supported"), "{e}");
+        assert_eq!(f(r#", "model_type": "qwen3_moe""#).unwrap(), Family::Qwen3Moe);
+        assert_eq!(f(r#", "architectures": ["Qwen3MoeForCausalLM"]"#).unwrap(), Family::Qwen3Moe);
+        let e = f(r#", "model_type": "mixtral""#).unwrap_err().to_string();
+        assert!(e.contains("\"mixtral\"") && e.contains("not supported"), "{e}");
         let e = f("").unwrap_err().to_string();
         assert!(e.contains("model_type"), "{e}");
     }
@@ -390,6 +520,67 @@ mod tests {
         assert!(l.qkv_bias().unwrap() && l.o_bias().unwrap());
         let q3 = c(r#", "model_type": "qwen3""#);
         assert!(!q3.qkv_bias().unwrap() && q3.qk_norm().unwrap());
+    }
+
+    /// transformers' `Qwen3MoeDecoderLayer`: a layer is sparse when it is not in
+    /// `mlp_only_layers`, `num_experts > 0` and `(layer + 1) % decoder_sparse_step == 0`.
+    #[test]
+    fn moe_layers_follow_the_transformers_rule() {
+        let c = |extra: &str| DecoderConfig::from_json(&json(extra)).unwrap();
+        let moe = |cfg: &DecoderConfig, n: usize| (0..n).filter(|&l| cfg.is_moe_layer(l)).collect::<Vec<_>>();
+        let base =
+            r#", "model_type": "qwen3_moe", "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 16"#;
+        assert_eq!(moe(&c(base), 4), vec![0, 1, 2, 3]);
+        assert_eq!(moe(&c(&format!(r#"{base}, "decoder_sparse_step": 2"#)), 6), vec![1, 3, 5]);
+        assert_eq!(moe(&c(&format!(r#"{base}, "decoder_sparse_step": 3, "mlp_only_layers": [5]"#)), 9), vec![2, 8]);
+        assert_eq!(moe(&c(&format!(r#"{base}, "mlp_only_layers": [0, 2]"#)), 4), vec![1, 3]);
+        assert_eq!(moe(&c(&format!(r#"{base}, "mlp_only_layers": null"#)), 2), vec![0, 1]);
+        // No experts: every MLP is dense; other families never route.
+        assert!(moe(&c(r#", "model_type": "qwen3_moe", "num_experts": 0"#), 4).is_empty());
+        assert!(moe(&c(r#", "model_type": "qwen3", "num_experts": 8, "num_experts_per_tok": 2"#), 4).is_empty());
+        // transformers 5 writes `num_local_experts`; absent fields take Qwen3MoeConfig's defaults.
+        let local = c(
+            r#", "model_type": "qwen3_moe", "num_local_experts": 4, "num_experts_per_tok": 1, "moe_intermediate_size": 16"#,
+        );
+        assert_eq!((local.num_experts, local.num_experts_per_tok, local.norm_topk_prob), (4, 1, false));
+        let defaults = c(r#", "architectures": ["Qwen3MoeForCausalLM"]"#);
+        assert_eq!((defaults.num_experts, defaults.num_experts_per_tok, defaults.moe_intermediate_size), (128, 8, 768));
+        assert_eq!(defaults.decoder_sparse_step, 1);
+        // The MoE fields round-trip through serde; a dense config writes none of them.
+        let round = DecoderConfig::from_json(
+            &serde_json::to_string(&c(&format!(
+                r#"{base}, "norm_topk_prob": true, "decoder_sparse_step": 2, "mlp_only_layers": [1]"#
+            )))
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            (round.norm_topk_prob, round.decoder_sparse_step, round.mlp_only_layers.clone()),
+            (true, 2, vec![1])
+        );
+        let dense = serde_json::to_string(&c(r#", "model_type": "qwen3""#)).unwrap();
+        assert!(!dense.contains("experts") && !dense.contains("sparse") && !dense.contains("mlp_only"), "{dense}");
+        // The 30B-A3B constructor: every layer sparse, 128 experts × 3 × 2048 × 768 per layer.
+        let a3b = DecoderConfig::qwen3_30b_a3b();
+        a3b.validate().unwrap();
+        assert_eq!(a3b.family().unwrap(), Family::Qwen3Moe);
+        assert!((0..48).all(|l| a3b.is_moe_layer(l)) && a3b.qk_norm().unwrap());
+        let attention = 2048 * (32 + 2 * 4) * 128 + 32 * 128 * 2048;
+        assert_eq!(a3b.linear_params(), 48 * (attention + 128 * 3 * 2048 * 768));
+    }
+
+    #[test]
+    fn bad_moe_values_are_named() {
+        let e = |extra: &str| DecoderConfig::from_json(&json(extra)).unwrap_err().to_string();
+        let moe = r#", "model_type": "qwen3_moe", "num_experts": 8, "moe_intermediate_size": 16"#;
+        let m = e(&format!(r#"{moe}, "num_experts_per_tok": 9"#));
+        assert!(m.contains("num_experts_per_tok 9") && m.contains('8'), "{m}");
+        assert!(e(&format!(r#"{moe}, "num_experts_per_tok": 0"#)).contains("num_experts_per_tok 0"));
+        let m = e(&format!(r#"{moe}, "num_experts_per_tok": 2, "decoder_sparse_step": 0"#));
+        assert!(m.contains("decoder_sparse_step"), "{m}");
+        let m =
+            e(r#", "model_type": "qwen3_moe", "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 0"#);
+        assert!(m.contains("moe_intermediate_size"), "{m}");
     }
 
     #[test]

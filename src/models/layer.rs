@@ -1,7 +1,9 @@
 //! One decoder layer: the attention block (q/k/v, optional q/k RMSNorm, RoPE, KV cache, grouped
-//! query attention, o) and the SwiGLU MLP, on the composed candle ops or the fused decode path.
+//! query attention, o) and the MLP (dense SwiGLU, or a mixture of SwiGLU experts), on the
+//! composed candle ops or the fused decode path.
 
 use super::kv_cache::KvCache;
+use super::moe::Fp8MoeExperts;
 use super::options::LinearMode;
 use crate::linear::{AnyLinear, Fp8BlockLinear};
 use crate::ops::Unreduced;
@@ -109,6 +111,103 @@ impl Proj {
     }
 }
 
+/// A SwiGLU MLP, `down(silu(gate(x)) · up(x))`: a dense layer's MLP, or one expert of a
+/// mixture of experts.
+#[derive(Debug, Clone)]
+pub(crate) struct SwiGlu {
+    /// gate and up (`[gate | up]` when fused).
+    pub(crate) gate_up: Proj,
+    pub(crate) down: AnyLinear,
+}
+
+impl SwiGlu {
+    /// The MLP on the composed candle ops: `x` `[M, hidden]` → `[M, hidden]`.
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let gu = self.gate_up.forward(x)?;
+        let a = (candle_nn::ops::silu(&gu[0])? * &gu[1])?;
+        self.down.forward(&a)
+    }
+
+    pub(crate) fn map(self, f: &dyn Fn(AnyLinear) -> Result<AnyLinear>) -> Result<Self> {
+        Ok(Self { gate_up: self.gate_up.map(f)?, down: f(self.down)? })
+    }
+
+    /// `(name, layer)` of its linears: `{prefix}.gate_up` (or `{prefix}.gate_up[j]` unfused) and
+    /// `{prefix}.down`.
+    pub(crate) fn linears(&self, prefix: &str) -> Vec<(String, &AnyLinear)> {
+        let mut out: Vec<(String, &AnyLinear)> = self
+            .gate_up
+            .layers()
+            .into_iter()
+            .enumerate()
+            .map(|(j, l)| {
+                let n = if self.gate_up.is_fused() {
+                    format!("{prefix}.gate_up")
+                } else {
+                    format!("{prefix}.gate_up[{j}]")
+                };
+                (n, l)
+            })
+            .collect();
+        out.push((format!("{prefix}.down"), &self.down));
+        out
+    }
+}
+
+/// A layer's MLP.
+#[derive(Debug, Clone)]
+pub(crate) enum Mlp {
+    /// One SwiGLU MLP for every token.
+    Dense(SwiGlu),
+    /// A router and SwiGLU experts (Qwen3-MoE).
+    Moe(Fp8MoeExperts),
+}
+
+impl Mlp {
+    /// The MLP on the composed candle ops: `x` `[M, hidden]` → `[M, hidden]`.
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Self::Dense(m) => m.forward(x),
+            Self::Moe(m) => m.forward(x),
+        }
+    }
+
+    pub(crate) fn map(self, f: &dyn Fn(AnyLinear) -> Result<AnyLinear>) -> Result<Self> {
+        Ok(match self {
+            Self::Dense(m) => Self::Dense(m.map(f)?),
+            Self::Moe(m) => Self::Moe(m.map_linears(f)?),
+        })
+    }
+
+    /// Whether gate and up run as one GEMM (in every expert).
+    pub(crate) fn projections_fused(&self) -> bool {
+        match self {
+            Self::Dense(m) => m.gate_up.is_fused(),
+            Self::Moe(m) => m.experts().iter().all(|e| e.gate_up.is_fused()),
+        }
+    }
+
+    /// `(name, layer)` of its linears, named under layer `layer`: `{layer}.gate_up`,
+    /// `{layer}.down`; experts `{layer}.experts.{e}.gate_up`, `{layer}.experts.{e}.down` (the
+    /// router, f32, is not among them).
+    pub(crate) fn linears(&self, layer: usize) -> Vec<(String, &AnyLinear)> {
+        match self {
+            Self::Dense(m) => m.linears(&layer.to_string()),
+            Self::Moe(m) => {
+                m.experts().iter().enumerate().flat_map(|(e, x)| x.linears(&format!("{layer}.experts.{e}"))).collect()
+            }
+        }
+    }
+
+    /// Bytes of the MoE router's weight (0 for a dense MLP).
+    pub(crate) fn router_bytes(&self) -> usize {
+        match self {
+            Self::Dense(_) => 0,
+            Self::Moe(m) => m.router_bytes(),
+        }
+    }
+}
+
 /// Bytes held by a linear layer's weights: `(fp8 bytes incl. scales, dense bytes)`.
 pub(crate) fn linear_bytes(l: &AnyLinear) -> (usize, usize) {
     match l {
@@ -130,8 +229,7 @@ pub(crate) struct DecoderLayer {
     pub(crate) qk_norm: bool,
     /// `[q_heads + kv_heads, head_dim]`: see [`DecoderLayer::qk_weights`].
     pub(crate) qk_weight: Tensor,
-    pub(crate) gate_up: Proj,
-    pub(crate) down: AnyLinear,
+    pub(crate) mlp: Mlp,
 }
 
 /// Shapes shared by every layer's forward.
@@ -209,21 +307,23 @@ impl DecoderLayer {
 
         // MLP.
         let xn = candle_nn::ops::rms_norm(&x, &self.post_norm, eps)?;
-        let gu = self.gate_up.forward(&xn)?;
-        let a = (candle_nn::ops::silu(&gu[0])? * &gu[1])?;
-        Ok(((x + self.down.forward(&a)?)?, None))
+        Ok(((x + self.mlp.forward(&xn)?)?, None))
     }
 
-    /// Whether the fused elementwise path applies: every linear of the layer FP8 with a provider
-    /// that quantizes activations, q/k/v and gate/up each one GEMM, gate and up of equal width.
+    /// Whether the fused elementwise path applies: a dense MLP (mixture-of-experts layers take
+    /// the composed path), every linear of the layer FP8 with a provider that quantizes
+    /// activations, q/k/v and gate/up each one GEMM, gate and up of equal width.
     pub(crate) fn fused_eligible(&self) -> Result<bool> {
         let quantizing = |l: &AnyLinear| match l {
             AnyLinear::Fp8(f) => f.quantizes_activations(),
             _ => Ok(false),
         };
-        match (&self.qkv, &self.gate_up) {
+        let Mlp::Dense(SwiGlu { gate_up, down }) = &self.mlp else {
+            return Ok(false);
+        };
+        match (&self.qkv, gate_up) {
             (Proj::Fused(qkv, _), Proj::Fused(gu, sizes)) if sizes.len() == 2 && sizes[0] == sizes[1] => {
-                Ok(quantizing(qkv)? && quantizing(gu)? && quantizing(&self.down)?)
+                Ok(quantizing(qkv)? && quantizing(gu)? && quantizing(down)?)
             }
             _ => Ok(false),
         }
@@ -257,8 +357,10 @@ impl DecoderLayer {
     /// and quantization in one step, the down GEMM. Returns `(x + o, down output)`: the down
     /// output is added by the next layer's input norm (or the model's final norm).
     fn mlp_fused(&self, x: &Tensor, o: &Unreduced, eps: f32) -> Result<(Tensor, Option<Unreduced>)> {
-        let (Proj::Fused(AnyLinear::Fp8(gate_up), _), AnyLinear::Fp8(down)) = (&self.gate_up, &self.down) else {
-            bail!("decoder: the fused MLP path needs FP8 gate/up (one GEMM) and down layers")
+        let Mlp::Dense(SwiGlu { gate_up: Proj::Fused(AnyLinear::Fp8(gate_up), _), down: AnyLinear::Fp8(down) }) =
+            &self.mlp
+        else {
+            bail!("decoder: the fused MLP path needs a dense MLP with FP8 gate/up (one GEMM) and down layers")
         };
         let dtype = x.dtype();
         // x (the layer's input residual stream) was written before the q/k/v GEMM and the

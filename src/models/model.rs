@@ -4,7 +4,8 @@
 
 use super::config::DecoderConfig;
 use super::kv_cache::KvCache;
-use super::layer::{causal_mask, flash_prefill_applies, linear_bytes, to_mode, DecoderLayer, Dims, Proj};
+use super::layer::{causal_mask, flash_prefill_applies, linear_bytes, to_mode, DecoderLayer, Dims, Mlp, Proj, SwiGlu};
+use super::moe::Fp8MoeExperts;
 use super::options::{LinearMode, ModelOptions};
 use super::rope::rope_tables;
 use crate::checkpoint::{Checkpoint, GgufCheckpoint};
@@ -17,8 +18,8 @@ use candle_nn::VarBuilder;
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng};
 
-/// A decoder-only transformer (Llama, Qwen2 or Qwen3, see [`super::Family`]) with blocked-FP8
-/// (or dequantized dense) linear layers, a KV cache and logits of the last position.
+/// A decoder-only transformer (Llama, Qwen2, Qwen3 or Qwen3-MoE, see [`super::Family`]) with
+/// blocked-FP8 (or dequantized dense) linear layers, a KV cache and logits of the last position.
 ///
 /// Per layer on the decode path: RMSNorm, one fused q/k/v GEMM, (Qwen3) an RMSNorm over every q
 /// and k head, RoPE, the KV-cache append, grouped-query attention (the query heads of one kv
@@ -27,7 +28,9 @@ use rand::{Rng as _, SeedableRng};
 /// quantization and SiLU·up + quantization run as one step each (one launch on CUDA), and each
 /// layer's last residual add moves into the next layer's input norm; on CUDA sm_90 a Qwen3
 /// decode step (head_dim 128) runs its attention as one kernel that writes the o projection's
-/// quantized operand ([`ModelOptions::fused_kernels`]).
+/// quantized operand ([`ModelOptions::fused_kernels`]). A Qwen3-MoE layer's MLP is a
+/// [`Fp8MoeExperts`] on the composed candle ops (router, top-k, each expert's gate/up GEMM,
+/// SiLU·up, down GEMM, weighted scatter-add); the fused elementwise steps skip those layers.
 #[derive(Debug, Clone)]
 pub struct DecoderModel {
     cfg: DecoderConfig,
@@ -131,6 +134,20 @@ impl Source<'_> {
             return Ok(None);
         }
         random_fp8(outs.iter().sum(), in_dim, 1.0, device, rng).map(Some)
+    }
+
+    /// A mixture-of-experts router `prefix` `[experts, hidden]` as f32: loaded dense (checkpoints
+    /// keep it unquantized; an FP8 one is dequantized), or random N(0, 1/hidden).
+    fn router(&mut self, prefix: &str, hidden: usize, experts: usize, device: &Device) -> Result<Tensor> {
+        match self {
+            Self::Checkpoint { .. } => match self.linear(prefix, hidden, experts, false, 1.0, device, DType::F32)? {
+                AnyLinear::Dense(d) => d.weight().to_dtype(DType::F32),
+                AnyLinear::Fp8(f) | AnyLinear::Fp8Reference(f) => f.dequantize(),
+            },
+            Self::Random { rng } => {
+                random_normal((experts, hidden), 1.0 / (hidden as f64).sqrt(), device, DType::F32, rng)
+            }
+        }
     }
 
     /// A 1-D norm weight (ones for random weights).
@@ -263,8 +280,8 @@ impl DecoderModel {
     }
 
     /// The architecture of `cfg` with random FP8 weights generated on `device` (fast even for
-    /// Qwen3-32B). Activations stay well-conditioned: each linear has output ≈ input RMS.
-    /// Timings are meaningful, text is not.
+    /// Qwen3-32B). Activations stay well-conditioned: each linear has output ≈ input RMS; a
+    /// mixture-of-experts router is f32 N(0, 1/hidden). Timings are meaningful, text is not.
     pub fn random(cfg: &DecoderConfig, device: &Device, seed: u64, opts: &ModelOptions) -> Result<Self> {
         Self::random_with_progress(cfg, device, seed, opts, &mut |_, _| {})
     }
@@ -339,8 +356,23 @@ impl DecoderModel {
                 qkv_bias,
             )?;
             let o = lin(&mut src, "self_attn.o_proj", hq * d, h, o_bias, out_gain)?;
-            let gate_up = proj(&mut src, &["mlp.gate_proj", "mlp.up_proj"], &[i, i], false)?;
-            let down = lin(&mut src, "mlp.down_proj", i, h, false, out_gain)?;
+            let mlp = if cfg.is_moe_layer(l) {
+                let (ne, ei) = (cfg.num_experts, cfg.moe_intermediate_size);
+                let router = src.router(&format!("{p}.mlp.gate"), h, ne, device)?;
+                let experts = (0..ne)
+                    .map(|e| {
+                        let names = [format!("mlp.experts.{e}.gate_proj"), format!("mlp.experts.{e}.up_proj")];
+                        let gate_up = proj(&mut src, &[&names[0], &names[1]], &[ei, ei], false)?;
+                        let down = m(lin(&mut src, &format!("mlp.experts.{e}.down_proj"), ei, h, false, out_gain)?)?;
+                        Ok(SwiGlu { gate_up, down })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Mlp::Moe(Fp8MoeExperts::new(&router, experts, cfg.num_experts_per_tok, cfg.norm_topk_prob)?)
+            } else {
+                let gate_up = proj(&mut src, &["mlp.gate_proj", "mlp.up_proj"], &[i, i], false)?;
+                let down = m(lin(&mut src, "mlp.down_proj", i, h, false, out_gain)?)?;
+                Mlp::Dense(SwiGlu { gate_up, down })
+            };
             let (q_norm, k_norm) = if qk_norm {
                 (
                     src.norm(&format!("{p}.self_attn.q_norm.weight"), d, device, dtype)?,
@@ -358,8 +390,7 @@ impl DecoderModel {
                 o: m(o)?,
                 qk_norm,
                 qk_weight: DecoderLayer::qk_weights(&q_norm, &k_norm, dims)?,
-                gate_up,
-                down: m(down)?,
+                mlp,
             });
             progress(l + 1, nl);
         }
@@ -429,8 +460,7 @@ impl DecoderModel {
                 Ok(DecoderLayer {
                     qkv: l.qkv.clone().map(f)?,
                     o: f(l.o.clone())?,
-                    gate_up: l.gate_up.clone().map(f)?,
-                    down: f(l.down.clone())?,
+                    mlp: l.mlp.clone().map(f)?,
                     ..l.clone()
                 })
             })
@@ -487,14 +517,24 @@ impl DecoderModel {
         Ok(n)
     }
 
-    /// Whether q/k/v and gate/up run as one GEMM each (in every layer).
+    /// Whether q/k/v and gate/up run as one GEMM each (in every layer and expert).
     pub fn projections_fused(&self) -> bool {
-        self.layers.iter().all(|l| l.qkv.is_fused() && l.gate_up.is_fused())
+        self.layers.iter().all(|l| l.qkv.is_fused() && l.mlp.projections_fused())
+    }
+
+    /// The mixture-of-experts MLP of layer `layer` (`None` for a dense MLP or no such layer).
+    pub fn moe_experts(&self, layer: usize) -> Option<&Fp8MoeExperts> {
+        match &self.layers.get(layer)?.mlp {
+            Mlp::Moe(m) => Some(m),
+            Mlp::Dense(_) => None,
+        }
     }
 
     /// Kinds of the decoder's linear layers, one string per module as loaded: `"fp8"`,
     /// `"fp8-reference"` or `"dense"`, keyed by `layer.module` (`0.qkv`, `0.o`, `0.gate_up`,
-    /// `0.down`, …, `lm_head`).
+    /// `0.down`, …, `lm_head`; a mixture-of-experts layer has `1.experts.0.gate_up`,
+    /// `1.experts.0.down`, … in place of the MLP's, and its f32 router is not listed). Unfused
+    /// projections are numbered: `0.qkv[0]`, `0.gate_up[1]`.
     pub fn linear_kinds(&self) -> Vec<(String, &'static str)> {
         self.linears()
             .into_iter()
@@ -524,22 +564,21 @@ impl DecoderModel {
     fn linears(&self) -> Vec<(String, &AnyLinear)> {
         let mut out = Vec::new();
         for (i, l) in self.layers.iter().enumerate() {
-            for (name, p) in [("qkv", &l.qkv), ("gate_up", &l.gate_up)] {
-                for (j, x) in p.layers().into_iter().enumerate() {
-                    let n = if p.is_fused() { format!("{i}.{name}") } else { format!("{i}.{name}[{j}]") };
-                    out.push((n, x));
-                }
+            for (j, x) in l.qkv.layers().into_iter().enumerate() {
+                let n = if l.qkv.is_fused() { format!("{i}.qkv") } else { format!("{i}.qkv[{j}]") };
+                out.push((n, x));
             }
             out.push((format!("{i}.o"), &l.o));
-            out.push((format!("{i}.down"), &l.down));
+            out.extend(l.mlp.linears(i));
         }
         out.push(("lm_head".into(), &self.lm_head));
         out
     }
 
-    /// `(fp8 bytes incl. scales, dense linear bytes, embedding + norm bytes)` of the weights.
+    /// `(fp8 bytes incl. scales, dense linear bytes (MoE routers included), embedding + norm
+    /// bytes)` of the weights.
     pub fn weight_bytes(&self) -> (usize, usize, usize) {
-        let (mut f, mut dn) = (0, 0);
+        let (mut f, mut dn) = (0, self.layers.iter().map(|l| l.mlp.router_bytes()).sum::<usize>());
         for (name, l) in self.linears() {
             if name == "lm_head" && self.cfg.tie_word_embeddings {
                 continue;

@@ -10,7 +10,8 @@ use std::path::Path;
 /// as e4m3 + f32 `weight_scale_inv` through [`quantize_weight`](crate::quant::quantize_weight),
 /// except the modules in `not_convert` and `lm_head`, which stay bf16, like real `-FP8`
 /// checkpoints) and `config.json` with a `quantization_config` (`fp8`, e4m3, 128×128 blocks,
-/// `modules_to_not_convert`). Weights are deterministic in `seed`.
+/// `modules_to_not_convert`). Weights are deterministic in `seed`. Dense MLPs only: a config
+/// with mixture-of-experts layers is an error.
 pub fn write_random_checkpoint(dir: &Path, cfg: &DecoderConfig, seed: u64, not_convert: &[&str]) -> Result<()> {
     write_checkpoint(dir, cfg, seed, not_convert, None)
 }
@@ -57,6 +58,9 @@ fn write_checkpoint(
     corpus: Option<&str>,
 ) -> Result<()> {
     cfg.validate()?;
+    if let Some(l) = (0..cfg.num_hidden_layers).find(|&l| cfg.is_moe_layer(l)) {
+        bail!("writing a random checkpoint: layer {l} is a mixture of experts, which these checkpoints do not hold")
+    }
     std::fs::create_dir_all(dir).map_err(|e| candle_core::Error::Msg(format!("creating {}: {e}", dir.display())))?;
     let cpu = Device::Cpu;
     let mut rng = Rng::new(seed);
