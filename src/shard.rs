@@ -76,28 +76,44 @@ impl Fp8BlockLinear {
     /// blocks and (output split, or input split on rank 0) the bias. Refused, naming `name`, the
     /// size and the world size, when the split would cut a 128-block.
     pub fn shard(&self, name: &str, shard: Shard) -> Result<Fp8BlockLinear> {
-        let (n, k) = (self.out_dim(), self.in_dim());
-        let w = self.weight();
-        let s = self.weight_scale_inv();
-        let (weight, scales, bias) = match shard.dim {
+        match shard.dim {
             ShardDim::Output => {
-                let (start, len) = shard.range(n, &format!("{name}: out_dim"))?;
-                let (bs, bl) = block_range(start, len, n);
-                (
-                    w.narrow(0, start, len)?,
-                    s.narrow(0, bs, bl)?,
-                    self.bias().map(|b| b.narrow(0, start, len)).transpose()?,
-                )
+                let (start, len) = shard.range(self.out_dim(), &format!("{name}: out_dim"))?;
+                self.output_rows(name, start, len)
             }
             ShardDim::Input => {
+                let k = self.in_dim();
                 let (start, len) = shard.range(k, &format!("{name}: in_dim"))?;
                 let (bs, bl) = block_range(start, len, k);
                 let bias = if shard.rank == 0 { self.bias().cloned() } else { None };
-                (w.narrow(1, start, len)?, s.narrow(1, bs, bl)?, bias)
+                Ok(Fp8BlockLinear::new_named(
+                    name,
+                    self.weight().narrow(1, start, len)?.contiguous()?,
+                    self.weight_scale_inv().narrow(1, bs, bl)?.contiguous()?,
+                    bias,
+                )?
+                .with_backend(self.backend()))
             }
-        };
-        Ok(Fp8BlockLinear::new_named(name, weight.contiguous()?, scales.contiguous()?, bias)?
-            .with_backend(self.backend()))
+        }
+    }
+
+    /// Output rows `[start, start + len)` of this layer with their scale rows and bias: a part
+    /// of a fused projection (q of q|k|v). `start` must be a multiple of 128 and the rows end
+    /// on a block boundary or at the last row.
+    pub(crate) fn output_rows(&self, name: &str, start: usize, len: usize) -> Result<Fp8BlockLinear> {
+        let n = self.out_dim();
+        if start % BLOCK != 0 || start + len > n || ((start + len) % BLOCK != 0 && start + len != n) {
+            bail!("{name}: rows [{start}, {}) of {n} do not start and end on {BLOCK}-row scale blocks", start + len)
+        }
+        let (bs, bl) = block_range(start, len, n);
+        let bias = self.bias().map(|b| b.narrow(0, start, len)).transpose()?;
+        Ok(Fp8BlockLinear::new_named(
+            name,
+            self.weight().narrow(0, start, len)?.contiguous()?,
+            self.weight_scale_inv().narrow(0, bs, bl)?.contiguous()?,
+            bias,
+        )?
+        .with_backend(self.backend()))
     }
 
     /// The layer the shards of one split came from, in rank order: concatenated along `dim`

@@ -2,9 +2,12 @@
 //! query attention, o) and the MLP (dense SwiGLU, or a mixture of SwiGLU experts), on the
 //! composed candle ops or the fused decode path.
 
+use std::sync::Arc;
+
 use super::kv_cache::KvCache;
 use super::moe::Fp8MoeExperts;
 use super::options::LinearMode;
+use crate::collective::Collective;
 use crate::linear::{AnyLinear, Fp8BlockLinear};
 use crate::ops::Unreduced;
 use candle_core::{bail, DType, Device, Module, Result, Tensor, D};
@@ -230,6 +233,9 @@ pub(crate) struct DecoderLayer {
     /// `[q_heads + kv_heads, head_dim]`: see [`DecoderLayer::qk_weights`].
     pub(crate) qk_weight: Tensor,
     pub(crate) mlp: Mlp,
+    /// Tensor parallelism: this rank's group, which sums the o and down projections' partial
+    /// outputs (`None`: one rank, nothing to sum; see `super::tp`).
+    pub(crate) tp: Option<Arc<dyn Collective>>,
 }
 
 /// Shapes shared by every layer's forward.
@@ -300,6 +306,7 @@ impl DecoderLayer {
                 dims,
             )?)?),
         };
+        let attn = self.all_reduce(attn)?;
         if fe {
             return self.mlp_fused(&x, &attn, eps);
         }
@@ -307,7 +314,17 @@ impl DecoderLayer {
 
         // MLP.
         let xn = candle_nn::ops::rms_norm(&x, &self.post_norm, eps)?;
-        Ok(((x + self.mlp.forward(&xn)?)?, None))
+        let y = self.all_reduce(Unreduced::Done(self.mlp.forward(&xn)?))?.reduce()?;
+        Ok(((x + y)?, None))
+    }
+
+    /// A row-parallel projection's output summed over the tensor-parallel ranks (its split-K
+    /// partials first); unchanged on one rank.
+    fn all_reduce(&self, u: Unreduced) -> Result<Unreduced> {
+        match &self.tp {
+            None => Ok(u),
+            Some(c) => Ok(Unreduced::Done(c.all_reduce_sum(&u.reduce()?)?)),
+        }
     }
 
     /// Whether the fused elementwise path applies: a dense MLP (mixture-of-experts layers take
@@ -376,7 +393,7 @@ impl DecoderLayer {
             crate::ops::swiglu_quantize(&gu)?
         };
         // The down projection's split-K partials (if any) are added by the next input norm.
-        let d = down.forward_quantized_unreduced(&qa, &sa)?;
+        let d = self.all_reduce(down.forward_quantized_unreduced(&qa, &sa)?)?;
         let d = if dtype == DType::BF16 { d } else { Unreduced::Done(d.reduce()?.to_dtype(dtype)?) };
         Ok((x, Some(d)))
     }

@@ -20,6 +20,7 @@ mod moe;
 mod options;
 mod rope;
 mod tokenizer;
+mod tp;
 
 pub use byte_tokenizer::ByteTokenizer;
 pub use chat::{ChatTemplate, Message};

@@ -2,6 +2,8 @@
 //! [`Fp8BlockLinear`] (or dense) layers, with a KV cache and last-position (or every-position)
 //! logits.
 
+use std::sync::Arc;
+
 use super::config::DecoderConfig;
 use super::kv_cache::KvCache;
 use super::layer::{causal_mask, flash_prefill_applies, linear_bytes, to_mode, DecoderLayer, Dims, Mlp, Proj, SwiGlu};
@@ -9,6 +11,7 @@ use super::moe::Fp8MoeExperts;
 use super::options::{LinearMode, ModelOptions};
 use super::rope::rope_tables;
 use crate::checkpoint::{Checkpoint, GgufCheckpoint};
+use crate::collective::Collective;
 use crate::dispatch::Provider;
 use crate::format::{f32_to_e4m3, num_blocks, BLOCK};
 use crate::linear::{AnyLinear, Fp8BlockLinear};
@@ -48,6 +51,8 @@ pub struct DecoderModel {
     mode: LinearMode,
     fused: bool,
     prefill_chunk: usize,
+    /// Tensor parallelism: this rank's group (`None`: the whole model on one device).
+    tp: Option<Arc<dyn Collective>>,
 }
 
 /// Most elements of one prefill pass's attention scores `[B, heads, T, cached + T]`: candle's
@@ -391,6 +396,7 @@ impl DecoderModel {
                 qk_norm,
                 qk_weight: DecoderLayer::qk_weights(&q_norm, &k_norm, dims)?,
                 mlp,
+                tp: None,
             });
             progress(l + 1, nl);
         }
@@ -427,6 +433,7 @@ impl DecoderModel {
             mode: opts.mode,
             fused: opts.fused_kernels,
             prefill_chunk: opts.prefill_chunk,
+            tp: None,
         })
     }
 
@@ -603,6 +610,32 @@ impl DecoderModel {
         self.capacity_hint = max_seq_len;
     }
 
+    /// Rank `comm.rank()`'s share of this model in a tensor-parallel group of `comm.world()`
+    /// ranks (Megatron-style, see `src/models/tp.rs`): its query and kv heads with their q/k/v,
+    /// o, gate/up and down cut at whole 128 × 128 scale blocks, the o and down outputs summed
+    /// over the ranks through `comm`; norms, embedding and lm_head replicated, so every rank
+    /// returns the same logits. An empty KV cache. Refused, naming the layer and the sizes, when
+    /// the heads or widths cannot be split evenly at block boundaries, for non-FP8 linears and
+    /// for mixture-of-experts layers.
+    pub fn shard(&self, comm: Arc<dyn Collective>) -> Result<Self> {
+        if self.tp.is_some() {
+            bail!("DecoderModel::shard: the model is already a tensor-parallel shard")
+        }
+        let (hq, hkv) = (self.cfg.num_attention_heads, self.cfg.kv_heads());
+        let layers = self
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(i, l)| super::tp::shard_layer(l, i, hq, hkv, &comm))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self { layers, kv: vec![KvCache::default(); self.kv.len()], tp: Some(comm), ..self.clone() })
+    }
+
+    /// Ranks of this model's tensor-parallel group (1 without one).
+    pub fn tensor_parallel_world(&self) -> usize {
+        self.tp.as_ref().map(|c| c.world()).unwrap_or(1)
+    }
+
     /// Forgets the cached keys/values (the buffers are kept for reuse).
     pub fn clear_kv_cache(&mut self) {
         for c in &mut self.kv {
@@ -694,9 +727,10 @@ impl DecoderModel {
     fn forward_hidden(&mut self, input_ids: &Tensor, seqlen_offset: usize, reserve: usize) -> Result<Tensor> {
         let (b, t) = input_ids.dims2()?;
         let cfg = &self.cfg;
+        let world = self.tensor_parallel_world();
         let dims = Dims {
-            hq: cfg.num_attention_heads,
-            hkv: cfg.kv_heads(),
+            hq: cfg.num_attention_heads / world,
+            hkv: cfg.kv_heads() / world,
             d: cfg.head_dim(),
             eps: cfg.rms_norm_eps as f32,
             fused: self.fused,
