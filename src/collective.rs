@@ -7,11 +7,15 @@
 //!   every rank adds the contributions in rank order, so every rank holds the same bits. It
 //!   runs tensor parallelism on the CPU (and checks it against one rank) without a GPU.
 //!
-//! A GPU implementation goes through NCCL.
+//! - `Nccl` (feature `nccl`): one GPU per rank, NCCL communicators on the devices' candle
+//!   streams.
 
 use std::sync::{Arc, Barrier, Mutex};
 
 use candle_core::{bail, DType, Device, Result, Tensor};
+
+#[cfg(feature = "nccl")]
+pub use crate::cuda::nccl::Nccl;
 
 /// The exchange between the ranks of one tensor-parallel group. Every rank calls each
 /// operation in the same order with tensors of the same shape and dtype.

@@ -19,6 +19,8 @@ pub(crate) mod device;
 pub(crate) mod ffi;
 pub(crate) mod fused;
 pub(crate) mod gemm;
+#[cfg(feature = "nccl")]
+pub(crate) mod nccl;
 pub(crate) mod prefill;
 pub(crate) mod readback;
 pub(crate) mod sampling;

@@ -319,11 +319,11 @@ impl DecoderLayer {
     }
 
     /// A row-parallel projection's output summed over the tensor-parallel ranks (its split-K
-    /// partials first); unchanged on one rank.
+    /// partials first); unchanged on one rank (nothing to add: the same bits as without a group).
     fn all_reduce(&self, u: Unreduced) -> Result<Unreduced> {
         match &self.tp {
-            None => Ok(u),
-            Some(c) => Ok(Unreduced::Done(c.all_reduce_sum(&u.reduce()?)?)),
+            Some(c) if c.world() > 1 => Ok(Unreduced::Done(c.all_reduce_sum(&u.reduce()?)?)),
+            _ => Ok(u),
         }
     }
 
