@@ -2,9 +2,10 @@
 # CI: the CUDA path must keep compiling on a machine without a GPU or a system CUDA (called by
 # .ci/run). Installs the pinned CUDA 13.0 compiler (scripts/install_cuda.sh), prepares the
 # dynamic-loading candle-core (scripts/candle_cuda.sh), builds every target with
-# `--features cuda` and runs the tests. Without a GPU every GPU test reports
-# `SKIP <test>: <reason>` on stderr and passes: expected here, and counted below so that the
-# skips stay visible (on the GPU machine, scripts/gpu_run.sh turns each into a failure).
+# `--features nccl` (the CUDA path and tensor parallelism over NCCL) and runs the tests. Without
+# a GPU every GPU test reports `SKIP <test>: <reason>` on stderr and passes: expected here, and
+# counted below so that the skips stay visible (on the GPU machine, scripts/gpu_run.sh turns each
+# into a failure).
 # Cargo.lock is restored afterwards (the [patch] rewrites candle-core's entry).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,12 +20,12 @@ trap 'cp "$CARGO_TARGET_DIR/Cargo.lock.orig" Cargo.lock' EXIT
 unset CANDLE_FP8_REQUIRE_GPU
 
 CARGO=(cargo --config 'patch.crates-io.candle-core.path=".candle-cuda/candle-core"')
-echo "== cargo build --release --features cuda --all-targets"
-"${CARGO[@]}" build --release --features cuda --all-targets
-echo "== cargo test --release --features cuda"
+echo "== cargo build --release --features nccl --all-targets"
+"${CARGO[@]}" build --release --features nccl --all-targets
+echo "== cargo test --release --features nccl"
 LOG="$CARGO_TARGET_DIR/ci-cuda-test.log"
 set +e
-"${CARGO[@]}" test --release --features cuda 2>&1 | tee "$LOG"
+"${CARGO[@]}" test --release --features nccl 2>&1 | tee "$LOG"
 rc=${PIPESTATUS[0]}
 set -e
 # A skip is reported as `SKIP <test>[ [part]]: <reason>` (tests/common/gpu.rs), on stderr: it can

@@ -7,7 +7,8 @@
 #
 # Every test binary runs with CANDLE_FP8_REQUIRE_GPU=1: a test that would skip (no device, no
 # sm_90, a provider missing) fails instead. `test` runs every GPU suite (gpu, gpu_fused,
-# gpu_attention, gpu_prefill, gpu_sampling, models_gpu), `reliability` runs gpu_reliability; each binary's exit
+# gpu_attention, gpu_prefill, gpu_sampling, models_gpu, gpu_tp; gpu_tp's `multi_gpu` tests only
+# where the machine has two GPUs or more), `reliability` runs gpu_reliability; each binary's exit
 # status and its passed / failed / skipped counts (skips counted from its `SKIP` lines) are
 # recorded in summary.txt, and the script exits non-zero when any test binary or the bench failed
 # (the bench fails on any output above its error bound).
@@ -33,6 +34,19 @@ if [[ ! -x "$BIN/gpu" || "$HERE/fp8bin.tar.xz" -nt "$BIN/gpu" ]]; then
 fi
 export LD_LIBRARY_PATH="/usr/local/cuda/targets/x86_64-linux/lib:/usr/local/nvidia/lib64:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="/usr/local/cuda/bin:$PATH"
+# NCCL (tensor parallelism) is loaded at run time as libnccl.so: the image has it in a Python
+# wheel as libnccl.so.2 only, so link that name into the bundle's lib/.
+NCCL_SO="$(python3 -c 'import glob, os, site
+for d in site.getsitepackages():
+    for p in sorted(glob.glob(os.path.join(d, "nvidia", "**", "libnccl.so*"), recursive=True)):
+        print(p); raise SystemExit' 2>/dev/null)"
+if [[ -n "$NCCL_SO" ]]; then
+  mkdir -p "$HERE/lib" && ln -sf "$NCCL_SO" "$HERE/lib/libnccl.so"
+  export LD_LIBRARY_PATH="$HERE/lib:$LD_LIBRARY_PATH"
+fi
+# NVLink multicast stays off (the machines' rule; NCCL would otherwise use it where it can).
+export NCCL_NVLS_ENABLE=0
+GPU_COUNT="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)"
 export RUST_BACKTRACE=1
 # A skipped GPU test is a failure on the GPU machine.
 export CANDLE_FP8_REQUIRE_GPU=1
@@ -93,7 +107,7 @@ sanitized() {  # sanitized LOGNAME TIMEOUT ENV... -- BINARY ARGS...
 
 SANITIZER="$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)"
 SMALL_FILTER="${SANITIZE_FILTER:-providers_match_reference_on_shape_grid activation_quantization_is_bit_exact repeated_calls_are_bitwise_identical}"
-TEST_SUITES="${TEST_SUITES:-gpu gpu_fused gpu_attention gpu_prefill gpu_sampling models_gpu}"
+TEST_SUITES="${TEST_SUITES:-gpu gpu_fused gpu_attention gpu_prefill gpu_sampling models_gpu gpu_tp}"
 
 for p in "${PHASES[@]}"; do
   case "$p" in
@@ -107,8 +121,14 @@ for p in "${PHASES[@]}"; do
         # against candle's, and the model suites are short).
         threads=1
         [[ $t == gpu ]] && threads="${TEST_THREADS:-2}"
+        # Tests that need several GPUs (named multi_gpu_*) are left out, saying so, on one GPU.
+        only_one=()
+        if [[ $t == gpu_tp && "${GPU_COUNT:-0}" -lt 2 ]]; then
+          echo "=== gpu_tp: $GPU_COUNT GPU(s): multi_gpu_* tests not run" | tee -a "$SUMMARY"
+          only_one=(--skip multi_gpu_)
+        fi
         # shellcheck disable=SC2086
-        suite "$t" "${TEST_TIMEOUT:-540}" --nocapture --test-threads="$threads" ${TEST_ARGS:-}
+        suite "$t" "${TEST_TIMEOUT:-540}" --nocapture --test-threads="$threads" "${only_one[@]}" ${TEST_ARGS:-}
       done
       ;;
     reliability)
