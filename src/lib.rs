@@ -10,6 +10,8 @@
 //!   such as `Qwen/Qwen3-32B-FP8` ([`checkpoint`]).
 //! - [`fp8_block_matmul`] / [`fp8_block_matmul_into`]: the GEMM as a candle op;
 //!   [`quantize_activation`] / [`quantize_weight`]: the two quantizers ([`quant`]).
+//! - [`fp8_grouped_matmul_contiguous`] / [`fp8_grouped_matmul_masked`]: the grouped GEMMs of
+//!   mixture-of-experts layers (one `[N, K]` weight per expert).
 //! - [`ops`]: the decode step's fused ops (residual add + RMSNorm + quantize, SiLU·up +
 //!   quantize), one launch each on CUDA.
 //! - [`models`]: Llama / Qwen2 / Qwen3 decoders on these layers, generation and sampling.
@@ -39,6 +41,10 @@ pub use dispatch::{Backend, Fp8Options, Provider, BACKEND_ENV};
 pub use format::F8E4M3;
 pub use linear::{AnyLinear, Fp8BlockLinear};
 pub use ops::{fp8_block_matmul, fp8_block_matmul_into, fp8_block_matmul_with};
+pub use ops::{
+    fp8_grouped_matmul_contiguous, fp8_grouped_matmul_contiguous_with, fp8_grouped_matmul_masked,
+    fp8_grouped_matmul_masked_with,
+};
 pub use quant::{e4m3_to_f32, quantize_activation, quantize_weight};
 
 /// The CUDA decode kernels and device facts (the `cuda` feature).

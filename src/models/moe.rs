@@ -1,8 +1,12 @@
 //! The sparse mixture-of-experts MLP of Qwen3-MoE layers: a router and SwiGLU experts on
-//! [`Fp8BlockLinear`](crate::Fp8BlockLinear) (or dense) layers, on the candle ops of any device.
+//! [`Fp8BlockLinear`](crate::Fp8BlockLinear) (or dense) layers, on the candle ops of any device;
+//! FP8 experts of one shape run as grouped GEMMs over weights stacked at load.
 
-use super::layer::SwiGlu;
-use crate::linear::AnyLinear;
+use super::layer::{Proj, SwiGlu};
+use crate::dispatch::Fp8Options;
+use crate::linear::{AnyLinear, Fp8BlockLinear};
+use crate::ops::fp8_grouped_matmul_contiguous_with;
+use crate::quant::quantize_activation;
 use candle_core::{bail, DType, Module, Result, Tensor};
 
 /// The mixture-of-experts MLP of a Qwen3-MoE layer (`mlp.gate`, `mlp.experts.{e}.*` in a
@@ -12,9 +16,19 @@ use candle_core::{bail, DType, Module, Result, Tensor};
 ///    kept in f32 whatever the activation dtype);
 /// 2. each token's `experts_per_token` most probable experts (ties: the lower expert index), their
 ///    probabilities renormalised to sum to 1 when `norm_topk_prob`;
-/// 3. per expert that received tokens: its tokens gathered, its SwiGLU MLP (gate and up one GEMM
-///    where their width is a multiple of 128), the outputs scaled by the routing weights and
-///    added back into the tokens' rows (`index_add`), in f32, experts in ascending order.
+/// 3. the tokens' rows gathered in expert order (ascending, each expert's tokens in token order),
+///    each expert's SwiGLU MLP on its rows (gate and up one GEMM where their width is a multiple
+///    of 128), the outputs scaled by the routing weights and added back into the tokens' rows
+///    (`index_add`), in f32, experts in ascending order.
+///
+/// When every expert is an FP8 [`Fp8BlockLinear`] MLP of the same shapes without bias, their
+/// weights are stacked at construction (`[E, 2I, H]` for a fused gate|up, `[E, H, I]` for down;
+/// the experts' own layers become views of the stacks, so the weights are held once) and step 3
+/// runs as: one gather, one activation quantization, the grouped gate|up GEMM
+/// ([`crate::fp8_grouped_matmul_contiguous`]), SiLU·up, one quantization, the grouped down GEMM,
+/// the weighted scatter. On the CPU this gives the bits of the per-expert loop (each expert's
+/// rows see the same quantization and the same GEMM); other experts (dense, mixed, the
+/// dequant provider) run that loop, one MLP per expert that received tokens.
 ///
 /// The routing is read on the host (one device-to-host copy of the `[tokens, experts]`
 /// probabilities per layer call), so a call gives the same bits every time on a given device.
@@ -25,6 +39,114 @@ pub struct Fp8MoeExperts {
     experts: Vec<SwiGlu>,
     top_k: usize,
     norm_topk_prob: bool,
+    stacked: Option<Stacked>,
+}
+
+/// The experts' FP8 weights and scales stacked along a leading expert dimension, for the
+/// grouped GEMMs. Each expert's [`Fp8BlockLinear`] is a view of its slice.
+#[derive(Debug, Clone)]
+struct Stacked {
+    /// `[gate | up]` as one `([E, 2I, H], scales)`, or gate and up as two `([E, I, H], scales)`.
+    gate_up: Vec<(Tensor, Tensor)>,
+    /// `([E, H, I], scales)`.
+    down: (Tensor, Tensor),
+    /// The expert intermediate size `I`.
+    inter: usize,
+    /// The experts' backend.
+    opts: Fp8Options,
+}
+
+/// The FP8 layers of an expert in stacking order (gate|up or gate, up; then down), if it has
+/// the grouped path's form: all FP8 without bias, gate and up of one width.
+fn fp8_parts(x: &SwiGlu) -> Option<(Vec<&Fp8BlockLinear>, usize)> {
+    fn fp8(l: &AnyLinear) -> Option<&Fp8BlockLinear> {
+        match l {
+            AnyLinear::Fp8(f) if f.bias().is_none() => Some(f),
+            _ => None,
+        }
+    }
+    let (mut parts, inter) = match &x.gate_up {
+        Proj::Fused(l, sizes) if sizes.len() == 2 && sizes[0] == sizes[1] => (vec![fp8(l)?], sizes[0]),
+        Proj::Split(ls) if ls.len() == 2 && ls[0].out_dim() == ls[1].out_dim() => {
+            (vec![fp8(&ls[0])?, fp8(&ls[1])?], ls[0].out_dim())
+        }
+        _ => return None,
+    };
+    parts.push(fp8(&x.down)?);
+    Some((parts, inter))
+}
+
+/// Whether `t` is slice `x` of `stack` (`stack.get(x)` or an equal view of the same storage).
+fn is_slice_of(t: &Tensor, stack: &Tensor, x: usize) -> bool {
+    // One storage lock at a time (only the addresses are compared).
+    let ts: *const candle_core::Storage = &*t.storage_and_layout().0;
+    let ss: *const candle_core::Storage = &*stack.storage_and_layout().0;
+    std::ptr::eq(ts, ss)
+        && stack.dims().get(1..) == Some(t.dims())
+        && t.is_contiguous()
+        && t.layout().start_offset() == stack.layout().start_offset() + x * t.elem_count()
+}
+
+/// Stacks the experts' weights when they all have the grouped path's form with one set of
+/// shapes and one backend, and returns the experts rebuilt as views of the stacks. Experts that
+/// already are views of `previous`'s stacks keep them (no copy).
+fn stack_experts(experts: Vec<SwiGlu>, previous: Option<&Stacked>) -> Result<(Vec<SwiGlu>, Option<Stacked>)> {
+    let Some(parts) = experts.iter().map(fp8_parts).collect::<Option<Vec<_>>>() else {
+        return Ok((experts, None));
+    };
+    let Some((first, inter)) = parts.first().cloned() else { return Ok((experts, None)) };
+    let same = parts.iter().all(|(p, i)| {
+        *i == inter
+            && p.len() == first.len()
+            && p.iter().zip(&first).all(|(a, b)| {
+                a.weight().dims() == b.weight().dims()
+                    && a.weight().device().same_device(b.weight().device())
+                    && a.backend() == b.backend()
+            })
+    });
+    if !same {
+        tracing::info!("candle-fp8: mixture of experts: experts differ in form or shape, running them one by one");
+        return Ok((experts, None));
+    }
+    let opts = Fp8Options::with_backend(first[0].backend());
+    if let Some(prev) = previous {
+        let stacks: Vec<&(Tensor, Tensor)> = prev.gate_up.iter().chain(std::iter::once(&prev.down)).collect();
+        let reuse = stacks.len() == first.len()
+            && parts.iter().enumerate().all(|(x, (p, _))| {
+                p.iter()
+                    .zip(&stacks)
+                    .all(|(l, (w, s))| is_slice_of(l.weight(), w, x) && is_slice_of(l.weight_scale_inv(), s, x))
+            });
+        if reuse {
+            let stacked = Stacked { opts, ..prev.clone() };
+            return Ok((experts, Some(stacked)));
+        }
+    }
+    let mut stacks = Vec::with_capacity(first.len());
+    for j in 0..first.len() {
+        let ws: Vec<&Tensor> = parts.iter().map(|(p, _)| p[j].weight()).collect();
+        let ss: Vec<&Tensor> = parts.iter().map(|(p, _)| p[j].weight_scale_inv()).collect();
+        stacks.push((Tensor::stack(&ws, 0)?, Tensor::stack(&ss, 0)?));
+    }
+    drop(parts);
+    // The experts' layers become views of the stacks; their own copies are dropped with them.
+    let view = |(w, s): &(Tensor, Tensor), x: usize| -> Result<AnyLinear> {
+        Ok(AnyLinear::Fp8(Fp8BlockLinear::new(w.get(x)?, s.get(x)?, None)?.with_options(&opts)))
+    };
+    let fused = stacks.len() == 2;
+    let experts = experts
+        .into_iter()
+        .enumerate()
+        .map(|(x, old)| {
+            let gate_up = match old.gate_up {
+                Proj::Fused(_, sizes) if fused => Proj::Fused(view(&stacks[0], x)?, sizes),
+                _ => Proj::Split(vec![view(&stacks[0], x)?, view(&stacks[1], x)?]),
+            };
+            Ok(SwiGlu { gate_up, down: view(&stacks[stacks.len() - 1], x)? })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let down = stacks.pop().expect("down is stacked");
+    Ok((experts, Some(Stacked { gate_up: stacks, down, inter, opts })))
 }
 
 impl Fp8MoeExperts {
@@ -38,7 +160,47 @@ impl Fp8MoeExperts {
         if top_k == 0 || top_k > e {
             bail!("mixture of experts: experts per token {top_k} must be in 1..={e}")
         }
-        Ok(Self { router: router.to_dtype(DType::F32)?.contiguous()?, experts, top_k, norm_topk_prob })
+        let (experts, stacked) = stack_experts(experts, None)?;
+        Ok(Self { router: router.to_dtype(DType::F32)?.contiguous()?, experts, top_k, norm_topk_prob, stacked })
+    }
+
+    /// The block from its router weight `[num_experts, hidden]` (any float dtype; kept as f32)
+    /// and each expert's `[gate, up, down]` linears (gate and up `[I, hidden]`, down
+    /// `[hidden, I]`, FP8 or dense). Gate and up are fused into one GEMM where they can be (FP8
+    /// with `I` a multiple of 128, or dense of one dtype); FP8 experts of one shape are stacked
+    /// for the grouped GEMMs ([`Fp8MoeExperts::is_grouped`]).
+    ///
+    /// Errors name the expert on widths that do not fit together, and the sizes when the router
+    /// and the experts disagree or `experts_per_token` is not in `1..=num_experts`.
+    pub fn from_experts(
+        router: &Tensor,
+        experts: Vec<[AnyLinear; 3]>,
+        experts_per_token: usize,
+        norm_topk_prob: bool,
+    ) -> Result<Self> {
+        let h = router.dim(1)?;
+        let experts = experts
+            .into_iter()
+            .enumerate()
+            .map(|(x, [gate, up, down])| {
+                let (i, iu, hd) = (gate.out_dim(), up.out_dim(), down.out_dim());
+                if i != iu || hd != h {
+                    bail!(
+                        "mixture of experts: expert {x} has gate width {i}, up width {iu} and down width {hd}; \
+                         expected gate = up and down = the router's hidden size {h}"
+                    )
+                }
+                Ok(SwiGlu { gate_up: Proj::build(vec![gate, up], true)?, down })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Self::new(router, experts, experts_per_token, norm_topk_prob)
+    }
+
+    /// Whether the experts' weights are stacked for the grouped GEMMs (every expert an FP8
+    /// MLP of one shape). The forward then runs them grouped, unless their provider is
+    /// `dequant`.
+    pub fn is_grouped(&self) -> bool {
+        self.stacked.is_some()
     }
 
     /// Number of experts.
@@ -100,13 +262,57 @@ impl Fp8MoeExperts {
     /// This block with `f` applied to every expert's linears (the router is kept).
     pub(crate) fn map_linears(self, f: &dyn Fn(AnyLinear) -> Result<AnyLinear>) -> Result<Self> {
         let experts = self.experts.into_iter().map(|x| x.map(f)).collect::<Result<Vec<_>>>()?;
-        Ok(Self { experts, ..self })
+        let (experts, stacked) = stack_experts(experts, self.stacked.as_ref())?;
+        Ok(Self { experts, stacked, ..self })
     }
-}
 
-impl Module for Fp8MoeExperts {
-    /// The block on `x` `[.., hidden]` (bf16, f16 or f32), output in `x`'s shape and dtype.
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    /// The stacks when the forward runs grouped: stacked experts whose provider quantizes the
+    /// activations (the dequant provider multiplies bf16 activations: it keeps the loop).
+    fn grouped(&self) -> Result<Option<&Stacked>> {
+        let Some(st) = &self.stacked else { return Ok(None) };
+        let quantizes = match self.experts.first().map(|x| &x.down) {
+            Some(AnyLinear::Fp8(f)) => f.quantizes_activations()?,
+            _ => false,
+        };
+        Ok(quantizes.then_some(st))
+    }
+
+    /// The experts' SwiGLU outputs `[rows, hidden]` (dtype `dtype`) of `xs`, the tokens' rows
+    /// gathered in expert order, `counts[e]` rows per expert: the grouped GEMMs on the stacks.
+    fn grouped_mlp(&self, st: &Stacked, xs: &Tensor, counts: &[usize], dtype: DType) -> Result<Tensor> {
+        let gemm = |qa: &Tensor, sa: &Tensor, (w, s): &(Tensor, Tensor)| -> Result<Tensor> {
+            fp8_grouped_matmul_contiguous_with(&st.opts, qa, sa, w, s, counts)?.to_dtype(dtype)
+        };
+        let (qa, sa) = quantize_activation(xs)?;
+        let (gate, up) = match st.gate_up.as_slice() {
+            [gu] => {
+                let y = gemm(&qa, &sa, gu)?;
+                (y.narrow(1, 0, st.inter)?, y.narrow(1, st.inter, st.inter)?)
+            }
+            [g, u] => (gemm(&qa, &sa, g)?, gemm(&qa, &sa, u)?),
+            _ => bail!("mixture of experts: {} stacked gate/up parts", st.gate_up.len()),
+        };
+        // The composed ops of the per-expert path (`SwiGlu::forward`), so both give one result.
+        let a = (candle_nn::ops::silu(&gate)? * &up)?;
+        let (qa, sa) = quantize_activation(&a)?;
+        gemm(&qa, &sa, &st.down)
+    }
+
+    /// The experts' SwiGLU outputs as [`Fp8MoeExperts::grouped_mlp`], one expert at a time.
+    fn per_expert_mlp(&self, xs: &Tensor, counts: &[usize]) -> Result<Tensor> {
+        let mut outs = Vec::new();
+        let mut off = 0;
+        for (expert, &c) in self.experts.iter().zip(counts) {
+            if c > 0 {
+                outs.push(expert.forward(&xs.narrow(0, off, c)?)?);
+                off += c;
+            }
+        }
+        Tensor::cat(&outs, 0)
+    }
+
+    /// The block's forward, on the grouped GEMMs when `grouped` and the experts allow it.
+    fn forward_with(&self, x: &Tensor, grouped: bool) -> Result<Tensor> {
         let dims = x.dims().to_vec();
         let h = self.router.dim(1)?;
         let routes = self.route(x)?;
@@ -124,33 +330,34 @@ impl Module for Fp8MoeExperts {
                 weights[e as usize].push(w);
             }
         }
+        let counts: Vec<usize> = tokens.iter().map(Vec::len).collect();
         let n = m * self.top_k;
         let dev = x.device();
         let ids = Tensor::from_vec(tokens.concat(), n, dev)?;
         let w = Tensor::from_vec(weights.concat(), (n, 1), dev)?;
-        let mut outs = Vec::new();
-        let mut off = 0;
-        for (expert, group) in self.experts.iter().zip(&tokens) {
-            if group.is_empty() {
-                continue;
-            }
-            let k = group.len();
-            let xe = x2.index_select(&ids.narrow(0, off, k)?, 0)?;
-            outs.push(expert.forward(&xe)?.to_dtype(DType::F32)?.broadcast_mul(&w.narrow(0, off, k)?)?);
-            off += k;
-        }
+        let xs = x2.index_select(&ids, 0)?;
+        let y = match self.grouped()? {
+            Some(st) if grouped => self.grouped_mlp(st, &xs, &counts, x.dtype())?,
+            _ => self.per_expert_mlp(&xs, &counts)?,
+        };
         // One scatter-add of every expert's weighted rows: each output element sums its token's
         // contributions in ascending expert order (candle's index_add walks the ids in order).
-        let y = Tensor::cat(&outs, 0)?;
+        let y = y.to_dtype(DType::F32)?.broadcast_mul(&w)?;
         let out = Tensor::zeros((m, h), DType::F32, dev)?.index_add(&ids, &y, 0)?;
         out.to_dtype(x.dtype())?.reshape(dims)
+    }
+}
+
+impl Module for Fp8MoeExperts {
+    /// The block on `x` `[.., hidden]` (bf16, f16 or f32), output in `x`'s shape and dtype.
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_with(x, true)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::models::layer::Proj;
     use candle_core::Device;
 
     fn dense(w: Vec<f32>, n: usize, k: usize) -> AnyLinear {
@@ -264,6 +471,59 @@ mod tests {
         assert!(moe.route(&Tensor::zeros((1, 3), DType::F32, &Device::Cpu)?).is_err());
         let e = moe.route(&Tensor::new(&[[f32::NAN, 0.0]], &Device::Cpu)?).unwrap_err().to_string();
         assert!(e.contains("token 0") && e.contains("NaN"), "{e}");
+        Ok(())
+    }
+
+    /// FP8 experts `[gate, up, down]` of width `i` over hidden `h`, from random weights.
+    fn fp8_experts(e: usize, h: usize, i: usize, seed: u64) -> Vec<[AnyLinear; 3]> {
+        let lin = |s: u64, n: usize, k: usize| {
+            let w = Tensor::from_vec(values(s, n * k), (n, k), &Device::Cpu).unwrap();
+            AnyLinear::Fp8(crate::Fp8BlockLinear::from_weight(&w, None).unwrap())
+        };
+        (0..e as u64)
+            .map(|x| [lin(seed + 3 * x, i, h), lin(seed + 3 * x + 1, i, h), lin(seed + 3 * x + 2, h, i)])
+            .collect()
+    }
+
+    fn bits(t: &Tensor) -> Vec<u32> {
+        t.to_dtype(DType::F32)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect()
+    }
+
+    /// FP8 experts are stacked and the grouped forward gives the per-expert loop's bits, with
+    /// gate|up fused (I = 128) or apart (I = 100), for f32 and bf16 input; mapping the linears
+    /// unchanged keeps the stacks (the experts stay views of them), dequantizing drops them.
+    #[test]
+    fn grouped_forward_is_bit_identical_to_the_per_expert_loop() -> Result<()> {
+        let (e, h) = (6, 192);
+        let router = Tensor::from_vec(values(5, e * h), (e, h), &Device::Cpu)?;
+        for (i, fused) in [(128, true), (100, false)] {
+            let moe = Fp8MoeExperts::from_experts(&router, fp8_experts(e, h, i, 40), 3, true)?;
+            assert!(moe.is_grouped() && moe.grouped()?.is_some());
+            assert_eq!(moe.experts.iter().all(|x| x.gate_up.is_fused()), fused);
+            let st = moe.stacked.as_ref().unwrap();
+            assert_eq!(st.gate_up.len(), if fused { 1 } else { 2 });
+            assert_eq!(st.down.0.dims(), &[e, h, i]);
+            for dtype in [DType::F32, DType::BF16] {
+                let x = Tensor::from_vec(values(77, 9 * h), (9, h), &Device::Cpu)?.to_dtype(dtype)?;
+                let (g, p) = (moe.forward_with(&x, true)?, moe.forward_with(&x, false)?);
+                assert_eq!(g.dtype(), dtype);
+                assert_eq!(bits(&g), bits(&p), "I = {i}, {dtype:?}");
+                assert!(bits(&g).iter().any(|&b| b != 0));
+            }
+            let same = moe.clone().map_linears(&Ok)?;
+            let (a, b) = (same.stacked.as_ref().unwrap(), moe.stacked.as_ref().unwrap());
+            assert!(is_slice_of(&a.down.0.get(2)?, &b.down.0, 2), "an unchanged map keeps the stacks");
+            let dense = moe.map_linears(&|l| l.into_dense_bf16())?;
+            assert!(!dense.is_grouped());
+        }
         Ok(())
     }
 }

@@ -1,11 +1,15 @@
 //! The candle ops of the crate.
 //!
 //! - [`fp8_block_matmul`] / [`fp8_block_matmul_into`]: the blocked-FP8 GEMM (every provider).
+//! - [`fp8_grouped_matmul_contiguous`] / [`fp8_grouped_matmul_masked`]: the grouped GEMMs of
+//!   mixture-of-experts layers (per-expert weights `[E, N, K]`), with
+//!   [`quantize_activation_masked`] for the masked layout's operand.
 //! - [`add_rmsnorm_quantize`], [`swiglu_quantize`]: the decode step's elementwise work fused with
 //!   the activation quantization (one launch each on CUDA).
 //! - [`Unreduced`]: a GEMM output whose split-K reduction is left to its consumer.
 
 mod fused;
+mod grouped;
 #[cfg(feature = "cuda")]
 pub(crate) mod hopper;
 mod matmul;
@@ -14,6 +18,10 @@ mod validate;
 
 pub(crate) use fused::add_rmsnorm_quantize_unreduced_with;
 pub use fused::{add_rmsnorm_quantize, add_rmsnorm_quantize_unreduced, swiglu_quantize};
+pub use grouped::{
+    fp8_grouped_matmul_contiguous, fp8_grouped_matmul_contiguous_with, fp8_grouped_matmul_masked,
+    fp8_grouped_matmul_masked_with, masked_act_scales_view, quantize_activation_masked,
+};
 pub(crate) use matmul::log_once;
 pub use matmul::{fp8_block_matmul, fp8_block_matmul_into, fp8_block_matmul_with};
 pub use unreduced::Unreduced;
