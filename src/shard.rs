@@ -16,7 +16,7 @@
 //! The shards can be cut from a checkpoint loaded on the CPU (memory-mapped), so that only each
 //! rank's part is copied to its GPU.
 
-use candle_core::{bail, Result, Tensor};
+use candle_core::{bail, Device, Result, Tensor};
 
 use crate::format::BLOCK;
 use crate::Fp8BlockLinear;
@@ -112,6 +112,21 @@ impl Fp8BlockLinear {
             self.weight().narrow(0, start, len)?.contiguous()?,
             self.weight_scale_inv().narrow(0, bs, bl)?.contiguous()?,
             bias,
+        )?
+        .with_backend(self.backend()))
+    }
+
+    /// This layer with its weight, scales and bias on `device` (the same values and backend): a
+    /// shard cut on the host, moved to its rank's device.
+    pub fn to_device(&self, device: &Device) -> Result<Fp8BlockLinear> {
+        if self.weight().device().same_device(device) {
+            return Ok(self.clone());
+        }
+        Ok(Fp8BlockLinear::new_named(
+            "shard",
+            self.weight().to_device(device)?,
+            self.weight_scale_inv().to_device(device)?,
+            self.bias().map(|b| b.to_device(device)).transpose()?,
         )?
         .with_backend(self.backend()))
     }

@@ -4,14 +4,24 @@
 //! GEMM's bf16 output before the sum), and the same greedy text over 64 steps; one rank through
 //! the same code path is the model itself, bit for bit; splits that do not divide the heads, and
 //! layers that are not FP8, are refused.
+//!
+//! Shard-wise loading (`ModelOptions::tensor_parallel`) gives each rank of 2, 3 and 4 exactly
+//! what loading the whole model and sharding it gives (weights, scales, embedding rows, logits);
+//! the vocab-parallel embedding and lm_head (bf16, FP8 and tied, over uneven vocabulary ranges
+//! with a partial last block) give the same logits bits and greedy tokens as replicated ones; a
+//! vocabulary with fewer blocks than ranks is refused; a rank whose load fails makes the other
+//! ranks fail instead of waiting forever.
 
+use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use candle_core::{DType, Device, Result, Tensor};
 use candle_fp8::checkpoint::Checkpoint;
 use candle_fp8::collective::{Collective, ThreadGroup};
 use candle_fp8::models::{generate, DecoderConfig, DecoderModel, LinearMode, ModelOptions, Sampler};
-use candle_fp8::testing::checkpoints::write_toy_lm_checkpoint;
+use candle_fp8::testing::checkpoints::{write_random_checkpoint, write_toy_lm_checkpoint};
+use candle_fp8::AnyLinear;
 
 const CORPUS: &str =
     "the quick brown fox jumps over the lazy dog. a journey of a thousand miles begins with one step. ";
@@ -136,5 +146,277 @@ fn splits_that_do_not_fit_are_refused() -> Result<()> {
     let g: Arc<dyn Collective> = Arc::new(ThreadGroup::new(1)?.remove(0));
     let once = m.shard(g.clone())?;
     assert!(once.shard(g).unwrap_err().to_string().contains("already"));
+    Ok(())
+}
+
+/// 12 query and 12 kv heads of 128, intermediate 1536: splits over 2, 3 and 4 ranks at whole
+/// 128-blocks. A vocabulary of 600: 5 row blocks, the last one partial, so the vocab ranges are
+/// uneven for every world size here.
+fn wide_cfg() -> DecoderConfig {
+    DecoderConfig {
+        vocab_size: 600,
+        hidden_size: 256,
+        intermediate_size: 1536,
+        num_hidden_layers: 2,
+        num_attention_heads: 12,
+        num_key_value_heads: Some(12),
+        head_dim: Some(128),
+        ..DecoderConfig::tiny()
+    }
+}
+
+/// Which lm_head a test checkpoint has.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Head {
+    /// bf16 (as real FP8 checkpoints keep it): the toy language model's bigram head.
+    Bf16,
+    /// Quantized to blocked FP8 like the other linears.
+    Fp8,
+    /// `tie_word_embeddings`: the embedding.
+    Tied,
+}
+
+/// A checkpoint of `wide_cfg()` (with `vocab` tokens) with `head` in `dir`.
+fn write_wide(dir: &Path, head: Head, vocab: usize) -> Result<()> {
+    let cfg = DecoderConfig { vocab_size: vocab, tie_word_embeddings: head == Head::Tied, ..wide_cfg() };
+    match head {
+        Head::Tied => write_random_checkpoint(dir, &cfg, 5, &[]),
+        Head::Bf16 | Head::Fp8 => {
+            write_toy_lm_checkpoint(dir, &cfg, 5, &CORPUS.repeat(4))?;
+            if head == Head::Fp8 {
+                quantize_lm_head(dir)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Rewrites the checkpoint in `dir` with its lm_head in blocked FP8 (and no longer listed as
+/// unconverted).
+fn quantize_lm_head(dir: &Path) -> Result<()> {
+    let file = dir.join("model.safetensors");
+    let mut ts = candle_core::safetensors::load(&file, &Device::Cpu)?;
+    let w = ts.remove("lm_head.weight").expect("lm_head.weight").to_dtype(DType::F32)?;
+    let (q, s) = candle_fp8::quantize_weight(&w)?;
+    ts.insert("lm_head.weight".into(), q);
+    ts.insert("lm_head.weight_scale_inv".into(), s);
+    candle_core::safetensors::save(&ts, &file)?;
+    let path = dir.join("config.json");
+    let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?).expect("config.json");
+    cfg["quantization_config"]["modules_to_not_convert"] = serde_json::json!([]);
+    std::fs::write(&path, cfg.to_string())?;
+    Ok(())
+}
+
+/// The bits of `t`'s values (every e4m3, bf16 and f32 value is exact in f32).
+fn tensor_bits(t: &Tensor) -> Result<Vec<u32>> {
+    Ok(t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?.into_iter().map(f32::to_bits).collect())
+}
+
+/// A weight tensor's name, shape and bits.
+type Weight = (String, Vec<usize>, Vec<u32>);
+
+/// Every weight tensor of `m` (linears' weights, scales and biases, the embedding).
+fn weights(m: &DecoderModel) -> Result<Vec<Weight>> {
+    let mut out = vec![("embed".to_string(), m.embedding().dims().to_vec(), tensor_bits(m.embedding())?)];
+    for (name, l) in m.linears() {
+        let ts: Vec<(&str, Tensor)> = match l {
+            AnyLinear::Fp8(f) | AnyLinear::Fp8Reference(f) => {
+                let mut v = vec![("weight", f.weight().clone()), ("scale", f.weight_scale_inv().clone())];
+                v.extend(f.bias().map(|b| ("bias", b.clone())));
+                v
+            }
+            AnyLinear::Dense(d) => {
+                let mut v = vec![("weight", d.weight().clone())];
+                v.extend(d.bias().map(|b| ("bias", b.clone())));
+                v
+            }
+        };
+        for (what, t) in ts {
+            out.push((format!("{name}.{what}"), t.dims().to_vec(), tensor_bits(&t)?));
+        }
+    }
+    Ok(out)
+}
+
+/// Every position's logits and `steps` greedy tokens after the prompt.
+fn run_steps(m: &mut DecoderModel, prompt: &[u32], steps: usize) -> Result<Run> {
+    m.clear_kv_cache();
+    let ids = Tensor::new(prompt, &Device::Cpu)?.unsqueeze(0)?;
+    let logits = m.forward_all(&ids, 0)?.squeeze(0)?.to_vec2::<f32>()?;
+    m.clear_kv_cache();
+    let g = generate(m, prompt, 1, steps, &mut Sampler::greedy(), &[], &mut |_, _| {})?;
+    Ok((logits, g.tokens[0].clone()))
+}
+
+/// Runs `f(rank, a, b)` on `world` threads, each with its rank of two groups (two models per rank
+/// run their collectives independently); the results in rank order. A rank's panic is raised
+/// here with its message; a rank that has not finished after five minutes fails the test
+/// instead of blocking it.
+fn on_two_groups<T: Send + 'static>(
+    world: usize,
+    f: impl Fn(usize, Arc<dyn Collective>, Arc<dyn Collective>) -> Result<T> + Send + Sync + 'static,
+) -> Result<Vec<T>> {
+    let f = Arc::new(f);
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (r, (a, b)) in ThreadGroup::new(world)?.into_iter().zip(ThreadGroup::new(world)?).enumerate() {
+        let (f, tx) = (f.clone(), tx.clone());
+        std::thread::spawn(move || {
+            let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(r, Arc::new(a), Arc::new(b))));
+            let _ = tx.send((r, res));
+        });
+    }
+    let mut out: Vec<Option<Result<T>>> = (0..world).map(|_| None).collect();
+    let mut panics = Vec::new();
+    for _ in 0..world {
+        let (r, res) = rx.recv_timeout(Duration::from_secs(300)).expect("a rank hangs");
+        match res {
+            Ok(res) => out[r] = Some(res),
+            Err(p) => {
+                let msg =
+                    p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
+                panics.push(format!("rank {r}: {}", msg.unwrap_or_default()));
+            }
+        }
+    }
+    assert!(panics.is_empty(), "{}", panics.join("\n"));
+    out.into_iter().map(|r| r.expect("every rank answered")).collect()
+}
+
+#[test]
+fn shard_wise_loading_is_the_sharded_model() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    write_wide(dir.path(), Head::Bf16, 600)?;
+    let ck = Arc::new(Checkpoint::open(dir.path())?);
+    let opts = ModelOptions::default();
+    let whole = DecoderModel::from_checkpoint(&ck, &Device::Cpu, &opts, &mut |_, _| {})?;
+    let (whole_fp8, _, _) = whole.weight_bytes();
+    let mut prompt: Vec<u32> = vec![599, 130, 260, 400, 7];
+    prompt.extend("the quick brown fox".bytes().map(u32::from));
+    for world in [2, 3, 4] {
+        let (ck, whole, prompt, opts) = (ck.clone(), whole.clone(), prompt.clone(), opts.clone());
+        let ranks = on_two_groups(world, move |r, a, b| {
+            let mut done = 0;
+            let mut loaded =
+                DecoderModel::from_checkpoint(&ck, &Device::Cpu, &opts.clone().tensor_parallel(a), &mut |d, _| {
+                    done = d
+                })?;
+            assert_eq!(done, 2, "rank {r}: progress over every layer");
+            let mut cut = whole.shard(b)?;
+            assert_eq!(loaded.tensor_parallel_world(), world);
+            assert_eq!(loaded.vocab_range(), cut.vocab_range(), "rank {r}: vocab range");
+            let (wa, wb) = (weights(&loaded)?, weights(&cut)?);
+            assert_eq!(wa.len(), wb.len(), "rank {r}: tensors");
+            for (x, y) in wa.iter().zip(&wb) {
+                assert_eq!((&x.0, &x.1), (&y.0, &y.1), "rank {r}: names and shapes");
+                assert!(x.2 == y.2, "world {world} rank {r}: {} differs", x.0);
+            }
+            let fp8 = loaded.weight_bytes().0;
+            Ok((run_steps(&mut loaded, &prompt, 8)?, run_steps(&mut cut, &prompt, 8)?, fp8, loaded.vocab_range()))
+        })?;
+        let mut covered = 0;
+        for (r, (a, b, fp8, (start, len))) in ranks.iter().enumerate() {
+            assert_eq!(bits(&a.0), bits(&b.0), "world {world} rank {r}: logits");
+            assert_eq!(a.1, b.1, "world {world} rank {r}: tokens");
+            assert_eq!(bits(&a.0), bits(&ranks[0].0 .0), "world {world}: rank {r}'s logits differ from rank 0's");
+            // The rank's FP8 share: an equal part of every layer (the lm_head is bf16).
+            assert_eq!(*fp8 * world, whole_fp8, "world {world} rank {r}: FP8 bytes");
+            assert_eq!(*start, covered, "world {world}: vocab ranges in order without gaps");
+            covered += len;
+        }
+        assert_eq!(covered, 600, "world {world}: the ranges cover the vocabulary");
+    }
+    Ok(())
+}
+
+#[test]
+fn vocab_parallel_embedding_and_lm_head_are_exact() -> Result<()> {
+    // Ids from every rank's range (and both sides of each boundary) for every world size here.
+    let mut prompt: Vec<u32> = vec![599, 5, 127, 128, 255, 256, 300, 383, 384, 512, 450];
+    prompt.extend("a journey of a thousand".bytes().map(u32::from));
+    for head in [Head::Bf16, Head::Fp8, Head::Tied] {
+        let dir = tempfile::tempdir()?;
+        write_wide(dir.path(), head, 600)?;
+        let ck = Arc::new(Checkpoint::open(dir.path())?);
+        let whole = DecoderModel::from_checkpoint(&ck, &Device::Cpu, &ModelOptions::default(), &mut |_, _| {})?;
+        let kind = whole.linear_kinds().into_iter().find(|(n, _)| n == "lm_head").map(|(_, k)| k);
+        let want_kind = if head == Head::Fp8 { "fp8" } else { "dense" };
+        assert_eq!(kind, Some(want_kind), "{head:?}: lm_head");
+        let steps = if head == Head::Bf16 { 64 } else { 16 };
+        for world in [2, 3, 4] {
+            let (ck, p) = (ck.clone(), prompt.clone());
+            let ranks = on_two_groups(world, move |r, a, b| {
+                let split = ModelOptions::default().tensor_parallel(a);
+                let replicated = ModelOptions::default().vocab_parallel(false).tensor_parallel(b);
+                let mut split = DecoderModel::from_checkpoint(&ck, &Device::Cpu, &split, &mut |_, _| {})?;
+                let mut repl = DecoderModel::from_checkpoint(&ck, &Device::Cpu, &replicated, &mut |_, _| {})?;
+                let (start, len) = split.vocab_range();
+                assert_eq!(split.embedding().dims(), &[len, 256], "{head:?} world {world} rank {r}: embedding rows");
+                assert_eq!(repl.vocab_range(), (0, 600));
+                assert!(len < 600 && (start % 128 == 0), "{head:?} world {world} rank {r}: range ({start}, {len})");
+                let (other_split, other_repl) = (split.weight_bytes().2, repl.weight_bytes().2);
+                assert!(other_split < other_repl, "{head:?}: the rank holds less of the embedding");
+                Ok((run_steps(&mut split, &p, steps)?, run_steps(&mut repl, &p, steps)?))
+            })?;
+            for (r, (split, repl)) in ranks.iter().enumerate() {
+                assert_eq!(split.0.len(), prompt.len());
+                assert_eq!(split.0[0].len(), 600, "{head:?} world {world}: gathered logits cover the vocabulary");
+                assert_eq!(bits(&split.0), bits(&repl.0), "{head:?} world {world} rank {r}: logits");
+                assert_eq!(split.1, repl.1, "{head:?} world {world} rank {r}: greedy tokens");
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn a_vocabulary_with_fewer_blocks_than_ranks_is_refused() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    // 256 tokens: two 128-row blocks for four ranks.
+    write_wide(dir.path(), Head::Bf16, 256)?;
+    let ck = Checkpoint::open(dir.path())?;
+    let whole = DecoderModel::from_checkpoint(&ck, &Device::Cpu, &ModelOptions::default(), &mut |_, _| {})?;
+    let comm: Arc<dyn Collective> = Arc::new(ThreadGroup::new(4)?.remove(0));
+    let opts = ModelOptions::default().tensor_parallel(comm.clone());
+    for e in [
+        DecoderModel::from_checkpoint(&ck, &Device::Cpu, &opts, &mut |_, _| {}).unwrap_err().to_string(),
+        whole.shard(comm.clone()).unwrap_err().to_string(),
+    ] {
+        assert!(e.contains("256 tokens") && e.contains("4 ranks") && e.contains("vocab_parallel(false)"), "{e}");
+    }
+    // Replicated, it loads.
+    let m = DecoderModel::from_checkpoint(&ck, &Device::Cpu, &opts.vocab_parallel(false), &mut |_, _| {})?;
+    assert_eq!((m.vocab_range(), m.tensor_parallel_world()), ((0, 256), 4));
+    Ok(())
+}
+
+#[test]
+fn a_rank_that_fails_to_load_fails_the_others() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    write_wide(dir.path(), Head::Bf16, 600)?;
+    let good = dir.path().to_path_buf();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (r, g) in ThreadGroup::new(3)?.into_iter().enumerate() {
+        let (tx, good) = (tx.clone(), good.clone());
+        std::thread::spawn(move || {
+            let res = (|| -> Result<Vec<u32>> {
+                // Rank 1's checkpoint is missing.
+                let ck = Checkpoint::open(if r == 1 { good.join("missing") } else { good })?;
+                let opts = ModelOptions::default().tensor_parallel(Arc::new(g));
+                let mut m = DecoderModel::from_checkpoint(&ck, &Device::Cpu, &opts, &mut |_, _| {})?;
+                Ok(run_steps(&mut m, &[116, 104, 101], 4)?.1)
+            })();
+            let _ = tx.send((r, res.map_err(|e| e.to_string())));
+        });
+    }
+    let mut errors = vec![String::new(); 3];
+    for _ in 0..3 {
+        let (r, res) = rx.recv_timeout(Duration::from_secs(300)).expect("a rank waits forever for the failed one");
+        errors[r] = res.expect_err("every rank fails");
+    }
+    assert!(errors[1].contains("missing"), "rank 1: its own error: {}", errors[1]);
+    for r in [0, 2] {
+        assert!(errors[r].contains("rank 1 of 3 left the group"), "rank {r}: {}", errors[r]);
+    }
     Ok(())
 }

@@ -10,6 +10,7 @@ use super::layer::{causal_mask, flash_prefill_applies, linear_bytes, to_mode, De
 use super::moe::Fp8MoeExperts;
 use super::options::{LinearMode, ModelOptions};
 use super::rope::rope_tables;
+use super::tp::{layer_to_device, linear_to_device, shard_layer, VocabShard};
 use crate::checkpoint::{Checkpoint, GgufCheckpoint};
 use crate::collective::Collective;
 use crate::dispatch::Provider;
@@ -53,6 +54,11 @@ pub struct DecoderModel {
     prefill_chunk: usize,
     /// Tensor parallelism: this rank's group (`None`: the whole model on one device).
     tp: Option<Arc<dyn Collective>>,
+    /// This rank's range of a vocab-parallel embedding and lm_head (`None`: whole).
+    vocab: Option<VocabShard>,
+    /// Whether [`DecoderModel::shard`] splits the embedding and lm_head over the vocabulary
+    /// ([`ModelOptions::vocab_parallel`]).
+    vocab_parallel: bool,
 }
 
 /// Most elements of one prefill pass's attention scores `[B, heads, T, cached + T]`: candle's
@@ -252,7 +258,10 @@ impl DecoderModel {
     }
 
     /// Loads the model of an opened checkpoint onto `device`: its `config.json`, its weights
-    /// (FP8 where the checkpoint quantized them) in the activation dtype of `opts`.
+    /// (FP8 where the checkpoint quantized them) in the activation dtype of `opts`. With
+    /// [`ModelOptions::tensor_parallel`], rank `comm.rank()`'s share of it: each layer is read on
+    /// the host, cut there ([`DecoderModel::shard`]'s split, the same bits) and only the share is
+    /// copied to `device`, so the device holds the share and nothing more.
     pub fn from_checkpoint(
         ckpt: &Checkpoint,
         device: &Device,
@@ -261,8 +270,11 @@ impl DecoderModel {
     ) -> Result<Self> {
         let cfg = DecoderConfig::from_json(&ckpt.config_json().to_string())
             .map_err(|e| e.context(format!("{}", ckpt.dir().join("config.json").display())))?;
-        let vb = ckpt.var_builder(opts.dtype_for(device), device);
-        Self::load_with_progress(&cfg, vb, &|p| ckpt.is_quantized(p), opts, progress)
+        // A rank's share is cut on the host (the checkpoint is memory-mapped) and only then
+        // moved to its device: the device never holds more than the share.
+        let home = if opts.tensor_parallel.is_some() { &Device::Cpu } else { device };
+        let vb = ckpt.var_builder(opts.dtype_for(device), home);
+        Self::build(&cfg, device, Source::Checkpoint { vb, is_quantized: &|p| ckpt.is_quantized(p) }, opts, progress)
     }
 
     /// Loads a GGUF file's model with its weights dequantized (from whatever ggml types it
@@ -305,6 +317,10 @@ impl DecoderModel {
         Self::build(cfg, device, Source::Random { rng: Box::new(StdRng::seed_from_u64(seed)) }, opts, progress)
     }
 
+    /// The model of `cfg` on `device` from `src`, whose tensors are on the checkpoint
+    /// `VarBuilder`'s device (or, random weights, on `device`). With
+    /// [`ModelOptions::tensor_parallel`] each layer is cut to the rank's share where it was read,
+    /// then moved to `device`.
     fn build(
         cfg: &DecoderConfig,
         device: &Device,
@@ -313,6 +329,16 @@ impl DecoderModel {
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Self> {
         cfg.validate()?;
+        let tp = opts.tensor_parallel.clone();
+        let vocab = match &tp {
+            Some(c) if c.world() > 1 && opts.vocab_parallel => Some(VocabShard::new(cfg.vocab_size, c)?),
+            _ => None,
+        };
+        let home = match &src {
+            Source::Checkpoint { vb, .. } => vb.device().clone(),
+            Source::Random { .. } => device.clone(),
+        };
+        let to_device = !home.same_device(device);
         let dtype = opts.dtype_for(device);
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
         let (hq, hkv, d) = (cfg.num_attention_heads, cfg.kv_heads(), cfg.head_dim());
@@ -325,6 +351,11 @@ impl DecoderModel {
             }
             Source::Random { rng } => random_normal((cfg.vocab_size, h), 1.0, device, dtype, rng)?,
         };
+        let embed = match &vocab {
+            Some(v) => v.embedding(&embed)?,
+            None => embed,
+        }
+        .to_device(device)?;
         let fp8 = |l: AnyLinear| -> AnyLinear {
             match (l, opts.fp8) {
                 (AnyLinear::Fp8(f), Some(o)) => AnyLinear::Fp8(f.with_options(&o)),
@@ -388,7 +419,7 @@ impl DecoderModel {
             };
             let input_norm = src.norm(&format!("{p}.input_layernorm.weight"), h, device, dtype)?;
             let post_norm = src.norm(&format!("{p}.post_attention_layernorm.weight"), h, device, dtype)?;
-            layers.push(DecoderLayer {
+            let layer = DecoderLayer {
                 input_norm,
                 post_norm,
                 qkv,
@@ -397,14 +428,21 @@ impl DecoderModel {
                 qk_weight: DecoderLayer::qk_weights(&q_norm, &k_norm, dims)?,
                 mlp,
                 tp: None,
-            });
+            };
+            // The rank's share, cut where the layer was read; the whole layer is dropped here.
+            let layer = match &tp {
+                Some(c) => shard_layer(&layer, l, hq, hkv, c)?,
+                None => layer,
+            };
+            layers.push(if to_device { layer_to_device(layer, l, device)? } else { layer });
             progress(l + 1, nl);
         }
-        let norm = src.norm("model.norm.weight", h, device, dtype)?;
+        let norm = src.norm("model.norm.weight", h, device, dtype)?.to_device(device)?;
         let lm_head = if cfg.tie_word_embeddings {
+            // The embedding (the rank's rows of it when vocab-parallel).
             AnyLinear::Dense(candle_nn::Linear::new(embed.clone(), None))
         } else {
-            match &mut src {
+            let full = match &mut src {
                 Source::Checkpoint { .. } => to_mode(
                     fp8(src.linear("lm_head", h, cfg.vocab_size, false, 1.0, device, dtype)?),
                     opts.mode,
@@ -414,7 +452,12 @@ impl DecoderModel {
                     random_normal((cfg.vocab_size, h), 1.0 / (h as f64).sqrt(), device, dtype, rng)?,
                     None,
                 )),
-            }
+            };
+            let part = match &vocab {
+                Some(v) => v.lm_head(&full)?,
+                None => full,
+            };
+            linear_to_device(&part, device)?
         };
         let (cos, sin) = rope_tables(cfg, device, dtype)?;
         Ok(Self {
@@ -433,7 +476,9 @@ impl DecoderModel {
             mode: opts.mode,
             fused: opts.fused_kernels,
             prefill_chunk: opts.prefill_chunk,
-            tp: None,
+            tp,
+            vocab,
+            vocab_parallel: opts.vocab_parallel,
         })
     }
 
@@ -568,7 +613,9 @@ impl DecoderModel {
         Ok(out)
     }
 
-    fn linears(&self) -> Vec<(String, &AnyLinear)> {
+    /// The decoder's linear layers as this model holds them (a tensor-parallel rank: its
+    /// shares), keyed as [`DecoderModel::linear_kinds`].
+    pub fn linears(&self) -> Vec<(String, &AnyLinear)> {
         let mut out = Vec::new();
         for (i, l) in self.layers.iter().enumerate() {
             for (j, x) in l.qkv.layers().into_iter().enumerate() {
@@ -613,10 +660,13 @@ impl DecoderModel {
     /// Rank `comm.rank()`'s share of this model in a tensor-parallel group of `comm.world()`
     /// ranks (Megatron-style, see `src/models/tp.rs`): its query and kv heads with their q/k/v,
     /// o, gate/up and down cut at whole 128 × 128 scale blocks, the o and down outputs summed
-    /// over the ranks through `comm`; norms, embedding and lm_head replicated, so every rank
-    /// returns the same logits. An empty KV cache. Refused, naming the layer and the sizes, when
-    /// the heads or widths cannot be split evenly at block boundaries, for non-FP8 linears and
-    /// for mixture-of-experts layers.
+    /// over the ranks through `comm`; norms replicated; embedding and lm_head split over the
+    /// vocabulary (the model's [`ModelOptions::vocab_parallel`], default; with more than one
+    /// rank) or replicated. Every rank returns the same logits. An empty KV cache. Refused,
+    /// naming the layer and the sizes, when the heads or widths cannot be split evenly at block
+    /// boundaries (the vocabulary: when a rank would get no 128-row block), for non-FP8 linears
+    /// and for mixture-of-experts layers. To load a share without the whole model, see
+    /// [`ModelOptions::tensor_parallel`].
     pub fn shard(&self, comm: Arc<dyn Collective>) -> Result<Self> {
         if self.tp.is_some() {
             bail!("DecoderModel::shard: the model is already a tensor-parallel shard")
@@ -626,9 +676,56 @@ impl DecoderModel {
             .layers
             .iter()
             .enumerate()
-            .map(|(i, l)| super::tp::shard_layer(l, i, hq, hkv, &comm))
+            .map(|(i, l)| shard_layer(l, i, hq, hkv, &comm))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self { layers, kv: vec![KvCache::default(); self.kv.len()], tp: Some(comm), ..self.clone() })
+        let vocab = if comm.world() > 1 && self.vocab_parallel {
+            Some(VocabShard::new(self.cfg.vocab_size, &comm)?)
+        } else {
+            None
+        };
+        let (embed, lm_head) = match &vocab {
+            Some(v) => {
+                let embed = v.embedding(&self.embed)?;
+                let lm_head = if self.cfg.tie_word_embeddings {
+                    AnyLinear::Dense(candle_nn::Linear::new(embed.clone(), None))
+                } else {
+                    v.lm_head(&self.lm_head)?
+                };
+                (embed, lm_head)
+            }
+            None => (self.embed.clone(), self.lm_head.clone()),
+        };
+        Ok(Self {
+            layers,
+            embed,
+            lm_head,
+            kv: vec![KvCache::default(); self.kv.len()],
+            tp: Some(comm),
+            vocab,
+            ..self.clone()
+        })
+    }
+
+    /// This rank's rows `(start, len)` of the vocabulary in the embedding and lm_head:
+    /// `(0, vocab_size)` unless they are vocab-parallel.
+    pub fn vocab_range(&self) -> (usize, usize) {
+        self.vocab.as_ref().map(VocabShard::range).unwrap_or((0, self.cfg.vocab_size))
+    }
+
+    /// The token embedding table as this model holds it: `[vocab, hidden]`, or this rank's rows
+    /// of it ([`DecoderModel::vocab_range`]).
+    pub fn embedding(&self) -> &Tensor {
+        &self.embed
+    }
+
+    /// The lm_head's logits `[M, vocab]` of the final-normed `x` `[M, hidden]` (the ranks'
+    /// ranges gathered when vocab-parallel).
+    fn head(&self, x: &Tensor) -> Result<Tensor> {
+        let y = self.lm_head.forward(x)?;
+        match &self.vocab {
+            Some(v) => v.gather_logits(&y),
+            None => Ok(y),
+        }
     }
 
     /// Ranks of this model's tensor-parallel group (1 without one).
@@ -670,7 +767,7 @@ impl DecoderModel {
         }
         let x = last.expect("at least one prefill pass");
         let x = candle_nn::ops::rms_norm(&x, &self.norm, self.cfg.rms_norm_eps as f32)?;
-        self.lm_head.forward(&x)
+        self.head(&x)
     }
 
     /// The logits of every position, f32 `[B, T, vocab]` (for evaluation: perplexity, KL).
@@ -681,7 +778,7 @@ impl DecoderModel {
             let ids = input_ids.narrow(1, off - seqlen_offset, n)?;
             let x = self.forward_hidden(&ids, off, t)?;
             let x = candle_nn::ops::rms_norm(&x, &self.norm, self.cfg.rms_norm_eps as f32)?;
-            parts.push(self.lm_head.forward(&x)?.to_dtype(DType::F32)?.reshape((b, n, self.cfg.vocab_size))?);
+            parts.push(self.head(&x)?.to_dtype(DType::F32)?.reshape((b, n, self.cfg.vocab_size))?);
         }
         if parts.len() == 1 {
             return Ok(parts.pop().expect("one part"));
@@ -745,7 +842,10 @@ impl DecoderModel {
             }
         }
         let ids = input_ids.to_device(&self.device)?.to_dtype(DType::U32)?.flatten_all()?;
-        let mut x = self.embed.index_select(&ids, 0)?; // [B*T, H]
+        let mut x = match &self.vocab {
+            Some(v) => v.lookup(&self.embed, &ids)?,
+            None => self.embed.index_select(&ids, 0)?,
+        }; // [B*T, H]
         let cos = self.cos.narrow(0, seqlen_offset, t)?;
         let sin = self.sin.narrow(0, seqlen_offset, t)?;
         let mask = if t > 1 && !dims.flash_prefill {

@@ -1,5 +1,8 @@
 //! How a [`DecoderModel`](super::DecoderModel) is built and runs.
 
+use std::sync::Arc;
+
+use crate::collective::Collective;
 use crate::dispatch::Fp8Options;
 use candle_core::{DType, Device};
 
@@ -49,6 +52,15 @@ pub struct ModelOptions {
     /// once grow with the chunk, not with the prompt's square. Chunks also shrink so that no
     /// score tensor reaches 2³¹ elements (candle's kernels index elements with 32 bits).
     pub prefill_chunk: usize,
+    /// Tensor parallelism: build only rank `comm.rank()`'s share of the model in a group of
+    /// `comm.world()` ranks, layer by layer (see `DecoderModel::shard`): a checkpoint's layers
+    /// are read on the host and cut there, so the device holds the rank's share and never the
+    /// whole model; random weights are generated one layer at a time on the device and cut
+    /// there. `None` (default): the whole model.
+    pub tensor_parallel: Option<Arc<dyn Collective>>,
+    /// With tensor parallelism, split the embedding and the lm_head over the vocabulary
+    /// (default) instead of replicating them on every rank.
+    pub vocab_parallel: bool,
 }
 
 /// The default [`ModelOptions::prefill_chunk`].
@@ -63,6 +75,8 @@ impl Default for ModelOptions {
             fp8: None,
             fused_kernels: true,
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
+            tensor_parallel: None,
+            vocab_parallel: true,
         }
     }
 }
@@ -96,6 +110,17 @@ impl ModelOptions {
     /// These options with the FP8 layers' options set.
     pub fn fp8(self, fp8: Fp8Options) -> Self {
         Self { fp8: Some(fp8), ..self }
+    }
+
+    /// These options building rank `comm.rank()`'s share of the model ([`Self::tensor_parallel`]).
+    pub fn tensor_parallel(self, comm: Arc<dyn Collective>) -> Self {
+        Self { tensor_parallel: Some(comm), ..self }
+    }
+
+    /// These options with the embedding and lm_head split over the vocabulary (`true`) or
+    /// replicated (`false`) when the model is tensor-parallel.
+    pub fn vocab_parallel(self, on: bool) -> Self {
+        Self { vocab_parallel: on, ..self }
     }
 
     /// The activation dtype on `device`.

@@ -6,17 +6,30 @@
 //! - o: row-parallel over those heads; its partial outputs are summed over the ranks.
 //! - gate and up: column-parallel (each part of a fused gate|up cut separately); down:
 //!   row-parallel, summed.
-//! - Norms, embedding and lm_head: replicated.
+//! - Norms: replicated.
+//! - Embedding and lm_head: vocab-parallel ([`VocabShard`], `ModelOptions::vocab_parallel`,
+//!   default) or replicated. Rank `r` holds a contiguous range of whole 128-row blocks of the
+//!   vocabulary (balanced: the ranks' block counts differ by at most one, the last block may be
+//!   partial). The embedding looks up the rank's own ids, zeros for the others, and sums over the
+//!   ranks (exact: one rank contributes each row); the lm_head computes the logits of its range,
+//!   padded to the widest range for an all-gather of equal shapes, and the padding is dropped.
+//!   A tied lm_head is the rank's rows of the embedding.
 //!
 //! Every cut is at whole 128 × 128 scale blocks ([`crate::shard`]): a model whose head counts or
 //! widths cannot be split that way over `world` ranks is refused with the layer and the sizes.
+//!
+//! Vocab-parallel is the default because the lm_head is read at every step: for Qwen3-32B it is
+//! 1.5 GB of bf16, a tenth of what a rank of two reads per token, and the embedding is as large
+//! again in memory. What it adds per step, an all-reduce of `[tokens, hidden]` and an all-gather
+//! of `[tokens, vocab]` logits, is small next to the layers' two all-reduces each.
 
 use std::sync::Arc;
 
-use candle_core::{bail, Result, Tensor};
+use candle_core::{bail, Device, Result, Tensor};
 
 use super::layer::{DecoderLayer, Mlp, Proj, SwiGlu};
 use crate::collective::Collective;
+use crate::format::BLOCK;
 use crate::linear::AnyLinear;
 use crate::shard::{Shard, ShardDim};
 use crate::Fp8BlockLinear;
@@ -88,4 +101,131 @@ pub(super) fn shard_layer(
         Mlp::Moe(_) => bail!("tensor parallel: layer {i} is a mixture of experts (experts are not split yet)"),
     };
     Ok(DecoderLayer { qkv, o, qk_weight, mlp, tp: Some(comm.clone()), ..layer.clone() })
+}
+
+/// `l` with its weights on `device`.
+pub(super) fn linear_to_device(l: &AnyLinear, device: &Device) -> Result<AnyLinear> {
+    Ok(match l {
+        AnyLinear::Fp8(f) => AnyLinear::Fp8(f.to_device(device)?),
+        AnyLinear::Fp8Reference(f) => AnyLinear::Fp8Reference(f.to_device(device)?),
+        AnyLinear::Dense(d) => AnyLinear::Dense(candle_nn::Linear::new(
+            d.weight().to_device(device)?,
+            d.bias().map(|b| b.to_device(device)).transpose()?,
+        )),
+    })
+}
+
+/// Layer `i` with its weights on `device` (a share cut on the host, moved to its rank's device).
+pub(super) fn layer_to_device(layer: DecoderLayer, i: usize, device: &Device) -> Result<DecoderLayer> {
+    let mv = |l: AnyLinear| linear_to_device(&l, device);
+    let mlp = match layer.mlp {
+        Mlp::Dense(m) => Mlp::Dense(m.map(&mv)?),
+        Mlp::Moe(_) => bail!("tensor parallel: layer {i} is a mixture of experts (experts are not split yet)"),
+    };
+    Ok(DecoderLayer {
+        input_norm: layer.input_norm.to_device(device)?,
+        post_norm: layer.post_norm.to_device(device)?,
+        qkv: layer.qkv.map(&mv)?,
+        o: mv(layer.o)?,
+        qk_norm: layer.qk_norm,
+        qk_weight: layer.qk_weight.to_device(device)?,
+        mlp,
+        tp: layer.tp,
+    })
+}
+
+/// One rank's range of the vocabulary in a vocab-parallel embedding and lm_head (see the
+/// [module docs](self)).
+#[derive(Debug, Clone)]
+pub(crate) struct VocabShard {
+    /// Every rank's `(start, len)` rows, in rank order.
+    ranges: Vec<(usize, usize)>,
+    rank: usize,
+    comm: Arc<dyn Collective>,
+}
+
+impl VocabShard {
+    /// Rank `comm.rank()`'s range of a vocabulary of `vocab` tokens. Refused, naming both, when
+    /// some rank would get no 128-row block.
+    pub(super) fn new(vocab: usize, comm: &Arc<dyn Collective>) -> Result<Self> {
+        let (rank, world) = (comm.rank(), comm.world());
+        let blocks = vocab.div_ceil(BLOCK);
+        if blocks < world {
+            bail!(
+                "tensor parallel: a vocabulary of {vocab} tokens ({blocks} blocks of {BLOCK} rows) cannot be split \
+                 over {world} ranks (each needs a whole block at least); replicate the embedding and lm_head \
+                 instead (ModelOptions::vocab_parallel(false))"
+            )
+        }
+        let ranges = (0..world)
+            .map(|r| {
+                let (b0, b1) = (r * blocks / world, (r + 1) * blocks / world);
+                let start = b0 * BLOCK;
+                (start, (b1 * BLOCK).min(vocab) - start)
+            })
+            .collect();
+        Ok(Self { ranges, rank, comm: comm.clone() })
+    }
+
+    /// This rank's `(start, len)` rows.
+    pub(super) fn range(&self) -> (usize, usize) {
+        self.ranges[self.rank]
+    }
+
+    /// The widest rank's rows: every rank's logits are padded to it for the gather.
+    fn width(&self) -> usize {
+        self.ranges.iter().map(|r| r.1).max().unwrap_or(0)
+    }
+
+    /// This rank's rows of an embedding table `[vocab, hidden]`.
+    pub(super) fn embedding(&self, table: &Tensor) -> Result<Tensor> {
+        let (start, len) = self.range();
+        table.narrow(0, start, len)?.contiguous()
+    }
+
+    /// This rank's rows of an lm_head `[vocab, hidden]` (an FP8 one cut at its 128-row scale
+    /// blocks).
+    pub(super) fn lm_head(&self, l: &AnyLinear) -> Result<AnyLinear> {
+        let (start, len) = self.range();
+        Ok(match l {
+            AnyLinear::Fp8(f) => AnyLinear::Fp8(f.output_rows("lm_head", start, len)?),
+            AnyLinear::Fp8Reference(f) => AnyLinear::Fp8Reference(f.output_rows("lm_head", start, len)?),
+            AnyLinear::Dense(d) => AnyLinear::Dense(candle_nn::Linear::new(
+                d.weight().narrow(0, start, len)?.contiguous()?,
+                d.bias().map(|b| b.narrow(0, start, len)).transpose()?,
+            )),
+        })
+    }
+
+    /// The embeddings `[N, hidden]` of `ids` (u32 `[N]`) from this rank's rows `table`: its own
+    /// ids looked up, zeros for the others, summed over the ranks.
+    pub(super) fn lookup(&self, table: &Tensor, ids: &Tensor) -> Result<Tensor> {
+        let (start, len) = self.range();
+        let dev = ids.device();
+        let (lo, hi) = (Tensor::new(start as u32, dev)?, Tensor::new((start + len) as u32, dev)?);
+        let mine = (ids.broadcast_ge(&lo)? * ids.broadcast_lt(&hi)?)?;
+        // max(id, start) − start: no u32 underflow for the ids below the range.
+        let local = mine.where_cond(&ids.broadcast_maximum(&lo)?.broadcast_sub(&lo)?, &ids.zeros_like()?)?;
+        let x = table.index_select(&local, 0)?;
+        let x = mine.unsqueeze(1)?.broadcast_as(x.shape())?.where_cond(&x, &x.zeros_like()?)?;
+        self.comm.all_reduce_sum(&x)
+    }
+
+    /// Every rank's logits `[M, len_r]` gathered into `[M, vocab]`.
+    pub(super) fn gather_logits(&self, y: &Tensor) -> Result<Tensor> {
+        let (m, len) = y.dims2()?;
+        let w = self.width();
+        let y = if len < w {
+            Tensor::cat(&[y, &Tensor::zeros((m, w - len), y.dtype(), y.device())?], 1)?
+        } else {
+            y.clone()
+        };
+        let all = self.comm.all_gather(&y, 1)?;
+        if self.ranges.iter().all(|r| r.1 == w) {
+            return Ok(all);
+        }
+        let parts =
+            self.ranges.iter().enumerate().map(|(r, &(_, l))| all.narrow(1, r * w, l)).collect::<Result<Vec<_>>>()?;
+        Tensor::cat(&parts, 1)
+    }
 }
