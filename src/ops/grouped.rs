@@ -298,8 +298,8 @@ fn check_masked_counts(counts: &[u32], e: usize, max_m: usize, k: usize) -> Resu
 
 /// Grouped blocked-FP8 GEMM over experts' tokens laid out contiguously (the prefill layout):
 /// rows `[o_e, o_e + counts[e])` of `qa`, with `o_e = Σ_{j<e} counts[j]`, are multiplied by
-/// expert `e`'s weight, i.e. `y[o_e + i] = fp8_block_matmul(qa[o_e + i], sa[o_e + i], w[e],
-/// sw[e])` row for row.
+/// expert `e`'s weight: `y[o_e..o_e + counts[e]] = fp8_block_matmul(qa[o_e..o_e + counts[e]],
+/// sa[o_e..o_e + counts[e]], w[e], sw[e])`.
 ///
 /// - `qa`: e4m3 `[Σ M_e, K]`, row-major, the tokens sorted by expert.
 /// - `sa`: f32 `[Σ M_e, ceil(K/128)]` with strides `(1, round_up(Σ M_e, 4))` (MN-major: what
@@ -313,10 +313,11 @@ fn check_masked_counts(counts: &[u32], e: usize, max_m: usize, k: usize) -> Resu
 /// summing past the rows, a count list not of `E` entries, a `K`, dtype, scale shape or layout
 /// off the contract.
 ///
-/// Every row equals the dense [`fp8_block_matmul`] of that row with its expert's weight. On the
+/// Each expert's rows equal the dense [`fp8_block_matmul`] of those rows with its weight. On the
 /// CPU the op runs the CPU kernel per expert (bit-identical to the dense op); on CUDA it runs
-/// the dense GEMM per expert with at least one row, on narrowed views (`opts` chooses its
-/// provider as for the dense op).
+/// the dense GEMM per expert with at least one row, on narrowed views, its provider chosen as
+/// for [`fp8_block_matmul`] (`CANDLE_FP8_BACKEND`; [`fp8_grouped_matmul_contiguous_with`] takes
+/// explicit options).
 pub fn fp8_grouped_matmul_contiguous(
     qa: &Tensor,
     sa: &Tensor,
@@ -350,8 +351,8 @@ pub fn fp8_grouped_matmul_contiguous_with(
 
 /// Grouped blocked-FP8 GEMM over a fixed `[E, max_m, K]` block of tokens per expert (the decode
 /// layout, CUDA-graph friendly: the shapes do not depend on the routing): expert `e`'s first
-/// `counts[e]` rows, `qa[e, i]` for `i < counts[e]`, are multiplied by its weight, i.e.
-/// `y[e, i] = fp8_block_matmul(qa[e, i], sa[e, i], w[e], sw[e])` row for row.
+/// `counts[e]` rows are multiplied by its weight: `y[e, ..counts[e]] = fp8_block_matmul(qa[e,
+/// ..counts[e]], sa[e, ..counts[e]], w[e], sw[e])`.
 ///
 /// - `qa`: e4m3 `[E, max_m, K]`, row-major.
 /// - `sa`: f32 `[E, max_m, ceil(K/128)]` with strides `(ceil(K/128) · round_up(max_m, 4), 1,
