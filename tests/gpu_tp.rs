@@ -1,6 +1,6 @@
 //! Tensor parallelism over NCCL (`collective::Nccl`, feature `nccl`) on the GPUs of this host:
-//! a toy Qwen3 split over one rank is the model itself, bit for bit; over two GPUs (skipped,
-//! saying so, with fewer) every rank returns the same logits, within the FP8 path's noise of one
+//! a toy Qwen3 split over one rank is the model itself, bit for bit; over two GPUs (the
+//! `multi_gpu_*` tests, skipped saying so with fewer) every rank returns the same logits, within the FP8 path's noise of one
 //! rank's (as `tests/tp.rs` checks on CPU threads), and the same 64 greedy tokens. Loading a
 //! rank's share shard-wise (each layer cut on the host, only the share copied to the GPU) gives
 //! the same weights, scales and logits bits as loading the whole model on the GPU and splitting
@@ -8,7 +8,7 @@
 #![cfg(feature = "nccl")]
 
 #[path = "common/gpu.rs"]
-#[macro_use]
+#[allow(unused_macros)] // the skip macros return from a test; the world helper here cannot
 mod gpu;
 
 use std::sync::Arc;
@@ -73,33 +73,68 @@ fn on_ranks(dir: &std::path::Path, devices: &[Device], prompt: &[u32]) -> Result
     handles.into_iter().map(|h| h.join().expect("rank thread")).collect()
 }
 
-#[test]
-fn cuda_nccl_ranks_decode_like_one() -> Result<()> {
-    const NAME: &str = "cuda_nccl_ranks_decode_like_one";
-    let dev = kernels_device_or_skip!(NAME);
+/// The CUDA devices of a `world`-rank group (GPUs 0..world), or `None` after reporting the skip.
+/// The GPU run leaves the `multi_gpu_*` tests out on a machine with one GPU (scripts/gpu_run.sh).
+fn devices_or_skip(name: &str, world: usize) -> Option<Vec<Device>> {
+    let first = match gpu::gpu() {
+        Ok(d) => d,
+        Err(why) => {
+            gpu::skip(name, &why);
+            return None;
+        }
+    };
+    if !gpu::kernels_or_skip(&first, name) {
+        return None;
+    }
+    let mut devices = vec![first];
+    for r in 1..world {
+        match Device::new_cuda(r) {
+            Ok(d) => devices.push(d),
+            Err(e) => {
+                gpu::skip(name, &format!("needs {world} GPUs, cuda:{r}: {e}"));
+                return None;
+            }
+        }
+    }
+    Some(devices)
+}
+
+/// `world` ranks over NCCL against the unsplit model on GPU 0: one rank is the model bit for
+/// bit; more return the same logits on every rank, within the FP8 noise of one, and the same
+/// greedy tokens.
+fn ranks_decode_like_one(name: &str, world: usize) -> Result<()> {
+    let Some(devices) = devices_or_skip(name, world) else { return Ok(()) };
     let dir = tempfile::tempdir()?;
     write_toy_lm_checkpoint(dir.path(), &cfg(), 11, &CORPUS.repeat(4))?;
     let prompt: Vec<u32> = "the quick brown fox jumps".bytes().map(u32::from).collect();
-    let (want, want_tokens) = run(&mut load(dir.path(), &dev)?, &prompt)?;
-
-    let one = on_ranks(dir.path(), std::slice::from_ref(&dev), &prompt)?;
-    assert_eq!(bits(&one[0].0), bits(&want), "world 1: logits differ from the unsplit model");
-    assert_eq!(one[0].1, want_tokens, "world 1: tokens");
-
-    let Ok(second) = Device::new_cuda(1) else {
-        gpu::skip(&format!("{NAME} [2 ranks]"), "needs a second GPU");
+    let (want, want_tokens) = run(&mut load(dir.path(), &devices[0])?, &prompt)?;
+    let runs = on_ranks(dir.path(), &devices, &prompt)?;
+    if world == 1 {
+        assert_eq!(bits(&runs[0].0), bits(&want), "world 1: logits differ from the unsplit model");
+        assert_eq!(runs[0].1, want_tokens, "world 1: tokens");
         return Ok(());
-    };
-    let two = on_ranks(dir.path(), &[dev.clone(), second], &prompt)?;
-    assert_eq!(bits(&two[0].0), bits(&two[1].0), "the ranks' logits differ");
-    assert_eq!(two[0].1, two[1].1, "the ranks' tokens differ");
+    }
+    for (r, x) in runs.iter().enumerate().skip(1) {
+        assert_eq!(bits(&x.0), bits(&runs[0].0), "rank {r}'s logits differ from rank 0's");
+        assert_eq!(x.1, runs[0].1, "rank {r}'s tokens differ from rank 0's");
+    }
     let cpu = load(dir.path(), &Device::Cpu)?;
     let noise = gpu::LogitDiff::of(&run(&mut cpu.to_reference()?, &prompt)?.0, &run(&mut cpu.to_dense()?, &prompt)?.0);
-    let d = gpu::LogitDiff::of(&two[0].0, &want);
+    let d = gpu::LogitDiff::of(&runs[0].0, &want);
     let bounds = gpu::LogitBounds::new(&gpu::LogitScales::of(dir.path(), cfg().num_hidden_layers)?, &noise, 2, 2);
-    bounds.check("2 ranks vs 1", &d);
-    assert_eq!(two[0].1, want_tokens, "2 ranks: greedy tokens over 64 steps");
+    bounds.check(&format!("{world} ranks vs 1"), &d);
+    assert_eq!(runs[0].1, want_tokens, "{world} ranks: greedy tokens over 64 steps");
     Ok(())
+}
+
+#[test]
+fn nccl_world_of_one_is_the_model() -> Result<()> {
+    ranks_decode_like_one("nccl_world_of_one_is_the_model", 1)
+}
+
+#[test]
+fn multi_gpu_two_ranks_decode_like_one() -> Result<()> {
+    ranks_decode_like_one("multi_gpu_two_ranks_decode_like_one", 2)
 }
 
 /// Every weight of `m` (embedding; linears' weights, scales, biases) as f32 bits, on the host.
@@ -124,44 +159,46 @@ fn weight_bits(m: &DecoderModel) -> Result<Vec<(String, Vec<u32>)>> {
     Ok(out)
 }
 
-#[test]
-fn cuda_shard_wise_loading_is_the_sharded_model() -> Result<()> {
-    const NAME: &str = "cuda_shard_wise_loading_is_the_sharded_model";
-    let dev = kernels_device_or_skip!(NAME);
+/// Each of `world` ranks loading its share shard-wise against the whole model loaded on its GPU
+/// and split: the same weight, scale and logit bits, the same tokens.
+fn shard_wise_loading_is_the_sharded_model(name: &str, world: usize) -> Result<()> {
+    let Some(devices) = devices_or_skip(name, world) else { return Ok(()) };
     let dir = tempfile::tempdir()?;
     write_toy_lm_checkpoint(dir.path(), &cfg(), 11, &CORPUS.repeat(4))?;
     let prompt: Vec<u32> = "the quick brown fox jumps".bytes().map(u32::from).collect();
-    let mut worlds = vec![vec![dev.clone()]];
-    match Device::new_cuda(1) {
-        Ok(second) => worlds.push(vec![dev.clone(), second]),
-        Err(_) => gpu::skip(&format!("{NAME} [2 ranks]"), "needs a second GPU"),
-    }
-    for devices in worlds {
-        let world = devices.len();
-        // Two groups: the shard-wise loaded model's and the split model's.
-        let (a, b) = (Nccl::for_devices(&devices)?, Nccl::for_devices(&devices)?);
-        let handles: Vec<_> = a
-            .into_iter()
-            .zip(b)
-            .zip(devices.iter().cloned())
-            .map(|((a, b), dev)| {
-                let (dir, prompt) = (dir.path().to_path_buf(), prompt.clone());
-                std::thread::spawn(move || -> Result<(bool, Run, Run)> {
-                    let ck = Checkpoint::open(&dir)?;
-                    let opts = ModelOptions::default().tensor_parallel(Arc::new(a));
-                    let mut loaded = DecoderModel::from_checkpoint(&ck, &dev, &opts, &mut |_, _| {})?;
-                    let mut cut = load(&dir, &dev)?.shard(Arc::new(b))?;
-                    let same = weight_bits(&loaded)? == weight_bits(&cut)?;
-                    Ok((same, run(&mut loaded, &prompt)?, run(&mut cut, &prompt)?))
-                })
+    // Two groups: the shard-wise loaded model's and the split model's.
+    let (a, b) = (Nccl::for_devices(&devices)?, Nccl::for_devices(&devices)?);
+    let handles: Vec<_> = a
+        .into_iter()
+        .zip(b)
+        .zip(devices.iter().cloned())
+        .map(|((a, b), dev)| {
+            let (dir, prompt) = (dir.path().to_path_buf(), prompt.clone());
+            std::thread::spawn(move || -> Result<(bool, Run, Run)> {
+                let ck = Checkpoint::open(&dir)?;
+                let opts = ModelOptions::default().tensor_parallel(Arc::new(a));
+                let mut loaded = DecoderModel::from_checkpoint(&ck, &dev, &opts, &mut |_, _| {})?;
+                let mut cut = load(&dir, &dev)?.shard(Arc::new(b))?;
+                let same = weight_bits(&loaded)? == weight_bits(&cut)?;
+                Ok((same, run(&mut loaded, &prompt)?, run(&mut cut, &prompt)?))
             })
-            .collect();
-        for (r, h) in handles.into_iter().enumerate() {
-            let (same, x, y) = h.join().expect("rank thread")?;
-            assert!(same, "{world} ranks, rank {r}: the shard-wise loaded weights differ");
-            assert_eq!(bits(&x.0), bits(&y.0), "{world} ranks, rank {r}: logits");
-            assert_eq!(x.1, y.1, "{world} ranks, rank {r}: greedy tokens");
-        }
+        })
+        .collect();
+    for (r, h) in handles.into_iter().enumerate() {
+        let (same, x, y) = h.join().expect("rank thread")?;
+        assert!(same, "{world} ranks, rank {r}: the shard-wise loaded weights differ");
+        assert_eq!(bits(&x.0), bits(&y.0), "{world} ranks, rank {r}: logits");
+        assert_eq!(x.1, y.1, "{world} ranks, rank {r}: greedy tokens");
     }
     Ok(())
+}
+
+#[test]
+fn nccl_world_of_one_loads_shard_wise() -> Result<()> {
+    shard_wise_loading_is_the_sharded_model("nccl_world_of_one_loads_shard_wise", 1)
+}
+
+#[test]
+fn multi_gpu_shard_wise_loading_is_the_sharded_model() -> Result<()> {
+    shard_wise_loading_is_the_sharded_model("multi_gpu_shard_wise_loading_is_the_sharded_model", 2)
 }

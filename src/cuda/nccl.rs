@@ -41,9 +41,18 @@ impl Nccl {
         if cuda.is_empty() {
             bail!("Nccl: no devices")
         }
-        let comms = Comm::from_devices(cuda.iter().map(|d| d.cuda_stream()).collect()).map_err(|e| {
-            candle_core::Error::Msg(format!("Nccl: ncclCommInitAll over {} devices: {e:?}", cuda.len()))
-        })?;
+        let streams = cuda.iter().map(|d| d.cuda_stream()).collect();
+        // cudarc opens libnccl on first use and panics when it cannot: an error here instead.
+        let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Comm::from_devices(streams)));
+        let comms = match made {
+            Ok(r) => r.map_err(|e| {
+                candle_core::Error::Msg(format!("Nccl: ncclCommInitAll over {} devices: {e:?}", cuda.len()))
+            })?,
+            Err(_) => bail!(
+                "Nccl: the NCCL library could not be loaded (cudarc looks for libnccl.so on \
+                 LD_LIBRARY_PATH; link libnccl.so.2 under that name, see docs/cuda.md)"
+            ),
+        };
         let world = comms.len();
         Ok(comms
             .into_iter()
