@@ -30,11 +30,11 @@ use rand::{Rng as _, SeedableRng};
 /// head folded into rows, K/V never repeated), the o GEMM, a residual add, RMSNorm, one fused
 /// gate/up GEMM, SiLU·up and the down GEMM. With FP8 linears the residual add + RMSNorm +
 /// quantization and SiLU·up + quantization run as one step each (one launch on CUDA), and each
-/// layer's last residual add moves into the next layer's input norm; on CUDA sm_90 a Qwen3
-/// decode step (head_dim 128) runs its attention as one kernel that writes the o projection's
-/// quantized operand ([`ModelOptions::fused_kernels`]). A Qwen3-MoE layer's MLP is a
-/// [`Fp8MoeExperts`] on the composed candle ops (router, top-k, each expert's gate/up GEMM,
-/// SiLU·up, down GEMM, weighted scatter-add); the fused elementwise steps skip those layers.
+/// layer's last residual add moves into the next layer's input norm; on CUDA sm_90 a decode step
+/// (head_dim 64 or 128) runs its attention as one kernel, which at head_dim 128 also writes the
+/// o projection's quantized operand ([`ModelOptions::fused_kernels`]). A Qwen3-MoE layer's MLP is a
+/// [`Fp8MoeExperts`] (router, top-k, the experts' gate/up and down as grouped GEMMs with SiLU·up
+/// between them, weighted scatter-add); the fused elementwise steps skip those layers.
 #[derive(Debug, Clone)]
 pub struct DecoderModel {
     cfg: DecoderConfig,
