@@ -16,10 +16,41 @@
 //! The shards can be cut from a checkpoint loaded on the CPU (memory-mapped), so that only each
 //! rank's part is copied to its GPU.
 
-use candle_core::{bail, Device, Result, Tensor};
+use candle_core::{bail, CpuStorage, Device, Result, Storage, Tensor};
 
 use crate::format::BLOCK;
 use crate::Fp8BlockLinear;
+
+/// Whether `t` is the whole of its buffer (a host tensor; a device one counts as not known).
+fn owns_buffer(t: &Tensor) -> bool {
+    let (st, l) = t.storage_and_layout();
+    let len = match &*st {
+        Storage::Cpu(c) => match c {
+            CpuStorage::U8(v) => v.len(),
+            CpuStorage::U32(v) => v.len(),
+            CpuStorage::BF16(v) => v.len(),
+            CpuStorage::F16(v) => v.len(),
+            CpuStorage::F32(v) => v.len(),
+            CpuStorage::F8E4M3(v) => v.len(),
+            _ => return false,
+        },
+        _ => return false,
+    };
+    l.start_offset() == 0 && l.is_contiguous() && len == t.elem_count()
+}
+
+/// `t` on `device`. A view of a larger buffer (a shard of a layer cut on the host) is copied
+/// out first: candle moves a tensor's whole buffer, which would put every rank's part on each
+/// rank's device.
+pub(crate) fn move_to(t: &Tensor, device: &Device) -> Result<Tensor> {
+    if t.device().same_device(device) {
+        Ok(t.clone())
+    } else if owns_buffer(t) {
+        t.to_device(device)
+    } else {
+        t.force_contiguous()?.to_device(device)
+    }
+}
 
 /// Which dimension of a linear layer is split over the ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,9 +155,9 @@ impl Fp8BlockLinear {
         }
         Ok(Fp8BlockLinear::new_named(
             "shard",
-            self.weight().to_device(device)?,
-            self.weight_scale_inv().to_device(device)?,
-            self.bias().map(|b| b.to_device(device)).transpose()?,
+            move_to(self.weight(), device)?,
+            move_to(self.weight_scale_inv(), device)?,
+            self.bias().map(|b| move_to(b, device)).transpose()?,
         )?
         .with_backend(self.backend()))
     }
@@ -166,4 +197,28 @@ fn block_range(start: usize, len: usize, size: usize) -> (usize, usize) {
     let first = start / BLOCK;
     let end = (start + len).min(size).div_ceil(BLOCK);
     (first, end - first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A row range of a host tensor is a view of its buffer (moving it would move the whole
+    /// buffer); a copy of it owns its own.
+    #[test]
+    fn views_are_told_from_whole_buffers() -> Result<()> {
+        let t = Tensor::arange(0f32, 24.0, &Device::Cpu)?.reshape((6, 4))?;
+        assert!(owns_buffer(&t));
+        for (start, len) in [(0, 3), (3, 3), (2, 2)] {
+            let v = t.narrow(0, start, len)?;
+            assert!(!owns_buffer(&v), "rows [{start}, {})", start + len);
+            let c = v.force_contiguous()?;
+            assert!(owns_buffer(&c));
+            assert_eq!(c.to_vec2::<f32>()?, v.to_vec2::<f32>()?);
+        }
+        assert!(!owns_buffer(&t.narrow(1, 0, 2)?), "a column range");
+        let same = move_to(&t.narrow(0, 0, 3)?, &Device::Cpu)?;
+        assert_eq!(same.dims(), [3, 4]);
+        Ok(())
+    }
 }

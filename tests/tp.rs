@@ -11,12 +11,18 @@
 //! with a partial last block) give the same logits bits and greedy tokens as replicated ones; a
 //! vocabulary with fewer blocks than ranks is refused; a rank whose load fails makes the other
 //! ranks fail instead of waiting forever.
+//!
+//! Expert parallelism (mixture-of-experts layers, whole experts per rank): the ranks' block
+//! outputs add up to the whole block's (bit for bit at top-2, within f32 reassociation at
+//! top-4; even and uneven splits); a Qwen3-MoE over 2 and 4 ranks gives every rank the same
+//! logits, within the FP8 noise of one rank's; shares generated rank by rank are the cut ones;
+//! more ranks than experts are refused.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use candle_core::{DType, Device, Result, Tensor};
+use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_fp8::checkpoint::Checkpoint;
 use candle_fp8::collective::{Collective, ThreadGroup};
 use candle_fp8::models::{generate, DecoderConfig, DecoderModel, LinearMode, ModelOptions, Sampler};
@@ -417,6 +423,134 @@ fn a_rank_that_fails_to_load_fails_the_others() -> Result<()> {
     assert!(errors[1].contains("missing"), "rank 1: its own error: {}", errors[1]);
     for r in [0, 2] {
         assert!(errors[r].contains("rank 1 of 3 left the group"), "rank {r}: {}", errors[r]);
+    }
+    Ok(())
+}
+
+// Expert parallelism: a mixture-of-experts layer's experts spread over the ranks in whole
+// experts, the router on every rank.
+
+/// A tiny Qwen3-MoE: 8 query / 4 kv heads of 128, hidden 256, every layer a mixture of
+/// `experts` experts of width 128 with `top_k` per token, vocabulary 512 (4 blocks).
+fn moe_cfg(experts: usize, top_k: usize) -> DecoderConfig {
+    DecoderConfig {
+        model_type: Some("qwen3_moe".into()),
+        architectures: Some(vec!["Qwen3MoeForCausalLM".into()]),
+        vocab_size: 512,
+        hidden_size: 256,
+        intermediate_size: 512,
+        num_hidden_layers: 2,
+        num_attention_heads: 8,
+        num_key_value_heads: Some(4),
+        head_dim: Some(128),
+        num_experts: experts,
+        num_experts_per_tok: top_k,
+        moe_intermediate_size: 128,
+        norm_topk_prob: true,
+        decoder_sparse_step: 1,
+        mlp_only_layers: Vec::new(),
+        ..DecoderConfig::tiny()
+    }
+}
+
+/// Each rank's block of layer 0 runs its own experts only; the ranks' outputs, added in rank
+/// order in f32 as the all-reduce adds them, are the whole block's: bit for bit with two
+/// experts per token (each token's two contributions are added once, in the same order),
+/// within f32 reassociation with four. Uneven splits (6 experts over 4 ranks) included.
+#[test]
+fn experts_split_over_ranks_add_up_to_the_block() -> Result<()> {
+    let mut rng = candle_fp8::testing::Rng::new(3);
+    let x = Tensor::from_vec(rng.normal_vec_f32(9 * 256, 1.0), (9, 256), &Device::Cpu)?;
+    for (experts, top_k, world) in [(8, 2, 2), (8, 2, 4), (6, 2, 4), (8, 4, 2)] {
+        let case = format!("{experts} experts, top-{top_k}, {world} ranks");
+        let model = DecoderModel::random(&moe_cfg(experts, top_k), &Device::Cpu, 5, &ModelOptions::default())?;
+        let whole = model.moe_experts(0).expect("layer 0 is a mixture of experts");
+        assert!(whole.is_grouped(), "{case}: the whole block runs grouped");
+        let want = whole.forward(&x)?;
+        let mut sum: Option<Tensor> = None;
+        let mut held = Vec::new();
+        for (rank, g) in ThreadGroup::new(world)?.into_iter().enumerate() {
+            let shard = model.shard(Arc::new(g))?;
+            let block = shard.moe_experts(0).expect("a mixture of experts on every rank");
+            assert_eq!(block.num_experts(), experts, "{case}: rank {rank} routes over every expert");
+            assert_eq!(block.local_experts(), rank * experts / world..(rank + 1) * experts / world, "{case}");
+            assert!(block.is_grouped(), "{case}: rank {rank}'s experts run grouped");
+            held.extend(block.local_experts());
+            let y = block.forward(&x)?;
+            sum = Some(match sum {
+                None => y,
+                Some(s) => (s + y)?,
+            });
+        }
+        assert_eq!(held, (0..experts).collect::<Vec<_>>(), "{case}: every expert on exactly one rank");
+        let got = sum.expect("ranks");
+        if top_k == 2 {
+            assert_eq!(tensor_bits(&got)?, tensor_bits(&want)?, "{case}: the ranks' sum is not the block's");
+        } else {
+            let d = (&got - &want)?.abs()?.max_all()?.to_scalar::<f32>()?;
+            let scale = want.abs()?.max_all()?.to_scalar::<f32>()?;
+            println!("{case}: max |Δ| {d:e} of max |y| {scale:e}");
+            assert!(d <= 4.0 * f32::EPSILON * scale, "{case}: {d} beyond f32 reassociation of {scale}");
+        }
+    }
+    Ok(())
+}
+
+/// A Qwen3-MoE split over 2 ranks (8 experts) and 4 (6 experts, uneven): the same logits on
+/// every rank, within the FP8 noise of one rank's (the heads' o partials are rounded to bf16
+/// before their sum, as for a dense model; the experts' partials only reassociate).
+#[test]
+fn expert_parallel_ranks_decode_like_one() -> Result<()> {
+    let prompt: Vec<u32> = (0..12u32).map(|i| i * 37 % 512).collect();
+    for (experts, world) in [(8, 2), (6, 4)] {
+        let model = DecoderModel::random(&moe_cfg(experts, 2), &Device::Cpu, 7, &ModelOptions::default())?;
+        let (want, _) = run(&mut model.clone(), &prompt)?;
+        let ranks = on_ranks(&model, world, &prompt)?;
+        for (r, x) in ranks.iter().enumerate().skip(1) {
+            assert_eq!(bits(&x.0), bits(&ranks[0].0), "{world} ranks: rank {r}'s logits differ from rank 0's");
+            assert_eq!(x.1, ranks[0].1, "{world} ranks: rank {r}'s tokens differ from rank 0's");
+        }
+        let (noise_rms, noise_max) =
+            diff(&run(&mut model.to_reference()?, &prompt)?.0, &run(&mut model.to_dense()?, &prompt)?.0);
+        let (rms, max) = diff(&ranks[0].0, &want);
+        println!(
+            "{experts} experts over {world} ranks vs 1: |Δlogit| rms {rms:.5}, max {max:.4}; FP8 noise rms \
+             {noise_rms:.5}, max {noise_max:.4}"
+        );
+        assert!(rms <= 2.0 * noise_rms && max <= 2.5 * noise_max, "{world} ranks vs 1 beyond two FP8 runs' noise");
+    }
+    Ok(())
+}
+
+/// More ranks than experts: refused, naming the layer and both numbers.
+#[test]
+fn fewer_experts_than_ranks_are_refused() -> Result<()> {
+    let model = DecoderModel::random(&moe_cfg(2, 1), &Device::Cpu, 1, &ModelOptions::default())?;
+    let g = ThreadGroup::new(4)?.into_iter().next().expect("rank 0");
+    let e = model.shard(Arc::new(g)).unwrap_err().to_string();
+    assert!(e.contains("layer 0") && e.contains("2 experts") && e.contains("4 ranks"), "{e}");
+    Ok(())
+}
+
+/// Random weights generated as a rank's share (`ModelOptions::tensor_parallel`: each layer made
+/// and cut in turn) are the share `shard` cuts from the whole random model, experts included.
+#[test]
+fn expert_parallel_random_weights_load_shard_wise() -> Result<()> {
+    let cfg = moe_cfg(6, 2);
+    let whole = DecoderModel::random(&cfg, &Device::Cpu, 7, &ModelOptions::default())?;
+    let prompt: Vec<u32> = (0..12u32).map(|i| i * 37 % 512).collect();
+    let ranks = on_two_groups(4, move |r, a, b| {
+        let opts = ModelOptions::default().tensor_parallel(a);
+        let mut loaded = DecoderModel::random(&cfg, &Device::Cpu, 7, &opts)?;
+        let mut cut = whole.shard(b)?;
+        let held = |m: &DecoderModel| m.moe_experts(1).map(|e| e.local_experts());
+        assert_eq!(held(&loaded), held(&cut), "rank {r}: experts held");
+        assert!(weights(&loaded)? == weights(&cut)?, "rank {r}: the generated share differs from the cut one");
+        Ok((run_steps(&mut loaded, &prompt, 4)?, run_steps(&mut cut, &prompt, 4)?))
+    })?;
+    for (r, (a, b)) in ranks.iter().enumerate() {
+        assert_eq!(bits(&a.0), bits(&b.0), "rank {r}: logits");
+        assert_eq!(a.1, b.1, "rank {r}: tokens");
     }
     Ok(())
 }

@@ -314,7 +314,13 @@ impl DecoderLayer {
 
         // MLP.
         let xn = candle_nn::ops::rms_norm(&x, &self.post_norm, eps)?;
-        let y = self.all_reduce(Unreduced::Done(self.mlp.forward(&xn)?))?.reduce()?;
+        let y = match (&self.mlp, &self.tp) {
+            // Expert-parallel: the ranks' f32 partials are summed before the cast.
+            (Mlp::Moe(m), Some(c)) if c.world() > 1 => {
+                c.all_reduce_sum(&m.forward_f32(&xn, true)?)?.to_dtype(xn.dtype())?.reshape(xn.dims())?
+            }
+            _ => self.all_reduce(Unreduced::Done(self.mlp.forward(&xn)?))?.reduce()?,
+        };
         Ok(((x + y)?, None))
     }
 

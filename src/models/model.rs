@@ -17,6 +17,7 @@ use crate::dispatch::Provider;
 use crate::format::{f32_to_e4m3, num_blocks, BLOCK};
 use crate::linear::{AnyLinear, Fp8BlockLinear};
 use crate::ops::Unreduced;
+use crate::shard::move_to;
 use candle_core::{bail, DType, Device, Module, Result, Tensor};
 use candle_nn::VarBuilder;
 use rand::rngs::StdRng;
@@ -354,8 +355,8 @@ impl DecoderModel {
         let embed = match &vocab {
             Some(v) => v.embedding(&embed)?,
             None => embed,
-        }
-        .to_device(device)?;
+        };
+        let embed = move_to(&embed, device)?;
         let fp8 = |l: AnyLinear| -> AnyLinear {
             match (l, opts.fp8) {
                 (AnyLinear::Fp8(f), Some(o)) => AnyLinear::Fp8(f.with_options(&o)),
@@ -434,10 +435,10 @@ impl DecoderModel {
                 Some(c) => shard_layer(&layer, l, hq, hkv, c)?,
                 None => layer,
             };
-            layers.push(if to_device { layer_to_device(layer, l, device)? } else { layer });
+            layers.push(if to_device { layer_to_device(layer, device)? } else { layer });
             progress(l + 1, nl);
         }
-        let norm = src.norm("model.norm.weight", h, device, dtype)?.to_device(device)?;
+        let norm = move_to(&src.norm("model.norm.weight", h, device, dtype)?, device)?;
         let lm_head = if cfg.tie_word_embeddings {
             // The embedding (the rank's rows of it when vocab-parallel).
             AnyLinear::Dense(candle_nn::Linear::new(embed.clone(), None))
@@ -665,8 +666,9 @@ impl DecoderModel {
     /// rank) or replicated. Every rank returns the same logits. An empty KV cache. Refused,
     /// naming the layer and the sizes, when the heads or widths cannot be split evenly at block
     /// boundaries (the vocabulary: when a rank would get no 128-row block), for non-FP8 linears
-    /// and for mixture-of-experts layers. To load a share without the whole model, see
-    /// [`ModelOptions::tensor_parallel`].
+    /// and for fewer experts than ranks. Mixture-of-experts layers are expert-parallel (each rank
+    /// a range of whole experts, see `src/models/tp.rs`). To load a share without the whole
+    /// model, see [`ModelOptions::tensor_parallel`].
     pub fn shard(&self, comm: Arc<dyn Collective>) -> Result<Self> {
         if self.tp.is_some() {
             bail!("DecoderModel::shard: the model is already a tensor-parallel shard")

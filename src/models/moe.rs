@@ -7,7 +7,8 @@ use crate::dispatch::Fp8Options;
 use crate::linear::{AnyLinear, Fp8BlockLinear};
 use crate::ops::fp8_grouped_matmul_contiguous_with;
 use crate::quant::quantize_activation;
-use candle_core::{bail, DType, Module, Result, Tensor};
+use crate::shard::move_to;
+use candle_core::{bail, DType, Device, Module, Result, Tensor};
 
 /// The mixture-of-experts MLP of a Qwen3-MoE layer (`mlp.gate`, `mlp.experts.{e}.*` in a
 /// checkpoint), as transformers' `Qwen3MoeSparseMoeBlock` computes it:
@@ -40,6 +41,9 @@ pub struct Fp8MoeExperts {
     top_k: usize,
     norm_topk_prob: bool,
     stacked: Option<Stacked>,
+    /// The router's index of `experts[0]`: an expert-parallel rank holds experts
+    /// `[first, first + experts.len())` (0 and all of them otherwise).
+    first: usize,
 }
 
 /// The experts' FP8 weights and scales stacked along a leading expert dimension, for the
@@ -129,6 +133,18 @@ fn stack_experts(experts: Vec<SwiGlu>, previous: Option<&Stacked>) -> Result<(Ve
         stacks.push((Tensor::stack(&ws, 0)?, Tensor::stack(&ss, 0)?));
     }
     drop(parts);
+    let (experts, stacked) = views_of(experts, stacks, inter, opts)?;
+    Ok((experts, Some(stacked)))
+}
+
+/// The experts rebuilt as views of `stacks` (`[gate|up]` or gate, up; then down), in the form
+/// (fused or split gate/up) they had.
+fn views_of(
+    experts: Vec<SwiGlu>,
+    mut stacks: Vec<(Tensor, Tensor)>,
+    inter: usize,
+    opts: Fp8Options,
+) -> Result<(Vec<SwiGlu>, Stacked)> {
     // The experts' layers become views of the stacks; their own copies are dropped with them.
     let view = |(w, s): &(Tensor, Tensor), x: usize| -> Result<AnyLinear> {
         Ok(AnyLinear::Fp8(Fp8BlockLinear::new(w.get(x)?, s.get(x)?, None)?.with_options(&opts)))
@@ -146,7 +162,7 @@ fn stack_experts(experts: Vec<SwiGlu>, previous: Option<&Stacked>) -> Result<(Ve
         })
         .collect::<Result<Vec<_>>>()?;
     let down = stacks.pop().expect("down is stacked");
-    Ok((experts, Some(Stacked { gate_up: stacks, down, inter, opts })))
+    Ok((experts, Stacked { gate_up: stacks, down, inter, opts }))
 }
 
 impl Fp8MoeExperts {
@@ -161,7 +177,8 @@ impl Fp8MoeExperts {
             bail!("mixture of experts: experts per token {top_k} must be in 1..={e}")
         }
         let (experts, stacked) = stack_experts(experts, None)?;
-        Ok(Self { router: router.to_dtype(DType::F32)?.contiguous()?, experts, top_k, norm_topk_prob, stacked })
+        let router = router.to_dtype(DType::F32)?.contiguous()?;
+        Ok(Self { router, experts, top_k, norm_topk_prob, stacked, first: 0 })
     }
 
     /// The block from its router weight `[num_experts, hidden]` (any float dtype; kept as f32)
@@ -203,9 +220,15 @@ impl Fp8MoeExperts {
         self.stacked.is_some()
     }
 
-    /// Number of experts.
+    /// Number of experts (the router's: all of them, also on an expert-parallel rank).
     pub fn num_experts(&self) -> usize {
-        self.experts.len()
+        self.router.dim(0).unwrap_or(0)
+    }
+
+    /// The experts this block holds and runs: all of them, or an expert-parallel rank's range
+    /// (tensor parallelism, `DecoderModel::shard`), whose forward adds only their contributions.
+    pub fn local_experts(&self) -> std::ops::Range<usize> {
+        self.first..self.first + self.experts.len()
     }
 
     /// Experts each token is routed to (`num_experts_per_tok`).
@@ -257,6 +280,35 @@ impl Fp8MoeExperts {
     /// Bytes of the f32 router weight.
     pub(crate) fn router_bytes(&self) -> usize {
         self.router.elem_count() * DType::F32.size_in_bytes()
+    }
+
+    /// Experts `[lo, hi)` of this (whole) block, with the whole router: an expert-parallel
+    /// rank's share. Stacked experts are stacked anew, so the share holds only its own weights.
+    pub(crate) fn expert_range(&self, lo: usize, hi: usize) -> Result<Self> {
+        let e = self.num_experts();
+        if self.local_experts() != (0..e) {
+            bail!("mixture of experts: the block already holds only experts {:?} of {e}", self.local_experts())
+        }
+        if lo >= hi || hi > e {
+            bail!("mixture of experts: expert range [{lo}, {hi}) of {e} experts")
+        }
+        let (experts, stacked) = stack_experts(self.experts[lo..hi].to_vec(), None)?;
+        Ok(Self { experts, stacked, first: lo, ..self.clone() })
+    }
+
+    /// This block on `device`: stacked experts move as their stacks (the experts become views
+    /// of the moved stacks again), others through `mv` linear by linear.
+    pub(crate) fn to_device(&self, device: &Device, mv: &dyn Fn(AnyLinear) -> Result<AnyLinear>) -> Result<Self> {
+        let router = self.router.to_device(device)?;
+        let Some(st) = &self.stacked else {
+            let experts = self.experts.iter().map(|x| x.clone().map(mv)).collect::<Result<Vec<_>>>()?;
+            return Ok(Self { router, experts, ..self.clone() });
+        };
+        let move_pair =
+            |(w, s): &(Tensor, Tensor)| -> Result<(Tensor, Tensor)> { Ok((move_to(w, device)?, move_to(s, device)?)) };
+        let stacks = st.gate_up.iter().chain(std::iter::once(&st.down)).map(move_pair).collect::<Result<Vec<_>>>()?;
+        let (experts, stacked) = views_of(self.experts.clone(), stacks, st.inter, st.opts)?;
+        Ok(Self { router, experts, stacked: Some(stacked), ..self.clone() })
     }
 
     /// This block with `f` applied to every expert's linears (the router is kept).
@@ -313,26 +365,39 @@ impl Fp8MoeExperts {
 
     /// The block's forward, on the grouped GEMMs when `grouped` and the experts allow it.
     fn forward_with(&self, x: &Tensor, grouped: bool) -> Result<Tensor> {
-        let dims = x.dims().to_vec();
+        if x.elem_count() == 0 {
+            return x.zeros_like();
+        }
+        self.forward_f32(x, grouped)?.to_dtype(x.dtype())?.reshape(x.dims())
+    }
+
+    /// The sum of this block's experts' weighted outputs, f32 `[tokens, hidden]`, before the
+    /// cast to `x`'s dtype: on an expert-parallel rank its experts' share, which the ranks add
+    /// up (in f32, so that their sum is the whole block's up to the order of the additions).
+    pub(crate) fn forward_f32(&self, x: &Tensor, grouped: bool) -> Result<Tensor> {
         let h = self.router.dim(1)?;
         let routes = self.route(x)?;
         let m = routes.len();
+        let dev = x.device();
         if m == 0 {
-            return x.zeros_like();
+            return Tensor::zeros((0, h), DType::F32, dev);
         }
         let x2 = x.reshape((m, h))?;
-        // Tokens grouped by expert (ascending), each group in token order.
+        // Tokens grouped by (local) expert, ascending, each group in token order.
+        let local = self.local_experts();
         let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); self.experts.len()];
         let mut weights: Vec<Vec<f32>> = vec![Vec::new(); self.experts.len()];
         for (t, route) in routes.iter().enumerate() {
-            for &(e, w) in route {
-                tokens[e as usize].push(t as u32);
-                weights[e as usize].push(w);
+            for &(e, w) in route.iter().filter(|(e, _)| local.contains(&(*e as usize))) {
+                tokens[e as usize - local.start].push(t as u32);
+                weights[e as usize - local.start].push(w);
             }
         }
         let counts: Vec<usize> = tokens.iter().map(Vec::len).collect();
-        let n = m * self.top_k;
-        let dev = x.device();
+        let n: usize = counts.iter().sum();
+        if n == 0 {
+            return Tensor::zeros((m, h), DType::F32, dev);
+        }
         let ids = Tensor::from_vec(tokens.concat(), n, dev)?;
         let w = Tensor::from_vec(weights.concat(), (n, 1), dev)?;
         let xs = x2.index_select(&ids, 0)?;
@@ -343,8 +408,7 @@ impl Fp8MoeExperts {
         // One scatter-add of every expert's weighted rows: each output element sums its token's
         // contributions in ascending expert order (candle's index_add walks the ids in order).
         let y = y.to_dtype(DType::F32)?.broadcast_mul(&w)?;
-        let out = Tensor::zeros((m, h), DType::F32, dev)?.index_add(&ids, &y, 0)?;
-        out.to_dtype(x.dtype())?.reshape(dims)
+        Tensor::zeros((m, h), DType::F32, dev)?.index_add(&ids, &y, 0)
     }
 }
 

@@ -6,6 +6,11 @@
 //! - o: row-parallel over those heads; its partial outputs are summed over the ranks.
 //! - gate and up: column-parallel (each part of a fused gate|up cut separately); down:
 //!   row-parallel, summed.
+//! - Mixture-of-experts MLPs: expert-parallel. Rank `r` holds whole experts
+//!   `[r·E/w, (r+1)·E/w)` and the whole router, routes every token as one rank would, and adds up
+//!   only its experts' weighted outputs; the ranks' f32 partials are summed before the cast to
+//!   the activation dtype, so the block's output differs from one rank's only by the order of
+//!   the f32 additions.
 //! - Norms: replicated.
 //! - Embedding and lm_head: vocab-parallel ([`VocabShard`], `ModelOptions::vocab_parallel`,
 //!   default) or replicated. Rank `r` holds a contiguous range of whole 128-row blocks of the
@@ -31,7 +36,7 @@ use super::layer::{DecoderLayer, Mlp, Proj, SwiGlu};
 use crate::collective::Collective;
 use crate::format::BLOCK;
 use crate::linear::AnyLinear;
-use crate::shard::{Shard, ShardDim};
+use crate::shard::{move_to, Shard, ShardDim};
 use crate::Fp8BlockLinear;
 
 /// The FP8 layer inside `l`, or an error naming `name` (dense and reference layers are not
@@ -98,7 +103,14 @@ pub(super) fn shard_layer(
             gate_up: split_parts(&m.gate_up, &name("mlp.gate_up_proj"), column)?,
             down: AnyLinear::Fp8(fp8(&m.down, &name("mlp.down_proj"))?.shard(&name("mlp.down_proj"), row)?),
         }),
-        Mlp::Moe(_) => bail!("tensor parallel: layer {i} is a mixture of experts (experts are not split yet)"),
+        Mlp::Moe(m) => {
+            // Expert-parallel: balanced ranges of whole experts, the router on every rank.
+            let e = m.num_experts();
+            if e < world {
+                bail!("tensor parallel: layer {i} has {e} experts, fewer than the {world} ranks to spread them over")
+            }
+            Mlp::Moe(m.expert_range(rank * e / world, (rank + 1) * e / world)?)
+        }
     };
     Ok(DecoderLayer { qkv, o, qk_weight, mlp, tp: Some(comm.clone()), ..layer.clone() })
 }
@@ -109,26 +121,26 @@ pub(super) fn linear_to_device(l: &AnyLinear, device: &Device) -> Result<AnyLine
         AnyLinear::Fp8(f) => AnyLinear::Fp8(f.to_device(device)?),
         AnyLinear::Fp8Reference(f) => AnyLinear::Fp8Reference(f.to_device(device)?),
         AnyLinear::Dense(d) => AnyLinear::Dense(candle_nn::Linear::new(
-            d.weight().to_device(device)?,
-            d.bias().map(|b| b.to_device(device)).transpose()?,
+            move_to(d.weight(), device)?,
+            d.bias().map(|b| move_to(b, device)).transpose()?,
         )),
     })
 }
 
-/// Layer `i` with its weights on `device` (a share cut on the host, moved to its rank's device).
-pub(super) fn layer_to_device(layer: DecoderLayer, i: usize, device: &Device) -> Result<DecoderLayer> {
+/// `layer` with its weights on `device` (a share cut on the host, moved to its rank's device).
+pub(super) fn layer_to_device(layer: DecoderLayer, device: &Device) -> Result<DecoderLayer> {
     let mv = |l: AnyLinear| linear_to_device(&l, device);
     let mlp = match layer.mlp {
         Mlp::Dense(m) => Mlp::Dense(m.map(&mv)?),
-        Mlp::Moe(_) => bail!("tensor parallel: layer {i} is a mixture of experts (experts are not split yet)"),
+        Mlp::Moe(m) => Mlp::Moe(m.to_device(device, &mv)?),
     };
     Ok(DecoderLayer {
-        input_norm: layer.input_norm.to_device(device)?,
-        post_norm: layer.post_norm.to_device(device)?,
+        input_norm: move_to(&layer.input_norm, device)?,
+        post_norm: move_to(&layer.post_norm, device)?,
         qkv: layer.qkv.map(&mv)?,
         o: mv(layer.o)?,
         qk_norm: layer.qk_norm,
-        qk_weight: layer.qk_weight.to_device(device)?,
+        qk_weight: move_to(&layer.qk_weight, device)?,
         mlp,
         tp: layer.tp,
     })
