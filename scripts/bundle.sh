@@ -2,7 +2,7 @@
 # Builds the CUDA binaries here (no GPU needed) and packs them for the GPU machine, which has
 # no cargo: stripped release builds (feature `nccl`: the CUDA path and tensor parallelism) of every
 # GPU test binary scripts/gpu_run.sh runs (tests/gpu.rs, gpu_reliability.rs, gpu_fused.rs,
-# gpu_attention.rs, gpu_prefill.rs, gpu_sampling.rs, models_gpu.rs, gpu_tp.rs),
+# gpu_attention.rs, gpu_prefill.rs, gpu_sampling.rs, gpu_grouped.rs, models_gpu.rs, gpu_tp.rs),
 # examples/check_env.rs, bench.rs, decode.rs and eval.rs, with the dynamic-loading candle-core (scripts/candle_cuda.sh) and the pinned CUDA 13.0 compiler
 # (scripts/install_cuda.sh).
 #
@@ -42,7 +42,7 @@ echo "bundle: building (target dir $CARGO_TARGET_DIR)"
 "${CARGO[@]}" build --release --features nccl "${EXAMPLES[@]}"
 # The test binaries' paths have a hash: ask cargo for them.
 # Every test binary gpu_run.sh runs (its `test` and `reliability` phases).
-GPU_TESTS=(gpu gpu_reliability gpu_fused gpu_attention gpu_prefill gpu_sampling models_gpu gpu_tp)
+GPU_TESTS=(gpu gpu_reliability gpu_fused gpu_attention gpu_prefill gpu_sampling gpu_grouped models_gpu gpu_tp)
 "${CARGO[@]}" test --release --features nccl "${GPU_TESTS[@]/#/--test=}" --no-run --message-format=json \
   >"$CARGO_TARGET_DIR/gpu-test-build.json"
 test_exe() {  # test_exe NAME: the executable cargo built for tests/NAME.rs

@@ -7,7 +7,7 @@
 #
 # Every test binary runs with CANDLE_FP8_REQUIRE_GPU=1: a test that would skip (no device, no
 # sm_90, a provider missing) fails instead. `test` runs every GPU suite (gpu, gpu_fused,
-# gpu_attention, gpu_prefill, gpu_sampling, models_gpu, gpu_tp; gpu_tp's `multi_gpu` tests only
+# gpu_attention, gpu_prefill, gpu_sampling, gpu_grouped, models_gpu, gpu_tp; gpu_tp's `multi_gpu` tests only
 # where the machine has two GPUs or more), `reliability` runs gpu_reliability; each binary's exit
 # status and its passed / failed / skipped counts (skips counted from its `SKIP` lines) are
 # recorded in summary.txt, and the script exits non-zero when any test binary or the bench failed
@@ -107,7 +107,7 @@ sanitized() {  # sanitized LOGNAME TIMEOUT ENV... -- BINARY ARGS...
 
 SANITIZER="$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)"
 SMALL_FILTER="${SANITIZE_FILTER:-providers_match_reference_on_shape_grid activation_quantization_is_bit_exact repeated_calls_are_bitwise_identical}"
-TEST_SUITES="${TEST_SUITES:-gpu gpu_fused gpu_attention gpu_prefill gpu_sampling models_gpu gpu_tp}"
+TEST_SUITES="${TEST_SUITES:-gpu gpu_fused gpu_attention gpu_prefill gpu_sampling gpu_grouped models_gpu gpu_tp}"
 
 for p in "${PHASES[@]}"; do
   case "$p" in
