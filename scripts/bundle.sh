@@ -80,6 +80,10 @@ if [[ -z "$ANCHORS" ]]; then
 fi
 if [[ -n "$ANCHORS" && -f "$ANCHORS" ]]; then
   install -m 0644 "$ANCHORS" "$BUNDLE/anchors.py"
+  # DeepGEMM's peer script sits next to anchors.py (it imports it); the `grouped` phase runs it
+  # where DEEPGEMM_DIR names a DeepGEMM tree on the GPU machine.
+  DG="$(dirname "$ANCHORS")/deepgemm.py"
+  [[ -f "$DG" ]] && install -m 0644 "$DG" "$BUNDLE/deepgemm.py"
 else
   echo "bundle: warning: anchors.py not found; the anchors phase will be skipped" >&2
 fi
@@ -94,7 +98,7 @@ fi
 } >"$BUNDLE/MANIFEST.txt"
 cat "$BUNDLE/MANIFEST.txt"
 # What ships (other files a caller keeps in the folder are not the bundle).
-size_mb=$(du -cm "$BUNDLE"/fp8bin.tar.xz "$BUNDLE"/gpu_run.sh "$BUNDLE"/MANIFEST.txt $( [[ -f "$BUNDLE/anchors.py" ]] && echo "$BUNDLE/anchors.py") | tail -n 1 | cut -f1)
+size_mb=$(du -cm "$BUNDLE"/fp8bin.tar.xz "$BUNDLE"/gpu_run.sh "$BUNDLE"/MANIFEST.txt $(ls "$BUNDLE"/anchors.py "$BUNDLE"/deepgemm.py 2>/dev/null) | tail -n 1 | cut -f1)
 echo "bundle: $BUNDLE is ${size_mb} MB (limit ${MAX_MB} MB); run on the GPU machine with:"
 echo "  bash bundle/gpu_run.sh            # default phases: env test reliability sanitize bench anchors"
 if (( size_mb >= MAX_MB )); then

@@ -2,7 +2,7 @@
 # Runs the candle-fp8 GPU bundle on the GPU machine (no cargo there), from the repo root:
 #
 #   bash bundle/gpu_run.sh [PHASE...]
-#     PHASE: env test reliability sanitize sanitize-fused bench anchors decode smollm2 prefill
+#     PHASE: env test reliability sanitize sanitize-fused bench anchors grouped decode smollm2 prefill
 #     (default: env test reliability sanitize bench anchors)
 #
 # Every test binary runs with CANDLE_FP8_REQUIRE_GPU=1: a test that would skip (no device, no
@@ -183,6 +183,26 @@ for p in "${PHASES[@]}"; do
       # shellcheck disable=SC2086
       phase bench "${BENCH_TIMEOUT:-540}" "$BIN/bench" --json "$OUT/bench.json" ${BENCH_ARGS:-} || FAILED+=("bench (rc $?)")
       grep -E "^(copy bandwidth|checks:|WRONG)" "$OUT/bench.log" | head -n 20 | tee -a "$SUMMARY"
+      ;;
+    grouped)
+      # Our grouped GEMMs (bench --grouped), then DeepGEMM's on the same shapes in the same run
+      # where DEEPGEMM_DIR names its tree (../shared/peers/setup_deepgemm.sh).
+      # shellcheck disable=SC2086
+      phase grouped "${GROUPED_TIMEOUT:-540}" "$BIN/bench" --grouped --json "$OUT/grouped.json" ${GROUPED_ARGS:-} \
+        || FAILED+=("grouped (rc $?)")
+      grep -E "^(copy bandwidth|checks:|WRONG)" "$OUT/grouped.log" | head -n 20 | tee -a "$SUMMARY"
+      if [[ -n "${DEEPGEMM_DIR:-}" && -f "$HERE/deepgemm.py" ]]; then
+        # DeepGEMM's grouped GEMMs, JSON in $OUT (deepgemm-<mode>.json).
+        dg=(env CUDA_HOME=/usr/local/cuda DG_CACHE_DIR="$OUT/dg-cache" PYTHONPATH="$DEEPGEMM_DIR" OUT="$OUT"
+          python3 "$HERE/deepgemm.py")
+        phase deepgemm-contiguous "${GROUPED_TIMEOUT:-540}" "${dg[@]}" contiguous 4,8192,4096,7168 8,4096,4096,7168 \
+          4,8192,7168,2048 8,4096,7168,2048 || FAILED+=("deepgemm-contiguous")
+        phase deepgemm-masked "${GROUPED_TIMEOUT:-540}" "${dg[@]}" masked 1,1024,4096,7168 2,512,4096,7168 4,256,4096,7168 \
+          16,32,4096,7168 1,1024,7168,2048 2,512,7168,2048 4,256,7168,2048 16,32,7168,2048 \
+          || FAILED+=("deepgemm-masked")
+      else
+        echo "=== grouped: DeepGEMM not run (DEEPGEMM_DIR unset or deepgemm.py not in the bundle)" | tee -a "$SUMMARY"
+      fi
       ;;
     anchors)
       if [[ -f "$HERE/anchors.py" ]]; then
