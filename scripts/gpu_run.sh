@@ -2,7 +2,8 @@
 # Runs the candle-fp8 GPU bundle on the GPU machine (no cargo there), from the repo root:
 #
 #   bash bundle/gpu_run.sh [PHASE...]
-#     PHASE: env test reliability sanitize sanitize-fused bench anchors grouped decode smollm2 prefill
+#     PHASE: env test reliability sanitize sanitize-fused bench anchors deepgemm grouped decode smollm2
+#     prefill
 #     (default: env test reliability sanitize bench anchors)
 #
 # Every test binary runs with CANDLE_FP8_REQUIRE_GPU=1: a test that would skip (no device, no
@@ -183,6 +184,26 @@ for p in "${PHASES[@]}"; do
       # shellcheck disable=SC2086
       phase bench "${BENCH_TIMEOUT:-540}" "$BIN/bench" --json "$OUT/bench.json" ${BENCH_ARGS:-} || FAILED+=("bench (rc $?)")
       grep -E "^(copy bandwidth|checks:|WRONG)" "$OUT/bench.log" | head -n 20 | tee -a "$SUMMARY"
+      ;;
+    deepgemm)
+      # DeepGEMM's dense GEMM on the shapes of this job's bench.json (run `bench` first), for
+      # perf_table.py's DeepGEMM column (deepgemm-dense.json next to bench.json), where
+      # DEEPGEMM_DIR names its tree.
+      if [[ -n "${DEEPGEMM_DIR:-}" && -f "$HERE/deepgemm.py" && -f "$OUT/bench.json" ]]; then
+        mapfile -t shapes < <(python3 -c 'import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+seen = []
+for r in rows:
+    s = "%d,%d,%d" % (r["m"], r["n"], r["k"]) if all(x in r for x in "mnk") else None
+    if s and s not in seen:
+        seen.append(s)
+print("\n".join(seen))' "$OUT/bench.json")
+        phase deepgemm "${DEEPGEMM_TIMEOUT:-540}" env CUDA_HOME=/usr/local/cuda DG_CACHE_DIR="$OUT/dg-cache" \
+          PYTHONPATH="$DEEPGEMM_DIR" OUT="$OUT" python3 "$HERE/deepgemm.py" dense "${shapes[@]}" || FAILED+=("deepgemm")
+      else
+        echo "=== deepgemm: not run (DEEPGEMM_DIR unset, deepgemm.py not in the bundle or no bench.json)" \
+          | tee -a "$SUMMARY"
+      fi
       ;;
     grouped)
       # Our grouped GEMMs (bench --grouped), then DeepGEMM's on the same shapes in the same run
