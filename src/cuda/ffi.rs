@@ -27,6 +27,7 @@ extern "C" {
     // ---- GEMM (kernels/gemm/) ----
     pub fn fp8gemm_status_string(status: i32) -> *const c_char;
     pub fn fp8gemm_workspace_bytes(cfg: *const GemmConfig, m: i64, n: i64, k: i64) -> usize;
+    #[cfg(feature = "test-utils")]
     pub fn fp8gemm_compiled_configs(out: *mut GemmConfig, capacity: i32) -> i32;
     pub fn fp8gemm_quantize_act(
         x: *const c_void,

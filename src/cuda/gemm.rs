@@ -277,6 +277,7 @@ fn hopper_config(dev: &CudaDevice, m: usize, n: usize, k: usize) -> Result<GemmC
 }
 
 /// The configurations our kernels are compiled for (`split_k` 0: any split; 1: none).
+#[cfg(feature = "test-utils")]
 pub(crate) fn compiled_configs() -> Vec<GemmConfig> {
     let n = unsafe { ffi::fp8gemm_compiled_configs(std::ptr::null_mut(), 0) }.max(0) as usize;
     let mut v = vec![GemmConfig { kind: 0, block_m: 0, block_n: 0, stages: 0, split_k: 0, num_sms: 0 }; n];

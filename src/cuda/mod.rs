@@ -29,4 +29,5 @@ pub(crate) mod trace;
 
 pub(crate) use device::{device_caps, sm90_kernels_unavailable, with_zeroed_counters};
 pub use device::{device_report, DeviceReport};
+#[cfg(feature = "test-utils")]
 pub(crate) use gemm::compiled_configs;

@@ -12,4 +12,6 @@ pub(crate) use schedule::config_override;
 #[cfg(feature = "test-utils")]
 pub(crate) use schedule::set_config_override;
 #[cfg(any(feature = "cuda", feature = "test-utils"))]
-pub use schedule::{choose_config, GemmConfig, ScheduleKind, DISPATCHED_CONFIGS};
+pub use schedule::{choose_config, GemmConfig, ScheduleKind};
+#[cfg(feature = "test-utils")]
+pub use schedule::DISPATCHED_CONFIGS;

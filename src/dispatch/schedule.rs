@@ -242,6 +242,7 @@ fn tail_cost(tiles: usize, sms: usize, kb: usize) -> Option<(usize, usize, i32)>
 
 /// Every configuration [`choose_config`] can return, as (kind, block_m, block_n, stages): the
 /// set the kernels must compile (a test compares it with the compiled list).
+#[cfg(any(test, feature = "test-utils"))]
 pub const DISPATCHED_CONFIGS: [(ScheduleKind, i32, i32, i32); 12] = [
     (ScheduleKind::SwapAb, 8, 64, 8),
     (ScheduleKind::SwapAb, 16, 64, 8),
