@@ -16,24 +16,13 @@ use std::sync::Arc;
 use candle_core::{DType, Device, Result, Tensor};
 use candle_fp8::checkpoint::Checkpoint;
 use candle_fp8::collective::{Collective, Nccl};
-use candle_fp8::models::{generate, DecoderConfig, DecoderModel, ModelOptions, Sampler};
+use candle_fp8::models::{generate, DecoderModel, ModelOptions, Sampler};
 use candle_fp8::testing::checkpoints::write_toy_lm_checkpoint;
 use candle_fp8::AnyLinear;
 
-const CORPUS: &str =
-    "the quick brown fox jumps over the lazy dog. a journey of a thousand miles begins with one step. ";
-
-fn cfg() -> DecoderConfig {
-    DecoderConfig {
-        hidden_size: 256,
-        intermediate_size: 512,
-        num_hidden_layers: 2,
-        num_attention_heads: 8,
-        num_key_value_heads: Some(2),
-        head_dim: Some(128),
-        ..DecoderConfig::tiny()
-    }
-}
+#[path = "common/tp_toy.rs"]
+mod tp_toy;
+use tp_toy::{cfg, CORPUS};
 
 fn load(dir: &std::path::Path, dev: &Device) -> Result<DecoderModel> {
     let ck = Checkpoint::open(dir)?;

@@ -29,22 +29,9 @@ use candle_fp8::models::{generate, DecoderConfig, DecoderModel, LinearMode, Mode
 use candle_fp8::testing::checkpoints::{write_random_checkpoint, write_toy_lm_checkpoint};
 use candle_fp8::AnyLinear;
 
-const CORPUS: &str =
-    "the quick brown fox jumps over the lazy dog. a journey of a thousand miles begins with one step. ";
-
-/// A tiny Qwen3 (8 query / 2 kv heads of 128, hidden 256, intermediate 512): every width
-/// splits over 2 ranks at whole 128-blocks.
-fn cfg() -> DecoderConfig {
-    DecoderConfig {
-        hidden_size: 256,
-        intermediate_size: 512,
-        num_hidden_layers: 2,
-        num_attention_heads: 8,
-        num_key_value_heads: Some(2),
-        head_dim: Some(128),
-        ..DecoderConfig::tiny()
-    }
-}
+#[path = "common/tp_toy.rs"]
+mod tp_toy;
+use tp_toy::{cfg, CORPUS};
 
 fn load(dir: &std::path::Path, mode: LinearMode) -> Result<DecoderModel> {
     let ck = Checkpoint::open(dir)?;

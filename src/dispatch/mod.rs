@@ -11,7 +11,7 @@ pub use provider::{choose_provider, Backend, DeviceCaps, Fp8Options, Provider, B
 pub(crate) use schedule::config_override;
 #[cfg(feature = "test-utils")]
 pub(crate) use schedule::set_config_override;
-#[cfg(any(feature = "cuda", feature = "test-utils"))]
-pub use schedule::{choose_config, GemmConfig, ScheduleKind};
 #[cfg(feature = "test-utils")]
 pub use schedule::DISPATCHED_CONFIGS;
+#[cfg(any(feature = "cuda", feature = "test-utils"))]
+pub use schedule::{choose_config, GemmConfig, ScheduleKind};
