@@ -12,29 +12,21 @@
 mod gpu;
 
 use candle_core::{DType, Device, Module, Result, Tensor};
-use candle_fp8::format::{act_scale_m_stride, act_scales_view, f32_to_e4m3, num_blocks, weight_scale_shape, F8E4M3};
+use candle_fp8::format::{act_scale_m_stride, act_scales_view, num_blocks, F8E4M3};
 use candle_fp8::models::Fp8MoeExperts;
 use candle_fp8::ops::{fp8_grouped_matmul_contiguous, fp8_grouped_matmul_masked, masked_act_scales_view};
 use candle_fp8::testing::reference::rel_err;
 use candle_fp8::testing::Rng;
 use candle_fp8::{AnyLinear, Fp8BlockLinear};
 
+#[path = "common/grouped_operands.rs"]
+mod grouped_operands;
+use grouped_operands::{codes, weights};
+
 const CPU: Device = Device::Cpu;
 
 /// Rows per expert on both sides of the dense schedules' M boundaries.
 const BOUNDARY_COUNTS: [usize; 12] = [0, 1, 8, 9, 16, 17, 32, 33, 64, 65, 128, 129];
-
-fn codes(rng: &mut Rng, len: usize) -> Vec<F8E4M3> {
-    (0..len).map(|_| f32_to_e4m3(rng.normal() * 100.0)).collect()
-}
-
-/// Stacked weights `[E, N, K]` and scales `[E, ceil(N/128), ceil(K/128)]` on the host.
-fn weights(rng: &mut Rng, e: usize, n: usize, k: usize) -> Result<(Tensor, Tensor)> {
-    let (nb, kb) = weight_scale_shape(n, k);
-    let w = Tensor::from_vec(codes(rng, e * n * k), (e, n, k), &CPU)?;
-    let sw: Vec<f32> = (0..e * nb * kb).map(|_| rng.log_spaced(-10.0, -4.0)).collect();
-    Ok((w, Tensor::from_vec(sw, (e, nb, kb), &CPU)?))
-}
 
 /// The MN-major scale view `[rows, kb]` of random log-spaced per-row scales.
 fn mn_major(rng: &mut Rng, rows: usize, kb: usize) -> Result<Tensor> {

@@ -6,7 +6,7 @@
 //! refused with errors naming the argument and the value.
 
 use candle_core::{DType, Device, Module, Result, Tensor};
-use candle_fp8::format::{act_scale_m_stride, act_scales_view, f32_to_e4m3, num_blocks, weight_scale_shape, F8E4M3};
+use candle_fp8::format::{act_scale_m_stride, act_scales_view, num_blocks, F8E4M3};
 use candle_fp8::models::Fp8MoeExperts;
 use candle_fp8::ops::{
     fp8_block_matmul, fp8_grouped_matmul_contiguous, fp8_grouped_matmul_masked, masked_act_scales_view,
@@ -17,6 +17,10 @@ use candle_fp8::testing::reference::{reference_matmul, rel_err};
 use candle_fp8::testing::Rng;
 use candle_fp8::{AnyLinear, Fp8BlockLinear};
 
+#[path = "common/grouped_operands.rs"]
+mod grouped_operands;
+use grouped_operands::codes;
+
 const CPU: Device = Device::Cpu;
 
 /// Stacked expert weights `[E, N, K]` with scales `[E, ceil(N/128), ceil(K/128)]`.
@@ -25,15 +29,9 @@ struct Weights {
     sw: Tensor,
 }
 
-fn codes(rng: &mut Rng, len: usize) -> Vec<F8E4M3> {
-    (0..len).map(|_| f32_to_e4m3(rng.normal() * 100.0)).collect()
-}
-
 fn weights(e: usize, n: usize, k: usize, rng: &mut Rng) -> Result<Weights> {
-    let (nb, kb) = weight_scale_shape(n, k);
-    let w = Tensor::from_vec(codes(rng, e * n * k), (e, n, k), &CPU)?;
-    let sw: Vec<f32> = (0..e * nb * kb).map(|_| rng.log_spaced(-10.0, -4.0)).collect();
-    Ok(Weights { w, sw: Tensor::from_vec(sw, (e, nb, kb), &CPU)? })
+    let (w, sw) = grouped_operands::weights(rng, e, n, k)?;
+    Ok(Weights { w, sw })
 }
 
 /// Per-row scales `[rows][kb]`, log-spaced.
