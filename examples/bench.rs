@@ -383,7 +383,7 @@ mod imp {
             let sw = Tensor::from_vec(sw_host.clone(), (e, nb, kb), dev)?;
             // Activations and their scales in the layout's own scale layout.
             let a_host = gaussian_act(rows, k, seed ^ 0x5A);
-            let qa = Tensor::from_vec(a_host.clone(), rows, dev)?;
+            let qa = Tensor::from_vec(a_host.clone(), (rows, k), dev)?;
             let (qa, sa, sa_of) = if c.masked {
                 let mp = act_scale_m_stride(max_m);
                 let sa_host = random_scales(e * kb * mp, seed, -6.0, 0.0);

@@ -210,19 +210,22 @@ int32_t fp8gemm_swiglu_quant(const void* gu, int64_t m, int64_t inter, uint8_t* 
 // rounding, candle's broadcast_mul), then roped. Other bits: FP8GEMM_ERR_SHAPE.
 #define FP8GEMM_ATTN_NO_QK_NORM 1u
 
-// Per q and k head of each sequence: RMSNorm over d (f32 sum of squares, bf16 result; skipped
-// with FP8GEMM_ATTN_NO_QK_NORM), times the head's qk_norm row (bf16), then RoPE with
-// `cos_row`/`sin_row` (the d/2 table values of the new token's position; bf16 arithmetic:
+// Per q and k head of each of the `tokens` new tokens of each sequence (qkv rows
+// [batch * tokens, (hq + 2 hkv) * d], token i of sequence b in row b * tokens + i, at position
+// offset + i): RMSNorm over d (f32 sum of squares, bf16 result; skipped with
+// FP8GEMM_ATTN_NO_QK_NORM), times the head's qk_norm row (bf16), then RoPE with row i of
+// `cos_row`/`sin_row` ([tokens, d/2] table values of the positions; bf16 arithmetic:
 // x1*c - x2*s, x1*s + x2*c) — candle's rms_norm, broadcast_mul and rope_thd rounding points.
-// Normalized q goes to `q_out`; k and v (v unchanged) are written at position `offset` of the
-// caches. Requires head_dim 64 or 128, hq % hkv == 0, 0 <= offset < cap, 16-byte aligned
-// pointers. qk_norm, cos_row and sin_row are read before the kernel waits for the previous one
-// (PDL): they must be model constants, not outputs of kernels still in flight.
+// Normalized q goes to `q_out` [batch * tokens, hq, d]; k and v (v unchanged) are written at
+// positions offset + i of the caches. Requires head_dim 64 or 128, hq % hkv == 0,
+// 0 <= offset, offset + tokens <= cap, 16-byte aligned pointers. qk_norm, cos_row and sin_row
+// are read before the kernel waits for the previous one (PDL): they must be model constants,
+// not outputs of kernels still in flight.
 int32_t fp8gemm_qk_norm_rope_append(const void* qkv, const void* qk_norm, const void* cos_row,
                                     const void* sin_row, void* q_out, void* k_cache,
-                                    void* v_cache, int64_t batch, int64_t hq, int64_t hkv,
-                                    int64_t head_dim, int64_t cap, int64_t offset, float eps,
-                                    uint32_t flags, void* stream);
+                                    void* v_cache, int64_t batch, int64_t tokens, int64_t hq,
+                                    int64_t hkv, int64_t head_dim, int64_t cap, int64_t offset,
+                                    float eps, uint32_t flags, void* stream);
 
 // Bytes of workspace fp8gemm_decode_attention needs for `splits` position splits (0 when
 // splits <= 1); the same for head_dim 64 and 128 (slots of 128 floats).

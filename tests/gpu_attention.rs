@@ -203,6 +203,91 @@ fn cuda_qk_norm_rope_append_matches_candle_ops() -> Result<()> {
     Ok(())
 }
 
+/// A prompt's tokens (`qkv` `[B, T, width]`, positions `offset .. offset + T`) through the same
+/// launch: q, and k / v at those cache positions, equal candle's composed path on the `[B·T]`
+/// rows (the flash prefill path's input), every other cache entry untouched.
+#[test]
+fn cuda_qk_norm_rope_append_prompt_matches_candle_ops() -> Result<()> {
+    let dev = kernels_device_or_skip!("cuda_qk_norm_rope_append_prompt_matches_candle_ops");
+    let eps = 1e-6f32;
+    let cap = 1100;
+    let (cos, sin) = rope_tables(cap, HD, &dev)?;
+    let (mut total, mut mismatched) = (0usize, 0usize);
+    for (b, t, hq, hkv, offset, norm) in [
+        (1, 1000, 64, 8, 0, QkNorm::Rms),
+        (2, 65, 16, 4, 37, QkNorm::Rms),
+        (3, 7, 8, 8, cap - 7, QkNorm::WeightOnly),
+        (1, 2, 64, 8, 1, QkNorm::WeightOnly),
+    ] {
+        let width = (hq + 2 * hkv) * HD;
+        let gain = Tensor::rand(0.05f32, 20f32, (b * t, 1), &dev)?;
+        let qkv = Tensor::randn(0f32, 1f32, (b * t, width), &dev)?.broadcast_mul(&gain)?.to_dtype(DType::BF16)?;
+        let w = head_weights(hq, hkv, HD, norm, &dev)?;
+        let k_cache = nan_bf16(&[b, hkv, cap, HD], &dev)?;
+        let v_cache = nan_bf16(&[b, hkv, cap, HD], &dev)?;
+        let (cos_r, sin_r) = (cos.narrow(0, offset, t)?, sin.narrow(0, offset, t)?);
+        let q = attn::qk_norm_rope_append(
+            &qkv.reshape((b, t, width))?,
+            &w,
+            &cos_r,
+            &sin_r,
+            &k_cache,
+            &v_cache,
+            offset,
+            hq,
+            hkv,
+            eps,
+            norm,
+        )?;
+        assert_eq!(q.dims(), &[b, t, hq, HD]);
+
+        // candle's path on the [B·T] rows: rope_thd with the tokens' table rows.
+        let nqk = (hq + hkv) * HD;
+        let qk = qkv.narrow(1, 0, nqk)?.contiguous()?;
+        let qk = match norm {
+            QkNorm::Rms => {
+                let unit = Tensor::ones(HD, DType::BF16, &dev)?;
+                candle_nn::ops::rms_norm(&qk.reshape((b * t * (hq + hkv), HD))?, &unit, eps)?
+            }
+            QkNorm::WeightOnly => qk,
+        };
+        let qk = qk.reshape((b, t, hq + hkv, HD))?.broadcast_mul(&w)?;
+        let qk = candle_nn::rotary_emb::rope_thd(&qk, &cos_r, &sin_r)?;
+        let q_ref = qk.narrow(2, 0, hq)?;
+        let k_ref = qk.narrow(2, hq, hkv)?.transpose(1, 2)?.contiguous()?;
+        let v_ref = qkv.narrow(1, nqk, hkv * HD)?.reshape((b, t, hkv, HD))?.transpose(1, 2)?.contiguous()?;
+
+        let what = format!("B={b} T={t} heads {hq}/{hkv} offset {offset} {norm:?}");
+        let v_new = v_cache.narrow(2, offset, t)?;
+        assert_eq!(ulp_diff(&v_new, &v_ref)?.0, 0, "{what}: v must be copied bit for bit");
+        let k_new = k_cache.narrow(2, offset, t)?;
+        for (name, got, want) in [("q", &q, &q_ref), ("k", &k_new, &k_ref)] {
+            let (n, worst) = ulp_diff(got, want)?;
+            assert!(worst <= 1, "{what}: {name} differs from candle's ops by {worst} bf16 ulps ({n} elements)");
+            total += want.elem_count();
+            mismatched += n;
+        }
+        for (name, c) in [("k_cache", &k_cache), ("v_cache", &v_cache)] {
+            let f = c.to_dtype(DType::F32)?;
+            let nan = f.ne(&f)?.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()?;
+            let expect = (b * hkv * (cap - t) * HD) as f32;
+            assert_eq!(nan, expect, "{what}: {name} was written outside positions {offset}..{}", offset + t);
+        }
+    }
+    println!("qk_norm_rope_append (prompts) vs candle: {mismatched} of {total} q/k values differ");
+    assert!(mismatched * 1000 <= total, "{mismatched} of {total} values differ from candle's ops");
+    // Past the cache: refused before any launch, naming the numbers.
+    let qkv = Tensor::zeros((1, 8, (8 + 2 * 8) * HD), DType::BF16, &dev)?;
+    let (w, kc, vc) = (
+        head_weights(8, 8, HD, QkNorm::Rms, &dev)?,
+        nan_bf16(&[1, 8, 16, HD], &dev)?,
+        nan_bf16(&[1, 8, 16, HD], &dev)?,
+    );
+    let err = attn::qk_norm_rope_append(&qkv, &w, &cos, &sin, &kc, &vc, 9, 8, 8, eps, QkNorm::Rms).unwrap_err();
+    assert!(err.to_string().contains("capacity 16"), "{err}");
+    Ok(())
+}
+
 /// Random caches with `len` valid positions and NaN poison from `len` to `cap`; also returns
 /// the valid parts `[B, hkv, len, 128]`.
 fn poisoned_caches(

@@ -1,6 +1,6 @@
 // Decode-step attention (one new token per sequence, head_dim kD = 128 or 64):
 //   qk_norm_rope_append_kernel   per-head RMSNorm (kNorm; else none) + weight + RoPE of q and k,
-//                                KV-cache append
+//                                KV-cache append (a decode step's token, or a prompt's tokens)
 //   decode_attention_kernel      f32 online-softmax attention over a range of cache positions;
 //                                <kRep, true, ..>: the whole step in one launch (the qk-norm,
 //                                RoPE and append of its own heads first; position splits merged
@@ -116,30 +116,33 @@ __global__ void __launch_bounds__(kThreads) qk_norm_rope_append_kernel(
     const __nv_bfloat16* __restrict__ qkv, const __nv_bfloat16* __restrict__ norm_w,
     const __nv_bfloat16* __restrict__ cos_row, const __nv_bfloat16* __restrict__ sin_row,
     __nv_bfloat16* __restrict__ q_out, __nv_bfloat16* __restrict__ k_cache,
-    __nv_bfloat16* __restrict__ v_cache, int64_t batch, int hq, int hkv, int64_t cap,
-    int64_t offset, float eps) {
+    __nv_bfloat16* __restrict__ v_cache, int64_t batch, int64_t tokens, int hq, int hkv,
+    int64_t cap, int64_t offset, float eps) {
   ptx::griddep_launch_dependents();
   const int heads = hq + 2 * hkv;
   const int64_t warp = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
-  const int64_t b = warp / heads;
+  // Warp = (row, head); row = b * tokens + i is token i of sequence b, at position offset + i.
+  const int64_t row = warp / heads;
+  const int64_t b = row / tokens, pos = offset + row % tokens;
   const int h = static_cast<int>(warp % heads);
   // The head's norm weights and the RoPE rows are model constants (see api.h): read them
   // before waiting for the previous kernel, so that only qkv's load is on the critical path.
   constexpr int kV = kD / 32;
   __nv_bfloat16 wn[kV], cs[kV / 2], sn[kV / 2];
-  const bool qk_head = warp < batch * heads && h < hq + hkv;
+  const bool qk_head = warp < batch * tokens * heads && h < hq + hkv;
   if (qk_head) {
+    const int64_t t_row = (row % tokens) * (kD / 2);
 #pragma unroll
     for (int i = 0; i < kV; ++i) wn[i] = norm_w[int64_t(h) * kD + lane + 32 * i];
 #pragma unroll
     for (int i = 0; i < kV / 2; ++i) {
-      cs[i] = cos_row[lane + 32 * i];
-      sn[i] = sin_row[lane + 32 * i];
+      cs[i] = cos_row[t_row + lane + 32 * i];
+      sn[i] = sin_row[t_row + lane + 32 * i];
     }
   }
   ptx::griddep_wait();  // qkv is the previous GEMM's output; the caches were written before too
-  if (warp >= batch * heads) return;
+  if (warp >= batch * tokens * heads) return;
   const __nv_bfloat16* x = qkv + warp * kD;
   __nv_bfloat16 xin[kV];
 #pragma unroll
@@ -147,7 +150,7 @@ __global__ void __launch_bounds__(kThreads) qk_norm_rope_append_kernel(
 
   if (h >= hq + hkv) {  // a v head: copied as is
     const int64_t g = h - hq - hkv;
-    __nv_bfloat16* dst = v_cache + ((b * hkv + g) * cap + offset) * kD;
+    __nv_bfloat16* dst = v_cache + ((b * hkv + g) * cap + pos) * kD;
 #pragma unroll
     for (int i = 0; i < kV; ++i) dst[lane + 32 * i] = xin[i];
     return;
@@ -156,8 +159,8 @@ __global__ void __launch_bounds__(kThreads) qk_norm_rope_append_kernel(
   __nv_bfloat16 r[kV];
   norm_rope_lane<kD, kNorm>(xin, wn, cs, sn, eps, r);
 
-  __nv_bfloat16* dst = h < hq ? q_out + (b * hq + h) * kD
-                              : k_cache + ((b * hkv + (h - hq)) * cap + offset) * kD;
+  __nv_bfloat16* dst = h < hq ? q_out + (row * hq + h) * kD
+                              : k_cache + ((b * hkv + (h - hq)) * cap + pos) * kD;
 #pragma unroll
   for (int i = 0; i < kV; ++i) dst[lane + 32 * i] = r[i];
 }
@@ -671,18 +674,21 @@ static bool bad_flags(uint32_t flags) { return (flags & ~FP8GEMM_ATTN_NO_QK_NORM
 extern "C" int32_t fp8gemm_qk_norm_rope_append(const void* qkv, const void* qk_norm,
                                                const void* cos_row, const void* sin_row,
                                                void* q_out, void* k_cache, void* v_cache,
-                                               int64_t batch, int64_t hq, int64_t hkv,
-                                               int64_t head_dim, int64_t cap, int64_t offset,
-                                               float eps, uint32_t flags, void* stream) {
-  if ((head_dim != 64 && head_dim != 128) || batch < 1 || hq < 1 || hkv < 1 || hq % hkv != 0 ||
-      hq + 2 * hkv > (1 << 20) || cap < 1 || offset < 0 || offset >= cap || bad_flags(flags))
+                                               int64_t batch, int64_t tokens, int64_t hq,
+                                               int64_t hkv, int64_t head_dim, int64_t cap,
+                                               int64_t offset, float eps, uint32_t flags,
+                                               void* stream) {
+  if ((head_dim != 64 && head_dim != 128) || batch < 1 || tokens < 1 || hq < 1 || hkv < 1 ||
+      hq % hkv != 0 || hq + 2 * hkv > (1 << 20) || cap < 1 || offset < 0 ||
+      tokens > cap - offset || bad_flags(flags))
     return FP8GEMM_ERR_SHAPE;
   if (!qkv || !qk_norm || !cos_row || !sin_row || !q_out || !k_cache || !v_cache)
     return FP8GEMM_ERR_ALIGN;
   if (misaligned(qkv) || misaligned(qk_norm) || misaligned(cos_row) || misaligned(sin_row) ||
       misaligned(q_out) || misaligned(k_cache) || misaligned(v_cache))
     return FP8GEMM_ERR_ALIGN;
-  const int64_t warps = batch * (hq + 2 * hkv);
+  if (batch > (int64_t(1) << 40) / tokens) return FP8GEMM_ERR_SHAPE;
+  const int64_t warps = batch * tokens * (hq + 2 * hkv);
   const int64_t blocks = (warps + kThreads / 32 - 1) / (kThreads / 32);
   if (blocks > 0x7fffffff) return FP8GEMM_ERR_SHAPE;
   const bool norm = (flags & FP8GEMM_ATTN_NO_QK_NORM) == 0;
@@ -696,7 +702,7 @@ extern "C" int32_t fp8gemm_qk_norm_rope_append(const void* qkv, const void* qk_n
                                static_cast<const __nv_bfloat16*>(sin_row),
                                static_cast<__nv_bfloat16*>(q_out),
                                static_cast<__nv_bfloat16*>(k_cache),
-                               static_cast<__nv_bfloat16*>(v_cache), batch,
+                               static_cast<__nv_bfloat16*>(v_cache), batch, tokens,
                                static_cast<int>(hq), static_cast<int>(hkv), cap, offset, eps);
   });
 }

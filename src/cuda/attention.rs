@@ -144,19 +144,20 @@ pub(super) fn status(what: &str, st: i32) -> Result<()> {
 }
 
 /// Per-head RMSNorm (`norm`: [`QkNorm::Rms`]; none with [`QkNorm::WeightOnly`]) + weight + RoPE
-/// of the q and k heads of one decode step, and the KV-cache append, in one launch. `d` (the
-/// head dimension, 64 or 128) is the caches' last dimension.
+/// of the q and k heads of one decode step (or of a prompt's `T` tokens), and the KV-cache
+/// append, in one launch. `d` (the head dimension, 64 or 128) is the caches' last dimension.
 ///
-/// - `qkv`: bf16 contiguous `[B, (num_heads + 2 * num_kv_heads) * d]`: the fused projection
-///   output (q heads, then k heads, then v heads).
+/// - `qkv`: bf16 contiguous `[B, (num_heads + 2 * num_kv_heads) * d]` (one token per sequence)
+///   or `[B, T, (num_heads + 2 * num_kv_heads) * d]` (`T` tokens per sequence, at positions
+///   `offset .. offset + T`): the fused projection output (q heads, then k heads, then v heads).
 /// - `qk_norm`: bf16 contiguous `[num_heads + num_kv_heads, d]`: the per-head weights, q rows
 ///   (with any attention scale folded in), then k rows (ones for a model without a q/k norm).
-/// - `cos`, `sin`: bf16 contiguous `[T, d / 2]` (`T >= 1`): the RoPE table rows of the step, as
-///   `candle_nn::rotary_emb::rope_thd` takes them; row 0 is used (the new token's position).
+/// - `cos`, `sin`: bf16 contiguous `[R, d / 2]` (`R >= T`): the RoPE table rows of the tokens'
+///   positions, as `candle_nn::rotary_emb::rope_thd` takes them; row `i` is token `i`'s.
 /// - `k_cache`, `v_cache`: bf16 contiguous `[B, num_kv_heads, capacity, d]`, two distinct
-///   buffers; k and v are written in place at position `offset < capacity`.
+///   buffers; k and v are written in place at positions `offset .. offset + T <= capacity`.
 ///
-/// Returns q, bf16 `[B, num_heads, d]`. The result equals candle's `rms_norm(·, ones, eps)` (or
+/// Returns q, bf16 `[B, num_heads, d]` (2-D `qkv`) or `[B, T, num_heads, d]` (3-D). The result equals candle's `rms_norm(·, ones, eps)` (or
 /// nothing) → `broadcast_mul(qk_norm)` → `rope_thd` bit for bit (same f32 association, same
 /// bf16 rounding points).
 ///
@@ -179,12 +180,12 @@ pub fn qk_norm_rope_append(
 ) -> Result<Tensor> {
     let op = "qk_norm_rope_append";
     let (hq, hkv) = (num_heads, num_kv_heads);
-    let (dev, b, cap, d) = check_step_inputs(op, qkv, qk_norm, cos, sin, k_cache, v_cache, offset, hq, hkv)?;
+    let (dev, b, t, cap, d) = check_step_inputs(op, qkv, qk_norm, cos, sin, k_cache, v_cache, offset, hq, hkv)?;
     let stream = dev.cuda_stream();
-    let mut q_out = unsafe { dev.alloc::<bf16>(b * hq * d)? };
+    let mut q_out = unsafe { dev.alloc::<bf16>(b * t * hq * d)? };
     {
         let (q_ptr, _gq) = q_out.device_ptr_mut(&stream);
-        with_step_ptrs(op, &dev, d, [qkv, qk_norm, cos, sin], k_cache, v_cache, &|ptrs, k_ptr, v_ptr| {
+        with_step_ptrs(op, &dev, t * d, [qkv, qk_norm, cos, sin], k_cache, v_cache, &|ptrs, k_ptr, v_ptr| {
             let st = unsafe {
                 fp8gemm_qk_norm_rope_append(
                     ptrs[0] as *const c_void,
@@ -195,6 +196,7 @@ pub fn qk_norm_rope_append(
                     k_ptr as *mut c_void,
                     v_ptr as *mut c_void,
                     b as i64,
+                    t as i64,
                     hq as i64,
                     hkv as i64,
                     d as i64,
@@ -206,18 +208,25 @@ pub fn qk_norm_rope_append(
                 )
             };
             status(
-                &format!("{op} (batch {b}, heads {hq}/{hkv}, head_dim {d}, {norm:?}, offset {offset}, capacity {cap})"),
+                &format!(
+                    "{op} (batch {b}, tokens {t}, heads {hq}/{hkv}, head_dim {d}, {norm:?}, offset {offset}, capacity {cap})"
+                ),
                 st,
             )
         })?;
     }
     let st = CudaStorage::wrap_cuda_slice(q_out, dev);
-    Ok(Tensor::from_storage(Storage::Cuda(st), (b, hq, d), BackpropOp::none(), false))
+    let q = Tensor::from_storage(Storage::Cuda(st), (b, t, hq, d), BackpropOp::none(), false);
+    if qkv.rank() == 2 {
+        q.squeeze(1)
+    } else {
+        Ok(q)
+    }
 }
 
-/// Checks the inputs of a decode step's qk-norm + RoPE + append (shared by
-/// [`qk_norm_rope_append`] and [`decode_step_attention`]); returns `(device, batch,
-/// capacity, head_dim)`.
+/// Checks the inputs of a qk-norm + RoPE + append (shared by [`qk_norm_rope_append`] and
+/// [`decode_step_attention`]); returns `(device, batch, tokens per sequence, capacity,
+/// head_dim)`.
 #[allow(clippy::too_many_arguments)]
 fn check_step_inputs(
     op: &str,
@@ -230,7 +239,7 @@ fn check_step_inputs(
     offset: usize,
     hq: usize,
     hkv: usize,
-) -> Result<(CudaDevice, usize, usize, usize)> {
+) -> Result<(CudaDevice, usize, usize, usize, usize)> {
     if hq == 0 || hkv == 0 || hq % hkv != 0 {
         bail!("candle-fp8 {op}: num_heads {hq} must be a non-zero multiple of num_kv_heads {hkv}")
     }
@@ -244,10 +253,11 @@ fn check_step_inputs(
     let vd = cache_dims(v_cache, "v_cache")?;
     let hd = kd.3;
     let width = (hq + 2 * hkv) * hd;
-    let b = match qkv.dims() {
-        &[b, w] if w == width && b > 0 => b,
+    let (b, t) = match qkv.dims() {
+        &[b, w] if w == width && b > 0 => (b, 1),
+        &[b, t, w] if w == width && b > 0 && t > 0 => (b, t),
         d => bail!(
-            "candle-fp8 {op}: qkv must be [batch, {width}] ((num_heads {hq} + 2 × \
+            "candle-fp8 {op}: qkv must be [batch, {width}] or [batch, tokens, {width}] ((num_heads {hq} + 2 × \
              num_kv_heads {hkv}) × head_dim {hd}), got {d:?}"
         ),
     };
@@ -263,16 +273,16 @@ fn check_step_inputs(
     if qk_norm.dims() != [hq + hkv, hd] {
         bail!("candle-fp8 {op}: qk_norm must be [{}, {hd}], got {:?}", hq + hkv, qk_norm.dims())
     }
-    for (t, what) in [(cos, "cos"), (sin, "sin")] {
-        check_bf16_contiguous(t, what)?;
-        match t.dims() {
-            &[r, h] if r >= 1 && h == hd / 2 => {}
-            d => bail!("candle-fp8 {op}: {what} must be [T >= 1, {}], got {d:?}", hd / 2),
+    for (table, what) in [(cos, "cos"), (sin, "sin")] {
+        check_bf16_contiguous(table, what)?;
+        match table.dims() {
+            &[r, h] if r >= t && h == hd / 2 => {}
+            d => bail!("candle-fp8 {op}: {what} must be [rows >= {t} (the tokens), {}], got {d:?}", hd / 2),
         }
     }
     let cap = kd.2;
-    if offset >= cap {
-        bail!("candle-fp8 {op}: offset {offset} is beyond the cache capacity {cap}")
+    if offset >= cap || t > cap - offset {
+        bail!("candle-fp8 {op}: offset {offset} + {t} token(s) is beyond the cache capacity {cap}")
     }
     // The caches are locked for writing while the inputs are locked for reading: one storage
     // in both roles would deadlock (and alias).
@@ -286,16 +296,16 @@ fn check_step_inputs(
     if ka == va {
         bail!("candle-fp8 {op}: k_cache and v_cache share one storage; they must be distinct buffers")
     }
-    Ok((dev, b, cap, hd))
+    Ok((dev, b, t, cap, hd))
 }
 
 /// Runs `launch(read pointers of [qkv, qk_norm, cos, sin], k_cache pointer, v_cache pointer)`
 /// with the four inputs locked for reading and both caches locked for writing (the inputs of
-/// [`check_step_inputs`], head dimension `d`; cos/sin are viewed as their first row).
+/// [`check_step_inputs`]; cos/sin are viewed as their first `rope_elems / (d / 2)` rows).
 fn with_step_ptrs(
     op: &str,
     dev: &CudaDevice,
-    d: usize,
+    rope_elems: usize,
     inputs: [&Tensor; 4],
     k_cache: &Tensor,
     v_cache: &Tensor,
@@ -306,7 +316,7 @@ fn with_step_ptrs(
     let mut views = Vec::with_capacity(4);
     for (i, ((st, l), what)) in guards.iter().zip(["qkv", "qk_norm", "cos", "sin"]).enumerate() {
         let Storage::Cuda(cs) = &**st else { bail!("candle-fp8 {op}: {what} is not on a CUDA device") };
-        let n = if i < 2 { l.shape().elem_count() } else { d / 2 };
+        let n = if i < 2 { l.shape().elem_count() } else { rope_elems / 2 };
         views.push(view::<bf16>(what, cs, l, n)?);
     }
     let read: Vec<_> = views.iter().map(|v| v.device_ptr(&stream)).collect();
@@ -633,7 +643,10 @@ pub fn decode_step_attention(
     if !a.quantized && !a.bf16 {
         bail!("candle-fp8 {op}: ask for the quantized and/or the bf16 output")
     }
-    let (dev, b, cap, hd) = check_step_inputs(op, qkv, qk_norm, cos, sin, k_cache, v_cache, offset, hq, hkv)?;
+    let (dev, b, t, cap, hd) = check_step_inputs(op, qkv, qk_norm, cos, sin, k_cache, v_cache, offset, hq, hkv)?;
+    if t != 1 {
+        bail!("candle-fp8 {op}: one token per sequence (qkv [batch, width]), got qkv {:?}", qkv.dims())
+    }
     let n_rep = hq / hkv;
     if n_rep > MAX_QUERIES_PER_KV_HEAD {
         bail!("candle-fp8 {op}: {n_rep} query heads per kv head; at most {MAX_QUERIES_PER_KV_HEAD} are supported")

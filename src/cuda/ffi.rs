@@ -136,6 +136,7 @@ extern "C" {
         k_cache: *mut c_void,
         v_cache: *mut c_void,
         batch: i64,
+        tokens: i64,
         hq: i64,
         hkv: i64,
         head_dim: i64,
@@ -429,9 +430,11 @@ mod tests {
             assert_eq!(step(128, 2, b), SHAPE);
             assert_eq!(step(64, ATTN_NO_QK_NORM, b), SHAPE, "head_dim 64 takes qa == NULL");
             let append = |d: i64, flags: u32| {
-                fp8gemm_qk_norm_rope_append(p, p, p, p, p, p, p, 1, 9, 3, d, 8, 0, 1e-6, flags, null)
+                fp8gemm_qk_norm_rope_append(p, p, p, p, p, p, p, 1, 1, 9, 3, d, 8, 0, 1e-6, flags, null)
             };
             assert_eq!(append(96, 0), SHAPE);
+            // More tokens than the cache holds after the offset.
+            assert_eq!(fp8gemm_qk_norm_rope_append(p, p, p, p, p, p, p, 1, 9, 9, 3, 128, 8, 0, 1e-6, 0, null), SHAPE);
             assert_eq!(append(64, 4), SHAPE);
             let attn = |d: i64| fp8gemm_decode_attention(p, p, p, 1, 9, 3, d, 8, 1, 1, null, 0, b, f, null, null);
             assert_eq!(attn(32), SHAPE);

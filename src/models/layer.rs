@@ -287,7 +287,7 @@ impl DecoderLayer {
         let fused = if dims.fused && t == 1 {
             self.decode_attention_fused(&xn, b, offset, rope, cache, capacity_hint, dims)?
         } else if dims.flash_prefill && t > 1 {
-            Some(self.prefill_attention_flash(&xn, b, t, offset, rope, unit, cache, capacity_hint, dims)?)
+            Some(self.prefill_attention_flash(&xn, b, t, offset, rope, cache, capacity_hint, dims)?)
         } else {
             None
         };
@@ -545,10 +545,10 @@ impl DecoderLayer {
     }
 
     /// A prompt's (T > 1) attention through the flash prefill kernel (CUDA sm_90, bf16, head_dim
-    /// 64 or 128; [`flash_prefill_applies`]): q/k/v, norm and RoPE as the candle path, the KV-cache
-    /// append, then causal attention over the cache without a `T × T` score tensor, written as the
-    /// o projection's quantized operand when that projection quantizes activations. Returns the o
-    /// projection's output `[B·T, hidden]`.
+    /// 64 or 128; [`flash_prefill_applies`]): the q/k/v projection, then q/k norm, RoPE and the
+    /// KV-cache append in one launch (the candle path's bits), then causal attention over the
+    /// cache without a `T × T` score tensor, written as the o projection's quantized operand when
+    /// that projection quantizes activations. Returns the o projection's output `[B·T, hidden]`.
     #[cfg(feature = "cuda")]
     #[allow(clippy::too_many_arguments)]
     fn prefill_attention_flash(
@@ -558,20 +558,24 @@ impl DecoderLayer {
         t: usize,
         offset: usize,
         rope: (&Tensor, &Tensor),
-        unit: &Tensor,
         cache: &mut KvCache,
         capacity_hint: usize,
         dims: Dims,
     ) -> Result<Unreduced> {
+        use crate::cuda::attention::{qk_norm_rope_append, QkNorm};
         use crate::cuda::prefill::prefill_attention;
-        let Dims { hq, hkv, d, .. } = dims;
-        let (qk, v) = self.roped_qk_v(xn, b, t, rope, unit, dims)?;
-        let k = qk.narrow(2, hq, hkv)?.transpose(1, 2)?.contiguous()?;
-        let v = v.reshape((b, t, hkv, d))?.transpose(1, 2)?.contiguous()?;
-        cache.append(&k, &v, offset, capacity_hint)?;
-        let (kc, vc) = (cache.k.as_ref().expect("appended"), cache.v.as_ref().expect("appended"));
-        // The q heads of the q|k rows, in place: tokens (hq + hkv)·d elements apart.
-        let q = qk.narrow(2, 0, hq)?;
+        let Dims { hq, hkv, d, eps, .. } = dims;
+        // q | k | v heads side by side, as one fused GEMM writes them.
+        let qkv = match &self.qkv {
+            Proj::Fused(l, _) => xn.project(l)?,
+            Proj::Split(ls) => Tensor::cat(&ls.iter().map(|l| xn.project(l)).collect::<Result<Vec<_>>>()?, 1)?,
+        };
+        let qkv = qkv.contiguous()?.reshape((b, t, (hq + 2 * hkv) * d))?;
+        cache.reserve((b, hkv, t, d), DType::BF16, xn.device(), offset, capacity_hint)?;
+        let (kc, vc) = (cache.k.as_ref().expect("reserved"), cache.v.as_ref().expect("reserved"));
+        let norm = if self.qk_norm { QkNorm::Rms } else { QkNorm::WeightOnly };
+        let q = qk_norm_rope_append(&qkv, &self.qk_weight, rope.0, rope.1, kc, vc, offset, hq, hkv, eps, norm)?;
+        cache.len = offset + t;
         match &self.o {
             AnyLinear::Fp8(o) if o.quantizes_activations()? => {
                 let out = prefill_attention(&q, kc, vc, offset, true, false)?;
@@ -594,7 +598,6 @@ impl DecoderLayer {
         _t: usize,
         _offset: usize,
         _rope: (&Tensor, &Tensor),
-        _unit: &Tensor,
         _cache: &mut KvCache,
         _capacity_hint: usize,
         _dims: Dims,
