@@ -29,6 +29,8 @@ use super::ffi::{fp8gemm_prefill_attention, fp8gemm_prefill_attention_wgmma};
 /// Outputs as `quantized` / `bf16` ask: bf16 `[B * T, num_heads * d]` (token-major rows,
 /// head-major columns: the o projection's input) and/or its quantized form (the activation
 /// contract; written by the kernel at `d == 128`, by the activation quantizer at 64).
+///
+/// Runs the kernel [`PrefillKernel::Auto`] picks ([`prefill_attention_with`] chooses).
 pub fn prefill_attention(
     q: &Tensor,
     k_cache: &Tensor,
