@@ -131,8 +131,9 @@ mod imp {
         /// of a Qwen3-32B layer (64 query / 8 kv heads of 128, batch 1) for these prompt lengths,
         /// the whole prompt in one pass and in passes of 1024 and 2048 tokens after their cached
         /// prefix (the sum over the passes), each length up to 2048 checked against the f32
-        /// attention; print `PREFILL len chunk ms tflops` lines (causal FLOPs: 4·heads·d per
-        /// (query, visible key) pair).
+        /// attention; print `PREFILL len chunk ms tflops kernel` lines (causal FLOPs: 4·heads·d
+        /// per (query, visible key) pair): the kernel the model uses (`PrefillKernel::Auto`), then
+        /// the mma.sync kernel for comparison.
         #[arg(long, value_delimiter = ',', num_args = 1..)]
         prefill_attention: Vec<usize>,
         /// Instead of the GEMM tables: time the grouped GEMMs of mixture-of-experts layers
@@ -270,8 +271,9 @@ mod imp {
         judge: &mut Judge,
         json_rows: &mut Vec<serde_json::Value>,
     ) -> Result<()> {
-        use candle_fp8::kernels::prefill_attention;
+        use candle_fp8::kernels::{prefill_attention_with, PrefillKernel};
         let (hq, hkv, d) = (64usize, 8usize, 128usize);
+        let kernels = [PrefillKernel::Auto.resolve(d), PrefillKernel::MmaSync];
         for &len in &args.prefill_attention {
             // q inside q|k rows, as the decoder hands it over; the caches hold the whole prompt.
             let qk = Tensor::randn(0f32, 0.2, (1, len, hq + hkv, d), dev)?.to_dtype(DType::BF16)?;
@@ -279,10 +281,12 @@ mod imp {
             let v = Tensor::randn(0f32, 1.0, (1, hkv, len, d), dev)?.to_dtype(DType::BF16)?;
             if len <= 2048 {
                 let q = qk.narrow(2, 0, hq)?;
-                poison(dev, len * hq * d)?;
-                let y = prefill_attention(&q, &k, &v, 0, false, true)?.bf16.context("bf16 output")?;
                 let r = prefill_reference(&q, &k, &v)?;
-                judge.check(&format!("prefill attention len {len}"), &y, &r, MAX_RELERR_BF16)?;
+                for kernel in kernels {
+                    poison(dev, len * hq * d)?;
+                    let y = prefill_attention_with(&q, &k, &v, 0, false, true, kernel)?.bf16.context("bf16 output")?;
+                    judge.check(&format!("prefill attention {kernel:?} len {len}"), &y, &r, MAX_RELERR_BF16)?;
+                }
             }
             let mut chunks: Vec<usize> = [1024, 2048, len].into_iter().filter(|&c| c <= len).collect();
             chunks.dedup();
@@ -292,17 +296,24 @@ mod imp {
                     .iter()
                     .map(|&(o, n)| qk.narrow(1, o, n)?.narrow(2, 0, hq))
                     .collect::<candle_core::Result<_>>()?;
-                let (us, _) = time_us(stream, passes.len(), args, &mut |i| {
-                    let (o, _) = passes[i % passes.len()];
-                    prefill_attention(&qs[i % passes.len()], &k, &v, o, true, false).map(drop).map_err(Into::into)
-                })?;
-                // time_us divides by the passes captured: the prompt's time is their sum.
-                let ms = us * passes.len() as f64 / 1e3;
-                let pairs: f64 = passes.iter().map(|&(o, n)| (n * o) as f64 + (n * (n + 1) / 2) as f64).sum();
-                let tflops = 4.0 * (hq * d) as f64 * pairs / (ms * 1e-3) / 1e12;
-                println!("PREFILL len {len} chunk {chunk} {ms:.3} ms {tflops:.0} TFLOP/s ({} passes)", passes.len());
-                json_rows.push(serde_json::json!({"prefill_attention": true, "len": len, "chunk": chunk,
-                    "passes": passes.len(), "ms": ms, "tflops": tflops}));
+                for kernel in kernels {
+                    let (us, _) = time_us(stream, passes.len(), args, &mut |i| {
+                        let (o, _) = passes[i % passes.len()];
+                        prefill_attention_with(&qs[i % passes.len()], &k, &v, o, true, false, kernel)
+                            .map(drop)
+                            .map_err(Into::into)
+                    })?;
+                    // time_us divides by the passes captured: the prompt's time is their sum.
+                    let ms = us * passes.len() as f64 / 1e3;
+                    let pairs: f64 = passes.iter().map(|&(o, n)| (n * o) as f64 + (n * (n + 1) / 2) as f64).sum();
+                    let tflops = 4.0 * (hq * d) as f64 * pairs / (ms * 1e-3) / 1e12;
+                    println!(
+                        "PREFILL len {len} chunk {chunk} {ms:.3} ms {tflops:.0} TFLOP/s ({} passes) {kernel:?}",
+                        passes.len()
+                    );
+                    json_rows.push(serde_json::json!({"prefill_attention": true, "len": len, "chunk": chunk,
+                        "passes": passes.len(), "ms": ms, "tflops": tflops, "kernel": format!("{kernel:?}")}));
+                }
             }
         }
         Ok(())

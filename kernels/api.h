@@ -304,6 +304,15 @@ int32_t fp8gemm_prefill_attention(const void* q, int64_t q_row, const void* k_ca
                                   int64_t hkv, int64_t head_dim, int64_t cap, int64_t offset,
                                   uint8_t* qa, float* sa, void* out, void* stream);
 
+// The same attention by the warpgroup-MMA kernel (kernels/attention/prefill_wgmma.cu): head_dim
+// 128 only, same arguments, layouts and outputs (the quantized operand as above, from its own
+// bf16 output), batch * t and batch * hkv below 2^31; FP8GEMM_ERR_TMA when a tensor map cannot
+// be built.
+int32_t fp8gemm_prefill_attention_wgmma(const void* q, int64_t q_row, const void* k_cache,
+                                        const void* v_cache, int64_t batch, int64_t t, int64_t hq,
+                                        int64_t hkv, int64_t head_dim, int64_t cap, int64_t offset,
+                                        uint8_t* qa, float* sa, void* out, void* stream);
+
 // ---- Sampling (kernels/sampling/) ----------------------------------------------------------------
 
 // out[r] = argmax over c in [0, cols) of x[r * row_stride + c], for r in [0, rows), on f32 or

@@ -55,7 +55,7 @@ pub mod kernels {
         default_step_splits, qk_norm_rope_append, AttentionOutput, DecodeAttentionOptions, DecodeStepOptions, QkNorm,
         SplitMerge, HEAD_DIM, HEAD_DIMS, MAX_CLUSTER_SPLITS, MAX_QUERIES_PER_KV_HEAD, POSITION_TILE,
     };
-    pub use crate::cuda::prefill::prefill_attention;
+    pub use crate::cuda::prefill::{prefill_attention, prefill_attention_with, PrefillKernel};
     pub use crate::cuda::readback::IdReadback;
     pub use crate::cuda::sampling::argmax_last_dim;
     #[cfg(feature = "trace")]

@@ -1,14 +1,17 @@
-//! The flash prefill attention kernel (`src/cuda/prefill.rs`, `kernels/attention/prefill.cu`) on
+//! The flash prefill attention kernels (`src/cuda/prefill.rs`: the warpgroup-MMA one,
+//! `kernels/attention/prefill_wgmma.cu`, and the mma.sync one, `kernels/attention/prefill.cu`) on
 //! CUDA (built only with the `cuda` feature; without a CUDA sm_90 device every test reports
 //! `SKIP <test>: <reason>` on stderr, a failure under `CANDLE_FP8_REQUIRE_GPU=1`):
 //!
-//! - against a naive causal attention in f64 on the host, over prompt lengths on both sides of
-//!   the kernel's 64-token tiles (1, 63, 64, 65, 127, 128, 129, 1000, 4097), grouped-query
-//!   ratios 1, 4 and 8, head_dim 64 and 128, a first prompt and a chunk after a cached prefix,
-//!   batch 1 and 2, q as a view inside the q|k rows; NaN in the caches past the valid positions
-//!   and in recycled output memory;
-//! - its quantized output (head_dim 128) bit-identical to the activation quantizer applied to
-//!   its bf16 output;
+//! - the kernel the model uses against a naive causal attention in f64 on the host, over prompt
+//!   lengths on both sides of the kernels' 64- and 128-token tiles (1, 63, 64, 65, 127, 128,
+//!   129, 1000, 4097), grouped-query ratios 1, 4 and 8, head_dim 64 and 128, a first prompt and
+//!   a chunk after a cached prefix, batch 1 and 2, q as a view inside the q|k rows; NaN in the
+//!   caches past the valid positions and in recycled output memory;
+//! - each kernel pinned at head_dim 128 against the same reference, up to past 8192 cached
+//!   positions, at the model's grouped-query ratio 8;
+//! - the quantized output (head_dim 128) bit-identical to the activation quantizer applied to
+//!   the bf16 output;
 //! - bad inputs refused with a message naming the value.
 #![cfg(feature = "cuda")]
 
@@ -18,7 +21,7 @@ mod gpu;
 use gpu::poison;
 
 use candle_core::{DType, Device, Result, Tensor};
-use candle_fp8::kernels::prefill_attention;
+use candle_fp8::kernels::{prefill_attention, prefill_attention_with, PrefillKernel};
 use candle_fp8::quantize_activation;
 use half::bf16;
 
@@ -109,17 +112,16 @@ fn inputs(c: Case, strided: bool, dev: &Device) -> Result<(Tensor, Tensor, Tenso
     Ok((q, kc, vc, k, v))
 }
 
-/// The kernel's bf16 output against the f64 reference, element by element: |y − r| ≤ 2⁻⁸ (|r| +
-/// Σ p·|v|) + 10⁻⁵. P is rounded to bf16 before P·V (at most 2⁻⁹ of each p·v term, so 2⁻⁹ Σ p·|v|
-/// in all), the normalizer sums the unrounded p (2⁻⁹ |r| at most) and the output is rounded to
-/// bf16 (2⁻⁹ |r|); the scores' f32 error is far smaller. A key masked wrongly moves a row by
+/// The kernel's bf16 output against the f64 reference `(r, a)` of [`reference`], element by
+/// element: |y − r| ≤ 2⁻⁸ (|r| + Σ p·|v|) + 10⁻⁵. P is rounded to bf16 before P·V (at most 2⁻⁹
+/// of each p·v term, so 2⁻⁹ Σ p·|v| in all), the normalizer sums the unrounded p (2⁻⁹ |r| at
+/// most) and the output is rounded to bf16 (2⁻⁹ |r|); the scores' f32 error is far smaller. A key masked wrongly moves a row by
 /// about p·|v − r| with p ≈ 1 / (tokens seen): far outside the bound for the early rows.
-fn check(what: &str, c: Case, y: &Tensor, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<()> {
-    let (r, a) = reference(c, &host(&q.contiguous()?)?, &host(k)?, &host(v)?);
+fn check(what: &str, c: Case, y: &Tensor, (r, a): &(Vec<f64>, Vec<f64>)) -> Result<()> {
     let got = host(y)?;
     assert_eq!(got.len(), r.len(), "{what}: output size");
     let (mut worst, mut at) = (0f64, 0usize);
-    for (i, ((g, r), a)) in got.iter().zip(&r).zip(&a).enumerate() {
+    for (i, ((g, r), a)) in got.iter().zip(r).zip(a).enumerate() {
         assert!(g.is_finite(), "{what}: non-finite output at {i} (unwritten, or NaN read from the cache)");
         let excess = (g - r).abs() / ((r.abs() + a) / 256.0 + 1e-5);
         if excess > worst {
@@ -165,24 +167,77 @@ fn cuda_prefill_attention_matches_f64_reference() -> Result<()> {
         let what = format!("{c:?} strided q {strided}");
         poison(&dev, c.b * c.t * c.hq * c.d)?;
         let quantized = c.d == 128 && n % 3 == 0;
-        let out = prefill_attention(&q, &kc, &vc, c.offset, quantized, true)?;
-        let y = out.bf16.expect("bf16 output");
-        assert_eq!(y.dims(), &[c.b * c.t, c.hq * c.d], "{what}");
-        check(&what, c, &y, &q, &k, &v)?;
-        if quantized {
-            // The quantized operand is exactly the activation quantizer's on the bf16 output.
-            let (qa, sa) = out.quantized.expect("quantized output");
-            let (rq, rs) = quantize_activation(&y)?;
-            assert_eq!(sa.dims(), rs.dims(), "{what}: scale shape");
-            assert_eq!(sa.stride(), rs.stride(), "{what}: scale layout");
-            let codes =
-                |t: &Tensor| -> Result<Vec<f32>> { candle_fp8::e4m3_to_f32(t)?.flatten_all()?.to_vec1::<f32>() };
-            assert_eq!(codes(&qa)?, codes(&rq)?, "{what}: quantized codes differ from quantize_activation");
-            let s = |t: &Tensor| -> Result<Vec<f32>> { t.contiguous()?.flatten_all()?.to_vec1::<f32>() };
-            assert_eq!(s(&sa)?, s(&rs)?, "{what}: scales differ from quantize_activation");
+        let want = reference(c, &host(&q.contiguous()?)?, &host(&k)?, &host(&v)?);
+        run_and_check(&what, c, PrefillKernel::Auto, quantized, (&q, &kc, &vc), &want)?;
+    }
+    Ok(())
+}
+
+/// Runs `kernel` on one case's inputs `(q, k_cache, v_cache)` and checks its bf16 output against
+/// the f64 reference `want` (of [`reference`]) and, when `quantized`, its quantized operand
+/// against the activation quantizer applied to that bf16 output (exactly).
+fn run_and_check(
+    what: &str,
+    c: Case,
+    kernel: PrefillKernel,
+    quantized: bool,
+    (q, kc, vc): (&Tensor, &Tensor, &Tensor),
+    want: &(Vec<f64>, Vec<f64>),
+) -> Result<()> {
+    let out = prefill_attention_with(q, kc, vc, c.offset, quantized, true, kernel)?;
+    let y = out.bf16.expect("bf16 output");
+    assert_eq!(y.dims(), &[c.b * c.t, c.hq * c.d], "{what}");
+    check(what, c, &y, want)?;
+    if quantized {
+        let (qa, sa) = out.quantized.expect("quantized output");
+        let (rq, rs) = quantize_activation(&y)?;
+        assert_eq!(sa.dims(), rs.dims(), "{what}: scale shape");
+        assert_eq!(sa.stride(), rs.stride(), "{what}: scale layout");
+        let codes = |t: &Tensor| -> Result<Vec<f32>> { candle_fp8::e4m3_to_f32(t)?.flatten_all()?.to_vec1::<f32>() };
+        assert_eq!(codes(&qa)?, codes(&rq)?, "{what}: quantized codes differ from quantize_activation");
+        let s = |t: &Tensor| -> Result<Vec<f32>> { t.contiguous()?.flatten_all()?.to_vec1::<f32>() };
+        assert_eq!(s(&sa)?, s(&rs)?, "{what}: scales differ from quantize_activation");
+    }
+    Ok(())
+}
+
+#[test]
+fn cuda_prefill_attention_each_kernel_matches_f64_reference() -> Result<()> {
+    let dev = kernels_device_or_skip!("cuda_prefill_attention_each_kernel_matches_f64_reference");
+    let quick = std::env::var("CANDLE_FP8_GPU_QUICK").is_ok_and(|v| v == "1");
+    // Both sides of the 64- and 128-token tiles, and many tiles.
+    let lens: &[usize] =
+        if quick { &[1, 129, 257] } else { &[1, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1000, 4097] };
+    let mut cases = Vec::new();
+    for &t in lens {
+        for (b, offset) in [(1, 0), (2, 37), (1, 128)] {
+            // Qwen3-32B's ratio: 8 query heads per kv head.
+            cases.push(Case { b, t, offset, hq: 8, hkv: 1, d: 128 });
+        }
+    }
+    if !quick {
+        // A long cached prefix (past 8192 positions, unaligned to the tiles), two kv heads.
+        cases.push(Case { b: 1, t: 700, offset: 8000, hq: 16, hkv: 2, d: 128 });
+        cases.push(Case { b: 2, t: 130, offset: 8190, hq: 8, hkv: 1, d: 128 });
+    }
+    for (n, &c) in cases.iter().enumerate() {
+        let strided = n % 2 == 1;
+        let (q, kc, vc, k, v) = inputs(c, strided, &dev)?;
+        let want = reference(c, &host(&q.contiguous()?)?, &host(&k)?, &host(&v)?);
+        for kernel in [PrefillKernel::Wgmma, PrefillKernel::MmaSync] {
+            let what = format!("{kernel:?} {c:?} strided q {strided}");
+            poison(&dev, c.b * c.t * c.hq * c.d)?;
+            run_and_check(&what, c, kernel, n % 2 == 0, (&q, &kc, &vc), &want)?;
         }
     }
     Ok(())
+}
+
+#[test]
+fn cuda_prefill_attention_auto_picks_wgmma_at_head_dim_128() {
+    assert_eq!(PrefillKernel::Auto.resolve(128), PrefillKernel::Wgmma);
+    assert_eq!(PrefillKernel::Auto.resolve(64), PrefillKernel::MmaSync);
+    assert_eq!(PrefillKernel::MmaSync.resolve(128), PrefillKernel::MmaSync);
 }
 
 #[test]
@@ -206,5 +261,10 @@ fn cuda_prefill_attention_rejects_bad_inputs() -> Result<()> {
     assert!(err(prefill_attention(&q.to_dtype(DType::F32)?, &kc, &vc, 0, false, true)).contains("F32"));
     // No output asked for.
     assert!(err(prefill_attention(&q, &kc, &vc, 0, false, false)).contains("ask for"));
+    // The wgmma kernel at head_dim 64.
+    let c64 = Case { d: 64, ..c };
+    let (q64, kc64, vc64, _, _) = inputs(c64, false, &dev)?;
+    let r = prefill_attention_with(&q64, &kc64, &vc64, 0, false, true, PrefillKernel::Wgmma);
+    assert!(err(r).contains("head_dim 128 only"));
     Ok(())
 }

@@ -209,6 +209,24 @@ extern "C" {
         stream: *mut c_void,
     ) -> i32;
 
+    pub fn fp8gemm_prefill_attention_wgmma(
+        q: *const c_void,
+        q_row: i64,
+        k_cache: *const c_void,
+        v_cache: *const c_void,
+        batch: i64,
+        t: i64,
+        hq: i64,
+        hkv: i64,
+        head_dim: i64,
+        cap: i64,
+        offset: i64,
+        qa: *mut u8,
+        sa: *mut f32,
+        out: *mut c_void,
+        stream: *mut c_void,
+    ) -> i32;
+
     // ---- sampling (kernels/sampling/) ----
     pub fn fp8gemm_argmax_rows(
         x: *const c_void,

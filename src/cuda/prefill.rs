@@ -1,6 +1,8 @@
-//! Prefill attention (`kernels/attention/prefill.cu`): the causal attention of a prompt, or of
-//! a chunk of it after cached positions, flash style — f32 online softmax over key tiles in
-//! shared memory, no `T × T` score buffer, so memory stays linear in the prompt length.
+//! Prefill attention: the causal attention of a prompt, or of a chunk of it after cached
+//! positions, flash style — f32 online softmax over key tiles in shared memory, no `T × T`
+//! score buffer, so memory stays linear in the prompt length. Two kernels: the warpgroup-MMA
+//! one (`kernels/attention/prefill_wgmma.cu`, head_dim 128) and the mma.sync one
+//! (`kernels/attention/prefill.cu`, head_dim 64 and 128); [`PrefillKernel::Auto`] picks.
 
 use std::ffi::c_void;
 
@@ -12,7 +14,7 @@ use super::attention::{
     cache_dims, cuda_device, same_device, status, with_outputs, AttentionOutput, DecodeAttentionOptions, HEAD_DIMS,
 };
 use super::device::{raw_stream, view};
-use super::ffi::fp8gemm_prefill_attention;
+use super::ffi::{fp8gemm_prefill_attention, fp8gemm_prefill_attention_wgmma};
 
 /// Causal attention of `q` `[B, T, num_heads, d]` (bf16, roped, attention scale folded in; `d`
 /// 64 or 128) over `k_cache` / `v_cache` `[B, num_kv_heads, capacity, d]` (bf16, contiguous),
@@ -27,6 +29,8 @@ use super::ffi::fp8gemm_prefill_attention;
 /// Outputs as `quantized` / `bf16` ask: bf16 `[B * T, num_heads * d]` (token-major rows,
 /// head-major columns: the o projection's input) and/or its quantized form (the activation
 /// contract; written by the kernel at `d == 128`, by the activation quantizer at 64).
+///
+/// Runs the kernel [`PrefillKernel::Auto`] picks ([`prefill_attention_with`] chooses).
 pub fn prefill_attention(
     q: &Tensor,
     k_cache: &Tensor,
@@ -34,6 +38,45 @@ pub fn prefill_attention(
     offset: usize,
     quantized: bool,
     bf16: bool,
+) -> Result<AttentionOutput> {
+    prefill_attention_with(q, k_cache, v_cache, offset, quantized, bf16, PrefillKernel::Auto)
+}
+
+/// Which prefill attention kernel runs (the library is built for sm_90a only, so both always can).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PrefillKernel {
+    /// The one the model uses: [`PrefillKernel::Wgmma`] at head_dim 128, else
+    /// [`PrefillKernel::MmaSync`].
+    #[default]
+    Auto,
+    /// The mma.sync m16n8k16 kernel (64-token tiles, cp.async): head_dim 64 and 128.
+    MmaSync,
+    /// The warpgroup-MMA kernel (128-token tiles, TMA, a producer warpgroup): head_dim 128 only.
+    Wgmma,
+}
+
+impl PrefillKernel {
+    /// The kernel that runs at head_dim `d` (`Auto` resolved).
+    pub fn resolve(self, d: usize) -> PrefillKernel {
+        match self {
+            PrefillKernel::Auto if d == 128 => PrefillKernel::Wgmma,
+            PrefillKernel::Auto => PrefillKernel::MmaSync,
+            k => k,
+        }
+    }
+}
+
+/// [`prefill_attention`] by the kernel `kernel` asks for (an error for
+/// [`PrefillKernel::Wgmma`] at head_dim 64): the tests pin each kernel with it.
+#[allow(clippy::too_many_arguments)]
+pub fn prefill_attention_with(
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    offset: usize,
+    quantized: bool,
+    bf16: bool,
+    kernel: PrefillKernel,
 ) -> Result<AttentionOutput> {
     if !quantized && !bf16 {
         bail!("candle-fp8 prefill_attention: ask for the quantized and/or the bf16 output")
@@ -81,6 +124,10 @@ pub fn prefill_attention(
     if hq % hkv != 0 {
         bail!("candle-fp8 prefill_attention: num_heads {hq} must be a multiple of num_kv_heads {hkv}")
     }
+    let kernel = kernel.resolve(d);
+    if kernel == PrefillKernel::Wgmma && d != 128 {
+        bail!("candle-fp8 prefill_attention: the wgmma kernel takes head_dim 128 only, got {d}")
+    }
     if offset + t > cap {
         bail!("candle-fp8 prefill_attention: offset {offset} + {t} tokens exceed the cache capacity {cap}")
     }
@@ -101,8 +148,12 @@ pub fn prefill_attention(
     let read: Vec<_> = views.iter().map(|v| v.device_ptr(&stream)).collect();
     let opts = DecodeAttentionOptions { quantized, bf16, splits: Some(1) };
     with_outputs(&dev, b * t, hq, d, 1, opts, &|o| {
+        let launch = match kernel {
+            PrefillKernel::Wgmma => fp8gemm_prefill_attention_wgmma,
+            _ => fp8gemm_prefill_attention,
+        };
         let st = unsafe {
-            fp8gemm_prefill_attention(
+            launch(
                 read[0].0 as *const c_void,
                 row as i64,
                 read[1].0 as *const c_void,
@@ -121,7 +172,10 @@ pub fn prefill_attention(
             )
         };
         status(
-            &format!("prefill_attention (batch {b}, tokens {t}, heads {hq}/{hkv}, head_dim {d}, offset {offset}, capacity {cap})"),
+            &format!(
+                "prefill_attention ({kernel:?}; batch {b}, tokens {t}, heads {hq}/{hkv}, head_dim {d}, offset {offset}, \
+                 capacity {cap})"
+            ),
             st,
         )
     })
