@@ -104,6 +104,9 @@ struct Args {
     /// Most prompt tokens per prefill pass (longer prompts run in chunks against the KV cache).
     #[arg(long, default_value_t = candle_fp8::models::DEFAULT_PREFILL_CHUNK)]
     prefill_chunk: usize,
+    /// The prompt attention kernel on CUDA sm_90: auto, mma-sync or wgmma.
+    #[arg(long, default_value = "auto")]
+    prefill_attention: candle_fp8::models::PrefillAttention,
     /// Do not stop at end-of-sequence tokens.
     #[arg(long)]
     ignore_eos: bool,
@@ -340,6 +343,7 @@ fn run(args: &Args, device: Device, rank: Option<Rank>, src: Option<&common::Sou
         .fuse_projections(!args.no_fuse)
         .fused_kernels(!args.no_fused_kernels)
         .prefill_chunk(args.prefill_chunk)
+        .prefill_attention(args.prefill_attention)
         .vocab_parallel(!args.tp_replicate_vocab);
     if let Some(r) = &rank {
         opts = opts.tensor_parallel(r.comm.clone());

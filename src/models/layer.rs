@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::kv_cache::KvCache;
 use super::moe::Fp8MoeExperts;
-use super::options::LinearMode;
+use super::options::{LinearMode, PrefillAttention};
 use crate::collective::Collective;
 use crate::linear::{AnyLinear, Fp8BlockLinear};
 use crate::ops::Unreduced;
@@ -247,8 +247,9 @@ pub(crate) struct Dims {
     pub(crate) eps: f32,
     /// The fused decode kernels may run ([`super::ModelOptions::fused_kernels`]).
     pub(crate) fused: bool,
-    /// Prompts (T > 1) take the flash prefill attention kernel ([`flash_prefill_applies`]).
-    pub(crate) flash_prefill: bool,
+    /// Prompts (T > 1) take this flash prefill attention kernel (`None`: the candle ops; see
+    /// [`flash_prefill_applies`]).
+    pub(crate) flash_prefill: Option<PrefillAttention>,
 }
 
 impl DecoderLayer {
@@ -286,7 +287,7 @@ impl DecoderLayer {
         // Attention.
         let fused = if dims.fused && t == 1 {
             self.decode_attention_fused(&xn, b, offset, rope, cache, capacity_hint, dims)?
-        } else if dims.flash_prefill && t > 1 {
+        } else if dims.flash_prefill.is_some() && t > 1 {
             Some(self.prefill_attention_flash(&xn, b, t, offset, rope, cache, capacity_hint, dims)?)
         } else {
             None
@@ -563,7 +564,15 @@ impl DecoderLayer {
         dims: Dims,
     ) -> Result<Unreduced> {
         use crate::cuda::attention::{qk_norm_rope_append, QkNorm};
-        use crate::cuda::prefill::prefill_attention;
+        use crate::cuda::prefill::{prefill_attention_with, PrefillKernel};
+        let kernel = match dims.flash_prefill {
+            Some(PrefillAttention::MmaSync) => PrefillKernel::MmaSync,
+            Some(PrefillAttention::Wgmma) => PrefillKernel::Wgmma,
+            _ => PrefillKernel::Auto,
+        };
+        let prefill_attention = |q: &Tensor, kc: &Tensor, vc: &Tensor, offset, quantized, bf16| {
+            prefill_attention_with(q, kc, vc, offset, quantized, bf16, kernel)
+        };
         let Dims { hq, hkv, d, eps, .. } = dims;
         // q | k | v heads side by side, as one fused GEMM writes them.
         let qkv = match &self.qkv {

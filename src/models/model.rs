@@ -8,7 +8,7 @@ use super::config::DecoderConfig;
 use super::kv_cache::KvCache;
 use super::layer::{causal_mask, flash_prefill_applies, linear_bytes, to_mode, DecoderLayer, Dims, Mlp, Proj, SwiGlu};
 use super::moe::Fp8MoeExperts;
-use super::options::{LinearMode, ModelOptions};
+use super::options::{LinearMode, ModelOptions, PrefillAttention};
 use super::rope::rope_tables;
 use super::tp::{layer_to_device, linear_to_device, shard_layer, VocabShard};
 use crate::checkpoint::{Checkpoint, GgufCheckpoint};
@@ -53,6 +53,7 @@ pub struct DecoderModel {
     mode: LinearMode,
     fused: bool,
     prefill_chunk: usize,
+    prefill_attention: PrefillAttention,
     /// Tensor parallelism: this rank's group (`None`: the whole model on one device).
     tp: Option<Arc<dyn Collective>>,
     /// This rank's range of a vocab-parallel embedding and lm_head (`None`: whole).
@@ -344,7 +345,7 @@ impl DecoderModel {
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
         let (hq, hkv, d) = (cfg.num_attention_heads, cfg.kv_heads(), cfg.head_dim());
         let (qkv_bias, o_bias, qk_norm) = (cfg.qkv_bias()?, cfg.o_bias()?, cfg.qk_norm()?);
-        let dims = Dims { hq, hkv, d, eps: cfg.rms_norm_eps as f32, fused: opts.fused_kernels, flash_prefill: false };
+        let dims = Dims { hq, hkv, d, eps: cfg.rms_norm_eps as f32, fused: opts.fused_kernels, flash_prefill: None };
         let nl = cfg.num_hidden_layers;
         let embed = match &mut src {
             Source::Checkpoint { vb, .. } => {
@@ -477,6 +478,7 @@ impl DecoderModel {
             mode: opts.mode,
             fused: opts.fused_kernels,
             prefill_chunk: opts.prefill_chunk,
+            prefill_attention: opts.prefill_attention,
             tp,
             vocab,
             vocab_parallel: opts.vocab_parallel,
@@ -833,7 +835,7 @@ impl DecoderModel {
             d: cfg.head_dim(),
             eps: cfg.rms_norm_eps as f32,
             fused: self.fused,
-            flash_prefill: self.flash_prefill(),
+            flash_prefill: self.flash_prefill().then_some(self.prefill_attention),
         };
         if seqlen_offset == 0 {
             // A new sequence: every layer's KV cache first, so that the caches do not share
@@ -850,7 +852,7 @@ impl DecoderModel {
         }; // [B*T, H]
         let cos = self.cos.narrow(0, seqlen_offset, t)?;
         let sin = self.sin.narrow(0, seqlen_offset, t)?;
-        let mask = if t > 1 && !dims.flash_prefill {
+        let mask = if t > 1 && dims.flash_prefill.is_none() {
             Some(causal_mask(t, seqlen_offset, dims.hq / dims.hkv, &self.device, self.dtype)?)
         } else {
             None
