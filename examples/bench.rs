@@ -324,14 +324,17 @@ mod imp {
     }
 
     impl GroupedCase {
-        /// Whether the ops run the grouped kernel (`src/ops/grouped_kernel.rs`: N a multiple of
-        /// 128; contiguous, at most 64 tokens per expert) or the dense GEMM per expert.
+        /// Which kernel the ops run (`src/ops/grouped_kernel.rs`: N a multiple of 128): the
+        /// grouped kernel's swap-AB tiles (at most 64 tokens per expert), its tokens-on-M tiles,
+        /// or the dense GEMM per expert.
         fn path(&self) -> &'static str {
             let largest = self.counts.iter().copied().max().unwrap_or(0);
-            if self.n % 128 == 0 && (self.masked || largest <= 64) {
-                "grouped-kernel"
-            } else {
+            if self.n % 128 != 0 {
                 "per-expert"
+            } else if largest <= 64 {
+                "grouped-swap-ab"
+            } else {
+                "grouped-tokens-on-m"
             }
         }
     }

@@ -133,8 +133,9 @@ int32_t fp8gemm_gemm_swiglu_quant(const uint8_t* qa, const float* sa, const uint
                                   uint8_t* q, float* sa_q, void* stream);
 
 // Grouped GEMM of a mixture-of-experts layer, one launch for every expert: expert e's tokens
-// times its weight, each row exactly as fp8gemm_gemm computes it without K split (swap-AB tiles
-// of 64 weight rows x block_tokens tokens, 8, 16, 32 or 64, on a resident grid).
+// times its weight, each row as fp8gemm_gemm computes it without K split, on a resident grid.
+// block_tokens: 8, 16, 32 or 64 = swap-AB tiles of 64 weight rows x that many tokens (decode
+// sizes); 128 = tokens-on-M tiles of 128 tokens x 128 weight rows (prefill sizes).
 //   w       [groups * n, k]                  e4m3, the experts' [n, k] weights stacked
 //   sw      [groups * n / 128][kb]           f32, their scales stacked
 //   counts  [groups]                         u32 tokens per expert, device memory; read after

@@ -8,9 +8,11 @@
 //!
 //! Shapes with `N % 128 == 0` run the grouped kernel (one launch for every expert, counts read
 //! on the device; `src/ops/grouped_kernel.rs`), the others the dense GEMM per expert. The
-//! `grouped_kernel_*` tests sweep the kernel's tiles (8, 16, 32, 64 tokens, chosen by the most
-//! tokens an expert may have) with ragged counts around the token tiles, a partial last K block,
-//! NaN codes and scales past the counts, a NaN-poisoned output buffer and repeated calls.
+//! `grouped_kernel_*` tests sweep the kernel's tiles (swap-AB tiles of 8, 16, 32, 64 tokens and
+//! past 64 tokens per expert the 128 x 128 tokens-on-M tile, chosen by the most tokens an expert
+//! may have) with ragged counts around the token tiles, a partial last K block, NaN codes and
+//! scales past the counts, a NaN-poisoned output buffer and repeated calls; and the gated
+//! variant (gate/up GEMM + SiLU·up + quantization) against the composed ops.
 #![cfg(feature = "cuda")]
 
 #[path = "common/gpu.rs"]
@@ -42,8 +44,8 @@ const BOUNDARY_COUNTS: [usize; 12] = [0, 1, 8, 9, 16, 17, 32, 33, 64, 65, 128, 1
 /// case's max_m, and every case also has an expert of exactly max_m.
 const KERNEL_COUNTS: [usize; 12] = [0, 1, 7, 8, 9, 31, 63, 64, 65, 127, 128, 129];
 
-/// max_m on both sides of the grouped kernel's tile choice (8, 16, 32 tokens; 64 beyond, with
-/// several token tiles per expert), and a large one.
+/// max_m on both sides of the grouped kernel's tile choice (8, 16, 32, 64 tokens; the 128-token
+/// tokens-on-M tile beyond, several token tiles per expert past 128), and a large one.
 const KERNEL_MAX_M: [usize; 11] = [1, 8, 9, 16, 17, 32, 33, 64, 65, 129, 200];
 
 /// The MN-major scale view `[rows, kb]` of random log-spaced per-row scales.
@@ -155,8 +157,8 @@ fn check_masked(what: &str, got: &Tensor, want: &Tensor, counts: &[usize], max_m
     Ok(())
 }
 
-/// The grouped kernel, masked layout: every token tile (max_m on both sides of 8, 16, 32, 64
-/// and past it), counts ragged around the tiles (0, 1, 7, 8, 9, 31, 63, 64, 65, 127, 128, 129,
+/// The grouped kernel, masked layout: every tile (max_m on both sides of 8, 16, 32, 64 and past
+/// it: tokens on M), counts ragged around the tiles (0, 1, 7, 8, 9, 31, 63, 64, 65, 127, 128, 129,
 /// max_m, clamped to max_m), K whole and with a partial last block, fresh random codes and scales
 /// per case, NaN rows past the counts, a NaN-poisoned output: within 3e-3 of the CPU op per
 /// expert, rows past the counts +0.0, and the same bits on a second and third call.
@@ -218,10 +220,11 @@ fn grouped_kernel_masked_a3b_decode() -> Result<()> {
     Ok(())
 }
 
-/// The grouped kernel, contiguous layout (experts of at most 64 tokens; past that the dense GEMM
-/// per expert, here once with 300): experts of at most 8, 16, 32 and 64 tokens (one tile each,
-/// every tile), padding rows after the counts' sum, K with a partial last block, a NaN-poisoned
-/// output: within 3e-3 of the CPU op, the padding rows +0.0, the same bits on a second call.
+/// The grouped kernel, contiguous layout: experts of at most 8, 16, 32 and 64 tokens (swap-AB,
+/// one tile each) and of up to 300 (tokens on M, tiles cut at each expert's end), Qwen3-30B-A3B's
+/// gate|up at prefill sizes, padding rows after the counts' sum, K with a partial last block, a
+/// NaN-poisoned output: within 3e-3 of the CPU op, the padding rows +0.0, the same bits on a
+/// second call.
 #[test]
 fn grouped_kernel_contiguous_ragged_counts() -> Result<()> {
     let dev = kernels_device_or_skip!("grouped_kernel_contiguous_ragged_counts");
@@ -233,6 +236,7 @@ fn grouped_kernel_contiguous_ragged_counts() -> Result<()> {
         (128, 512, vec![16, 9, 0, 16], 2),
         (256, 400, vec![17, 32, 0, 31], 1),
         (128, 256, vec![0, 0, 0], 4),
+        (1536, 2048, vec![300, 0, 128, 129, 1, 255, 0, 64, 65, 200, 127, 0, 3, 256, 0, 17], 5),
     ];
     for (n, k, counts, pad) in cases {
         let e = counts.len();

@@ -1,6 +1,7 @@
-// Compiled configurations of the grouped (mixture-of-experts) schedule (impls/grouped.cuh):
-// fp8gemm_grouped_gemm (gemm/gemm.cu), tokens per tile by the most tokens an expert may have,
-// and fp8gemm_grouped_gemm_swiglu_quant, the gated gate/up tile.
+// Compiled configurations of the grouped (mixture-of-experts) schedules (impls/grouped.cuh):
+// fp8gemm_grouped_gemm (gemm/gemm.cu), tokens per tile by the most tokens an expert may have
+// (8-64: swap-AB; 128: tokens on M, prefill sizes), and fp8gemm_grouped_gemm_swiglu_quant, the
+// gated gate/up tile.
 #include "fp8gemm/impls/grouped.cuh"
 
 namespace fp8gemm {
@@ -27,6 +28,13 @@ struct Grouped64x64S6 {
   static constexpr bool kHalves = true, kGated = false;
 };
 
+// Tokens on M (more than 64 tokens per expert): the dense 128 x 128 persistent tile's
+// configuration (gemm/persistent.cu: scale prefetch, two TMA issuers, overlapped promotion).
+struct GroupedP128x128S5 {
+  static constexpr int kTileM = 128, kTileN = 128, kStages = 5, kIssuers = 2;
+  static constexpr bool kPrefetchScales = true, kXPromote = true;
+};
+
 // Gated: 16 tokens x (128 gate + 128 up rows), 3 stages (~100 KB, two CTAs per SM), the dense
 // gated tile's configuration (gemm/swiglu.cu); more tokens per expert take several tiles.
 struct GroupedSwiGlu16x256S3 {
@@ -44,6 +52,7 @@ int run_grouped_gemm(const GroupedArgs& a, int block_tokens) {
     case 16: return run_sm90_fp8_grouped<GroupedSwapAB<Grouped16x64S8>>(a);
     case 32: return run_sm90_fp8_grouped<GroupedSwapAB<Grouped32x64S8>>(a);
     case 64: return run_sm90_fp8_grouped<GroupedSwapAB<Grouped64x64S6>>(a);
+    case 128: return run_sm90_fp8_grouped<GroupedPersistent<GroupedP128x128S5>>(a);
     default: return FP8GEMM_ERR_CONFIG;
   }
 }

@@ -13,9 +13,10 @@ use super::ffi;
 use crate::format::{act_scale_m_stride, num_blocks, BLOCK, F8E4M3};
 
 /// Tokens per tile of the grouped kernel for experts of at most `max_tokens` tokens each: the
-/// smallest compiled tile that holds them, else the largest (several token tiles per expert).
+/// smallest swap-AB tile (8, 16, 32, 64 tokens) that holds them, else 128: the tokens-on-M tile
+/// of prefill sizes (128 tokens x 128 weight rows, several token tiles per expert).
 pub(crate) fn grouped_block_tokens(max_tokens: usize) -> usize {
-    [8, 16, 32].into_iter().find(|&t| max_tokens <= t).unwrap_or(64)
+    [8, 16, 32, 64].into_iter().find(|&t| max_tokens <= t).unwrap_or(128)
 }
 
 /// The experts' token layout of a grouped launch.
@@ -217,7 +218,7 @@ mod tests {
     #[test]
     fn block_tokens_cover_the_largest_expert() {
         for (m, t) in
-            [(0, 8), (1, 8), (8, 8), (9, 16), (16, 16), (17, 32), (32, 32), (33, 64), (64, 64), (65, 64), (4096, 64)]
+            [(0, 8), (1, 8), (8, 8), (9, 16), (16, 16), (17, 32), (32, 32), (33, 64), (64, 64), (65, 128), (4096, 128)]
         {
             assert_eq!(grouped_block_tokens(m), t, "max tokens {m}");
         }

@@ -23,10 +23,10 @@ pub(crate) fn grouped_kernel_applies(opts: &Fp8Options, qa: &Tensor, n: usize, k
     Ok(choose_provider(opts.backend, &caps, 1, n, k)? == Provider::Hopper)
 }
 
-/// Most tokens an expert may have for the contiguous layout to run on the grouped kernel: its
-/// swap-AB tiles are the decode-size schedule; past this (prefill) the dense GEMM per expert
-/// runs the tokens-on-M schedules.
-pub(crate) const CONTIGUOUS_KERNEL_MAX_TOKENS: usize = 64;
+/// Most tokens an expert may have for the contiguous gate/up GEMM with SwiGLU to run on the gated
+/// kernel: its 16-token swap-AB tiles are a decode-size schedule; past this (prefill) the grouped
+/// GEMM's tokens-on-M tiles and one SwiGLU + quantization launch run instead.
+pub(crate) const SWIGLU_KERNEL_MAX_TOKENS: usize = 64;
 
 /// The grouped kernel as an op: `qa`, `w` and the device counts are its arguments, the scales
 /// and the layout travel here.

@@ -112,12 +112,12 @@ pub fn fp8_grouped_swiglu_quantize_contiguous_with(
     let inter = inter_of(w)?;
     #[cfg(feature = "cuda")]
     if qa.device().is_cuda() {
-        use super::grouped_kernel::{grouped_kernel_applies, CONTIGUOUS_KERNEL_MAX_TOKENS};
+        use super::grouped_kernel::{grouped_kernel_applies, SWIGLU_KERNEL_MAX_TOKENS};
         let rows = super::grouped::validate_contiguous_shape(qa, sa, w, sw, counts)?;
         let largest = counts.iter().copied().max().unwrap_or(0);
         if rows > 0
             && inter % crate::format::BLOCK == 0
-            && largest <= CONTIGUOUS_KERNEL_MAX_TOKENS
+            && largest <= SWIGLU_KERNEL_MAX_TOKENS
             && grouped_kernel_applies(opts, qa, 2 * inter, qa.dim(1)?)?
         {
             return super::grouped_kernel::swiglu_contiguous_on_kernel(qa, sa, w, sw, counts, rows, inter);

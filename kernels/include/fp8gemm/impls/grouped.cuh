@@ -1,6 +1,11 @@
-// Grouped (mixture-of-experts) schedule: the swap-AB decode tile (impls/swap_ab.cuh: 64 weight
-// rows on the wgmma M side, TN tokens on N) over the stacked experts, on a persistent grid of
-// the grouped scheduler (scheduler/grouped_scheduler.cuh), and its host launcher.
+// Grouped (mixture-of-experts) schedules over the stacked experts, on a persistent grid of the
+// grouped scheduler (scheduler/grouped_scheduler.cuh), and their host launcher:
+//   GroupedSwapAB      the swap-AB decode tile (impls/swap_ab.cuh: 64 weight rows on the wgmma
+//                      M side, TN tokens on N), or its gated gate/up tile;
+//   GroupedPersistent  the persistent tokens-on-M tile (impls/persistent.cuh: two math
+//                      warpgroups, 128 tokens x 128 weight rows) for prefill-size experts, its
+//                      output stored directly (a TMA store of whole boxes would cross into the
+//                      next expert's rows).
 //
 // One launch covers every expert: the kernel reads the per-expert counts on the device (after
 // griddepcontrol.wait, so a graph can replay it with new counts), the CTAs with no unit exit,
@@ -42,6 +47,28 @@ struct GroupedSwapAB {
   using Scheduler = GroupedScheduler<TM, TN>;
 };
 
+// A configuration `Cfg` names the knobs of impls/persistent.cuh's: kTileM (128 or 256), kTileN,
+// kStages, kIssuers, kPrefetchScales, kXPromote.
+template <class Cfg>
+struct GroupedPersistent {
+  static_assert(Cfg::kTileM == 128 || Cfg::kTileM == 256, "one or two m64 waves per warpgroup");
+  static constexpr bool kXPromote = Cfg::kXPromote;
+  static constexpr int kIssuers = Cfg::kIssuers;
+  static constexpr bool kTmaStore = false;
+  static constexpr bool kPrefetchScales = Cfg::kPrefetchScales;
+  static constexpr int kMathWG = 2, kWaves = Cfg::kTileM / 128, TM = Cfg::kTileM, TN = Cfg::kTileN,
+                       kStages = Cfg::kStages;
+  static constexpr bool kSplitN = false;
+  // kPersistent: several tiles per CTA (the scale prefetch); the grouped scheduler splits no
+  // tile's K range (Tile.tail = -1).
+  static constexpr bool kSwapAB = false, kPersistent = true, kStreamK = false, kGated = false;
+  static constexpr bool kGrouped = true;
+  static constexpr int kGateRows = 0;
+  static constexpr int kThreads = (kMathWG + 1) * 128;
+  static constexpr int kMathRegs = 232, kProducerRegs = 40;
+  using Scheduler = GroupedScheduler<TM, TN, /*tokens on M*/ true>;
+};
+
 // One grouped launch. Masked (max_m > 0): qa [groups * max_m, k], sa per expert
 // [kb][pad4(max_m)], y [groups * max_m, n]. Contiguous (max_m = 0): qa [rows, k], sa
 // [kb][pad4(rows)], y [rows, n]. w [groups * n, k], sw [groups * n / 128][kb]. Gated schedules
@@ -72,17 +99,20 @@ int run_sm90_fp8_grouped(const GroupedArgs& a) {
   if (w_rows > 0x7fffffff) return FP8GEMM_ERR_SHAPE;
 
   CUtensorMap t_act = {}, t_w = {}, t_sa = {}, t_y = {};
-  // Gated: the weight tile is two 128-row boxes (gate rows, up rows).
-  constexpr int kWBox = T::kGated ? T::TM / 2 : T::TM;
-  int st = make_tmap_2d(&t_w, false, a.w, a.k, w_rows, a.k, kBlockK, kWBox, true, kSwapAbWeightL2Promotion);
-  if (st == FP8GEMM_OK) st = make_tmap_2d(&t_act, false, a.qa, a.k, a.rows, a.k, kBlockK, T::TN, true);
+  // Weight rows and tokens per tile; gated, the weight tile is two 128-row boxes (gate rows, up
+  // rows).
+  constexpr int kWRows = T::kSwapAB ? T::TM : T::TN, kTokens = T::kSwapAB ? T::TN : T::TM;
+  constexpr int kWBox = T::kGated ? kWRows / 2 : kWRows;
+  int st = make_tmap_2d(&t_w, false, a.w, a.k, w_rows, a.k, kBlockK, kWBox, true,
+                        T::kSwapAB ? kSwapAbWeightL2Promotion : CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  if (st == FP8GEMM_OK) st = make_tmap_2d(&t_act, false, a.qa, a.k, a.rows, a.k, kBlockK, kTokens, true);
   if (st == FP8GEMM_OK) {
     // Masked: one [kb][pad4(max_m)] block per expert, stacked: inner extent max_m (a box past it
     // reads zeros, not the next expert's scales), outer groups * kb. Contiguous: the dense map.
     const int tok = a.max_m > 0 ? a.max_m : a.rows;
     const uint64_t pad = (static_cast<uint64_t>(tok) + 3) / 4 * 4;
     const uint64_t outer = a.max_m > 0 ? static_cast<uint64_t>(a.groups) * kb_total : kb_total;
-    st = make_tmap_2d(&t_sa, true, a.sa, tok, outer, pad * 4, T::TN, 1, false);
+    st = make_tmap_2d(&t_sa, true, a.sa, tok, outer, pad * 4, kTokens, 1, false);
   }
   if (st != FP8GEMM_OK) return st;
 
@@ -92,11 +122,11 @@ int run_sm90_fp8_grouped(const GroupedArgs& a) {
   p.k = a.k;
   p.kb_total = kb_total;
   p.nb_total = static_cast<int>(w_rows / 128);
-  p.w_evict_first = !T::kGated && kWeightEvictFirst;  // (as the dense gated tile)
+  p.w_evict_first = T::kSwapAB && !T::kGated && kWeightEvictFirst;  // (as the dense tiles)
   p.q_out = a.q_out;
   p.sa_out = a.sa_out;
   p.prefill_window = 0;  // the first tile is known only once the counts are
-  p.shape.tiles_rows = a.n / T::TM;
+  p.shape.tiles_rows = a.n / kWRows;  // weight tiles per expert
   p.shape.kb_total = kb_total;
   p.shape.kb_per_split = kb_total;
   p.shape.num_splits = 1;
@@ -105,18 +135,19 @@ int run_sm90_fp8_grouped(const GroupedArgs& a) {
   p.group.max_m = a.max_m;
   // Upper bound of the units (the counts are on the device): every expert full (masked), or
   // the rows in whole tiles plus one partial tile per expert (contiguous).
-  const int64_t tok_tiles = a.max_m > 0 ? static_cast<int64_t>(a.groups) * ((a.max_m + T::TN - 1) / T::TN)
-                                        : (a.rows + T::TN - 1) / T::TN + a.groups;
+  const int64_t tok_tiles = a.max_m > 0 ? static_cast<int64_t>(a.groups) * ((a.max_m + kTokens - 1) / kTokens)
+                                        : (a.rows + kTokens - 1) / kTokens + a.groups;
   const int64_t units = tok_tiles * p.shape.tiles_rows;
   if (units > 0x7fffffff) return FP8GEMM_ERR_SHAPE;  // unit ids are int
   p.shape.tiles_cols = 1;
-  p.shape.tail_first = 0;
+  p.shape.tail_first = 0x7fffffff;  // (persistent tiles: no split tail)
   p.shape.tail_splits = 1;
 
   if (T::kGated && (a.n % 256 != 0 || !a.q_out || !a.sa_out)) return FP8GEMM_ERR_CONFIG;
   if (!T::kGated && !a.y) return FP8GEMM_ERR_CONFIG;
   // The weight-scale cache; gated, then the epilogue's scratch (6 TN floats, swiglu.cuh).
-  const size_t smem = Ring::kFixedBytes + sizeof(float) * (sw_rows_per_tile<T>() * kb_total + (T::kGated ? 6 * T::TN : 0));
+  const size_t smem = Ring::kFixedBytes + sizeof(float) * (sw_rows_per_tile<T>() * kb_total * (T::kPrefetchScales ? 2 : 1) +
+                                                           (T::kGated ? 6 * T::TN : 0));
   if (smem > a.smem_optin) return FP8GEMM_ERR_SHAPE;  // K too long for the scale cache
   constexpr int kMode = T::kGated ? kOutSwiGluQuant : kOutBf16;
   auto kern = sm90_fp8_gemm_1d2d_kernel<T, kMode>;
@@ -155,8 +186,9 @@ int run_sm90_fp8_grouped(const GroupedArgs& a) {
   lc.attrs = attr;
   lc.numAttrs = 1;
   // Swap-AB: the weights are the MMA's A operand, the tokens its B.
-  if (cudaLaunchKernelEx(&lc, kern, t_w, t_act, t_sa, t_y, a.sw, a.y, static_cast<float*>(nullptr), p) !=
-      cudaSuccess) {
+  const CUtensorMap& ta = T::kSwapAB ? t_w : t_act;
+  const CUtensorMap& tb = T::kSwapAB ? t_act : t_w;
+  if (cudaLaunchKernelEx(&lc, kern, ta, tb, t_sa, t_y, a.sw, a.y, static_cast<float*>(nullptr), p) != cudaSuccess) {
     (void)cudaGetLastError();
     return FP8GEMM_ERR_LAUNCH;
   }

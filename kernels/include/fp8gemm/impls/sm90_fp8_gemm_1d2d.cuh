@@ -199,8 +199,8 @@ __global__ void __launch_bounds__(T::kThreads, min_ctas_per_sm<T>())
   typename T::Scheduler sched = make_scheduler<T>(p);
   Tile tile;
   constexpr bool kGrouped = IsGrouped<T>::value;
-  static_assert(!kGrouped || (T::kSwapAB && !T::kStreamK && !T::kPersistent),
-                "grouped: swap-AB tiles of the grouped scheduler");
+  static_assert(!kGrouped || (!T::kStreamK && !T::kTmaStore && (T::kSwapAB || !T::kGated)),
+                "grouped: tiles of the grouped scheduler, stored directly (bounded by the counts)");
   // Swap-AB with a prefill window: the first pass's weights are loaded paced (producer below).
   const bool paced = T::kSwapAB && p.prefill_window > 0;
 
@@ -238,12 +238,12 @@ __global__ void __launch_bounds__(T::kThreads, min_ctas_per_sm<T>())
       if constexpr (kGrouped) {
         // Masked: expert e's scales are the [kb][pad4(max_m)] block of rows e * kb_total .. of a
         // map whose inner extent is max_m (tokens past it read as 0); contiguous: the dense map.
-        const int me = p.group.max_m;
+        const int me = p.group.max_m, tok0 = T::kSwapAB ? t.col0 : t.row0;
         if (me > 0)
-          ptx::tma_load_2d(ring.scales(stage), &tmap_sa, ring.full(stage), t.col0 - t.expert * me,
+          ptx::tma_load_2d(ring.scales(stage), &tmap_sa, ring.full(stage), tok0 - t.expert * me,
                            t.expert * p.kb_total + kb);
         else
-          ptx::tma_load_2d(ring.scales(stage), &tmap_sa, ring.full(stage), t.col0, kb);
+          ptx::tma_load_2d(ring.scales(stage), &tmap_sa, ring.full(stage), tok0, kb);
       } else {
         ptx::tma_load_2d(ring.scales(stage), &tmap_sa, ring.full(stage), T::kSwapAB ? t.col0 : t.row0, kb);
       }
@@ -348,11 +348,12 @@ __global__ void __launch_bounds__(T::kThreads, min_ctas_per_sm<T>())
       ptx::griddep_launch_dependents();
     }
     if constexpr (kGrouped && !T::kGated) {
-      // Warps 1-3 (no loads to issue) write the zeros of the rows past the counts meanwhile.
-      if (tid_wg >= 32) {
+      // The warps with no loads to issue write the zeros of the rows past the counts meanwhile.
+      constexpr int kFillers = 128 - 32 * T::kIssuers;
+      if (tid_wg >= 32 * T::kIssuers) {
         ptx::griddep_wait();  // the counts are the previous kernel's; it may still read y
-        constexpr int kFillers = 96;
-        grouped_zero_fill(p.group, p.m, p.n, y, static_cast<int64_t>(blockIdx.x) * kFillers + (tid_wg - 32),
+        grouped_zero_fill(p.group, p.m, p.n, y,
+                          static_cast<int64_t>(blockIdx.x) * kFillers + (tid_wg - 32 * T::kIssuers),
                           static_cast<int64_t>(gridDim.x) * kFillers);
       }
     }
@@ -719,13 +720,22 @@ __global__ void __launch_bounds__(T::kThreads, min_ctas_per_sm<T>())
           ptx::tma_store_2d(&tmap_y, stage + s * kRows * 128, tile.col0 + 64 * s, tile.row0 + wg * kRows);
         ptx::tma_store_commit();
       }
-    } else if constexpr (kGrouped) {
+    } else if constexpr (kGrouped && T::kSwapAB) {
       // Features of the tile's expert (columns of its rows of y), tokens up to its count: the
       // columns past it hold whatever its rows held (NaN included) and are not stored.
       const int f0 = tile.row0 - tile.expert * p.n;
 #pragma unroll
       for (int w = 0; w < T::kWaves; ++w)
         store_fragment<T::TN, true, false>(acc[w], f0 + w * 64, tile.col0, tile.tok_end, p.n, y, partial, 0);
+    } else if constexpr (kGrouped) {
+      // Tokens on M: token rows up to the expert's count (rows past it: the next expert's
+      // tokens, or padding), the expert's features as columns.
+      const int f0 = tile.col0 - tile.expert * p.n;
+#pragma unroll
+      for (int w = 0; w < T::kWaves; ++w) {
+        const int row0 = tile.row0 + (wg * T::kWaves + w) * 64;
+        store_fragment<T::TN, false, false>(acc[w], row0, f0, tile.tok_end, p.n, y, partial, 0);
+      }
     } else {
 #pragma unroll
       for (int w = 0; w < T::kWaves; ++w) {

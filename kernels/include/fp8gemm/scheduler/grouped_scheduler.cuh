@@ -1,5 +1,6 @@
-// Grouped (mixture-of-experts) tile scheduler of the swap-AB tiles: weight rows of one expert on
-// the wgmma M side, that expert's tokens on N.
+// Grouped (mixture-of-experts) tile scheduler: the tiles of one expert's weight rows and its
+// tokens, either swap-AB (weight rows on the wgmma M side, tokens on N: decode sizes) or tokens
+// on M (weight rows on N: prefill sizes; kTokensOnM).
 //
 // The experts' weights are one stacked [E * n, K] operand (n % 128 == 0, so expert e's row r is
 // global row e * n + r and its scale row (e * n + r) / 128: the kernel body's weight loads and
@@ -8,9 +9,10 @@
 //                           (counts clamped to max_m);
 //   contiguous (max_m = 0): expert e's tokens follow expert e - 1's (offsets = prefix sums of
 //                           the counts, clamped to the rows).
-// A unit is (expert, 64-row weight tile, token tile); an expert has n / TM x ceil(count / TN)
-// units (none when its count is 0), tokens fastest so that the CTAs sharing a weight tile run
-// together. The grid is persistent: CTA b takes units b, b + grid, ... and walks the experts
+// A unit is (expert, weight tile, token tile); an expert has n / WT x ceil(count / TT) units
+// (WT, TT: the weight and token sides of the tile; none when its count is 0), tokens fastest so
+// that the CTAs sharing a weight tile run together. A token tile never crosses into the next
+// expert's tokens (the tiles are cut at each expert's count). The grid is persistent: CTA b takes units b, b + grid, ... and walks the experts
 // once, in order. The counts come from the previous kernel (PDL): the first next() waits for
 // it (griddepcontrol.wait) before reading them.
 #pragma once
@@ -36,9 +38,11 @@ __device__ __forceinline__ int grouped_count(const GroupedLayout& g, int e, int 
   return c > static_cast<uint32_t>(cap) ? cap : static_cast<int>(c);
 }
 
-template <int TM, int TN>
+template <int TM, int TN, bool kTokensOnM = false>
 struct GroupedScheduler {
-  TileShape s;      // tiles_rows = n / TM (weight tiles per expert), kb_total
+  static constexpr int WT = kTokensOnM ? TN : TM;  // weight rows per tile
+  static constexpr int TT = kTokensOnM ? TM : TN;  // tokens per tile
+  TileShape s;      // kb_total
   GroupedLayout g;
   int rows;         // token rows of the operand (masked: groups * max_m)
   int n;            // output features per expert
@@ -57,23 +61,36 @@ struct GroupedScheduler {
       ptx::griddep_wait();  // the counts are the previous kernel's output
       e = 0;
       count = grouped_count(g, 0, 0, rows);
-      units = s.tiles_rows * ((count + TN - 1) / TN);
+      units = (n / WT) * ((count + TT - 1) / TT);
     }
     const int id = next_id;
+    // Walk to the expert holding unit `id`. The counts of the next kChunk experts are loaded
+    // together (independent loads): one memory latency per kChunk experts, not one per expert
+    // (a CTA whose first unit lies past 128 mostly empty experts would wait ~3 us otherwise).
+    constexpr int kChunk = 8;
     while (id >= unit0 + units) {
       if (e + 1 >= g.groups) return false;
-      unit0 += units;
-      base += g.max_m > 0 ? g.max_m : count;
-      ++e;
-      count = grouped_count(g, e, base, rows);
-      units = s.tiles_rows * ((count + TN - 1) / TN);
+      uint32_t c[kChunk];
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) c[j] = e + 1 + j < g.groups ? g.counts[e + 1 + j] : 0u;
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) {
+        if (id < unit0 + units || e + 1 >= g.groups) break;
+        unit0 += units;
+        base += g.max_m > 0 ? g.max_m : count;
+        ++e;
+        const int cap = g.max_m > 0 ? g.max_m : rows - base;
+        count = c[j] > static_cast<uint32_t>(cap) ? cap : static_cast<int>(c[j]);
+        units = (n / WT) * ((count + TT - 1) / TT);
+      }
     }
     next_id += gridDim.x;
-    const int tok_tiles = (count + TN - 1) / TN;
+    const int tok_tiles = (count + TT - 1) / TT;
     const int local = id - unit0;
-    const int rt = local / tok_tiles, tt = local - rt * tok_tiles;
-    t.row0 = e * n + rt * TM;
-    t.col0 = base + tt * TN;
+    const int wt = local / tok_tiles, tt = local - wt * tok_tiles;
+    const int w0 = e * n + wt * WT, t0 = base + tt * TT;
+    t.row0 = kTokensOnM ? t0 : w0;
+    t.col0 = kTokensOnM ? w0 : t0;
     t.kb0 = 0;
     t.kb1 = s.kb_total;
     t.split = 0;
