@@ -31,7 +31,7 @@ import struct
 import sys
 
 TAGS = {1: "gemm", 2: "norm8", 3: "norm", 4: "swiglu", 5: "attn", 6: "combine", 7: "argmax", 8: "quant", 9: "reduce"}
-UNITS = ["swap_ab", "small_m", "warp_spec", "persistent", "fused_quant", "attention", "sampling", "quant", "gemm", "swiglu"]
+UNITS = ["swap_ab", "small_m", "warp_spec", "persistent", "fused_quant", "attention", "sampling", "quant", "gemm", "swiglu", "grouped"]
 REC = struct.Struct("<Q4IHHI")
 
 

@@ -141,9 +141,12 @@ mod imp {
         /// 4 × 8192 and 8 × 4096 tokens per expert; masked: 1 × 1024, 2 × 512, 4 × 256, 16 × 32;
         /// N × K = 4096 × 7168 and 7168 × 2048) and Qwen3-30B-A3B's experts at decode (128
         /// experts, 1, 16, 64 sequences × top-8 routed at random, gate|up 1536 × 2048 and down
-        /// 2048 × 768, masked), each checked against the f32 reference on its first and last
-        /// active expert; print `GROUPED layout E rows N K us tflops floor` lines (floor: the
-        /// active experts' bytes at the copy bandwidth, or the FLOPs at the FP8 rate).
+        /// 2048 × 768, masked and contiguous; gate|up also with SiLU·up and the down GEMM's
+        /// quantization in one op, `fp8_grouped_swiglu_quantize_masked`), each checked against
+        /// the f32 reference on its first and last active expert; print `GROUPED layout E rows N
+        /// K us tflops floor path` lines (floor: the active experts' bytes at the copy bandwidth,
+        /// or the FLOPs at the FP8 rate; path: the grouped kernel, one launch, or the dense GEMM
+        /// per expert).
         #[arg(long)]
         grouped: bool,
         /// Time only these columns (comma-separated: ours, into, lt, bf16, full); all by default.
@@ -327,6 +330,24 @@ mod imp {
         counts: Vec<usize>,
         n: usize,
         k: usize,
+        /// The gate|up op with SiLU·up and quantization (`n` = 2 · I).
+        swiglu: bool,
+    }
+
+    impl GroupedCase {
+        /// Which kernel the ops run (`src/ops/grouped_kernel.rs`: N a multiple of 128): the
+        /// grouped kernel's swap-AB tiles (at most 64 tokens per expert), its tokens-on-M tiles,
+        /// or the dense GEMM per expert.
+        fn path(&self) -> &'static str {
+            let largest = self.counts.iter().copied().max().unwrap_or(0);
+            if self.n % 128 != 0 {
+                "per-expert"
+            } else if largest <= 64 {
+                "grouped-swap-ab"
+            } else {
+                "grouped-tokens-on-m"
+            }
+        }
     }
 
     /// `--grouped`'s rows (see `Args::grouped`).
@@ -340,10 +361,12 @@ mod imp {
                     counts: vec![m; g],
                     n,
                     k,
+                    swiglu: false,
                 });
             }
             for (g, m) in [(1usize, 1024usize), (2, 512), (4, 256), (16, 32)] {
-                cases.push(GroupedCase { label: format!("masked {g}x{m}"), masked: true, counts: vec![m; g], n, k });
+                let counts = vec![m; g];
+                cases.push(GroupedCase { label: format!("masked {g}x{m}"), masked: true, counts, n, k, swiglu: false });
             }
         }
         // Qwen3-30B-A3B at decode: each sequence's token picks 8 distinct experts of 128.
@@ -363,9 +386,14 @@ mod imp {
                 }
             }
             for (n, k, what) in [(1536usize, 2048usize, "gate_up"), (2048, 768, "down")] {
-                let label = format!("a3b {what} {seqs} seq");
-                cases.push(GroupedCase { label, masked: true, counts: counts.clone(), n, k });
+                for masked in [true, false] {
+                    let layout = if masked { "" } else { " contiguous" };
+                    let label = format!("a3b {what} {seqs} seq{layout}");
+                    cases.push(GroupedCase { label, masked, counts: counts.clone(), n, k, swiglu: false });
+                }
             }
+            let label = format!("a3b gate_up+swiglu {seqs} seq");
+            cases.push(GroupedCase { label, masked: true, counts: counts.clone(), n: 1536, k: 2048, swiglu: true });
         }
         cases
     }
@@ -379,7 +407,10 @@ mod imp {
         judge: &mut Judge,
         json_rows: &mut Vec<serde_json::Value>,
     ) -> Result<()> {
-        use candle_fp8::ops::{fp8_grouped_matmul_contiguous, fp8_grouped_matmul_masked, masked_act_scales_view};
+        use candle_fp8::ops::{
+            fp8_grouped_matmul_contiguous, fp8_grouped_matmul_masked, fp8_grouped_swiglu_quantize_masked,
+            masked_act_scales_view,
+        };
         for (ci, c) in grouped_cases().into_iter().enumerate() {
             let (e, n, k) = (c.counts.len(), c.n, c.k);
             let (nb, kb) = (num_blocks(n), num_blocks(k));
@@ -411,8 +442,14 @@ mod imp {
                 (qa.reshape((rows, k))?, sa, Box::new(of) as Box<dyn Fn(usize, usize, usize) -> f32 + Send + Sync>)
             };
             let counts_dev = Tensor::from_vec(c.counts.iter().map(|&m| m as u32).collect::<Vec<_>>(), e, dev)?;
+            // Gated: (q, sa) of silu(gate)·up, dequantized to f32 for the check.
+            let gated = || -> candle_core::Result<(Tensor, Tensor)> {
+                fp8_grouped_swiglu_quantize_masked(&qa, &sa, &w, &sw, &counts_dev)
+            };
             let run = || -> candle_core::Result<Tensor> {
-                if c.masked {
+                if c.swiglu {
+                    gated().map(|(q, _)| q)
+                } else if c.masked {
                     fp8_grouped_matmul_masked(&qa, &sa, &w, &sw, &counts_dev)
                 } else {
                     fp8_grouped_matmul_contiguous(&qa, &sa, &w, &sw, &c.counts)
@@ -436,8 +473,20 @@ mod imp {
                     .map(|i| e4m3_to_f32(w_host[i]) * sw_host[(x * nb + i / k / BLOCK) * kb + (i % k) / BLOCK])
                     .collect();
                 let r = Tensor::from_vec(av, (m, k), dev)?.matmul(&Tensor::from_vec(bv, (n, k), dev)?.t()?)?;
-                let got = if c.masked { y.get(x)?.narrow(0, 0, m)? } else { y.narrow(0, row0, m)? };
-                judge.check(&format!("grouped {} expert {x}", c.label), &got, &r, MAX_RELERR)?;
+                if c.swiglu {
+                    // silu(gate)·up of the reference, against the op's codes times their scales.
+                    let i = n / 2;
+                    let r = (candle_nn::ops::silu(&r.narrow(1, 0, i)?)? * r.narrow(1, i, i)?)?;
+                    let (q, s) = gated()?;
+                    let s = s.get(x)?.narrow(0, 0, m)?.to_device(&Device::Cpu)?.to_vec2::<f32>()?;
+                    let scale: Vec<f32> = (0..m * i).map(|j| s[j / i][(j % i) / BLOCK]).collect();
+                    let (q, scale) = (q.get(x)?.narrow(0, 0, m)?, Tensor::from_vec(scale, (m, i), dev)?);
+                    let got = (e4m3_to_f32_t(&q)? * scale)?;
+                    judge.check(&format!("grouped {} expert {x}", c.label), &got, &r, MAX_RELERR_E4M3)?;
+                } else {
+                    let got = if c.masked { y.get(x)?.narrow(0, 0, m)? } else { y.narrow(0, row0, m)? };
+                    judge.check(&format!("grouped {} expert {x}", c.label), &got, &r, MAX_RELERR)?;
+                }
             }
             let (us, mode) = time_us(stream, args.reps, args, &mut |_| run().map(drop).map_err(Into::into))?;
             let tokens: usize = c.counts.iter().sum();
@@ -447,15 +496,16 @@ mod imp {
             let floor_us = (bytes / copy_bw).max(flops / FP8_FLOPS) * 1e6;
             let tflops = flops / (us * 1e-6) / 1e12;
             println!(
-                "GROUPED {:<22} E {e:>3} active {:>3} tokens {tokens:>5} N {n} K {k}: {us:>9.2} us {tflops:>7.1} TFLOP/s \
-                 floor {floor_us:.2} us (x{:.2}) [{mode}]",
+                "GROUPED {:<32} E {e:>3} active {:>3} tokens {tokens:>5} N {n} K {k}: {us:>9.2} us {tflops:>7.1} TFLOP/s \
+                 floor {floor_us:.2} us (x{:.2}) [{mode}] {}",
                 c.label,
                 active.len(),
-                us / floor_us
+                us / floor_us,
+                c.path()
             );
             json_rows.push(serde_json::json!({"grouped": c.label, "masked": c.masked, "experts": e,
                 "active": active.len(), "tokens": tokens, "max_m": max_m, "n": n, "k": k, "us": us,
-                "tflops": tflops, "floor_us": floor_us, "timing": mode}));
+                "tflops": tflops, "floor_us": floor_us, "timing": mode, "path": c.path(), "swiglu": c.swiglu}));
         }
         Ok(())
     }

@@ -132,6 +132,46 @@ int32_t fp8gemm_gemm_swiglu_quant(const uint8_t* qa, const float* sa, const uint
                                   const float* sw, int64_t m, int64_t inter, int64_t k,
                                   uint8_t* q, float* sa_q, void* stream);
 
+// Grouped GEMM of a mixture-of-experts layer, one launch for every expert: expert e's tokens
+// times its weight, each row as fp8gemm_gemm computes it without K split, on a resident grid.
+// block_tokens: 8, 16, 32 or 64 = swap-AB tiles of 64 weight rows x that many tokens (decode
+// sizes); 128 = tokens-on-M tiles of 128 tokens x 128 weight rows (prefill sizes).
+//   w       [groups * n, k]                  e4m3, the experts' [n, k] weights stacked
+//   sw      [groups * n / 128][kb]           f32, their scales stacked
+//   counts  [groups]                         u32 tokens per expert, device memory; read after
+//                                            griddepcontrol.wait (the previous kernel may write
+//                                            them; a graph may replay the launch with new ones)
+// Masked (max_m >= 1, rows = groups * max_m): expert e's tokens are rows e * max_m ..
+// e * max_m + counts[e] of qa [rows, k]; sa is per expert [kb][round_up(max_m, 4)]
+// (expert-major, groups * kb * round_up(max_m, 4) floats); y [rows, n]. A count above max_m is
+// taken as max_m. Rows at or past an expert's count are written as zeros; qa and sa there may
+// hold anything (NaN included).
+// Contiguous (max_m = 0): expert e's tokens follow expert e - 1's in qa [rows, k]; sa
+// [kb][round_up(rows, 4)] as fp8gemm_gemm's; y [rows, n]. Counts summing past `rows` are cut at
+// `rows`; the rows past their sum are written as zeros.
+// Requires groups >= 1, n % 128 == 0, k >= 16, k % 16 == 0 (a partial last K block as in
+// fp8gemm_gemm), rows >= 1, 16-byte aligned qa, sa, w, y (sw, counts: 4). w and sw are read
+// only after the wait too (which experts run is known only then).
+int32_t fp8gemm_grouped_gemm(const uint8_t* qa, const float* sa, const uint8_t* w,
+                             const float* sw, void* y, const uint32_t* counts, int64_t groups,
+                             int64_t max_m, int64_t rows, int64_t n, int64_t k,
+                             int32_t block_tokens, void* stream);
+
+// fp8gemm_grouped_gemm of the experts' gate/up weights with the SwiGLU epilogue of
+// fp8gemm_gemm_swiglu_quant (each expert's w = [gate; up], [2 * inter, k], stacked as
+// [groups * 2 * inter, k]): q = quantize(bf16(silu(gate)) * up) [rows, inter] e4m3 and its scales
+// sa_q, the operand of the grouped down projection in the same layout:
+//   masked      sa_q [groups][inter / 128][round_up(max_m, 4)]
+//   contiguous  sa_q [inter / 128][round_up(rows, 4)]
+// Each token row below its expert's count is bit-identical to fp8gemm_grouped_gemm (n = 2 * inter)
+// followed by fp8gemm_swiglu_quant of that row; the rows at or past the counts of q and sa_q
+// (and the padding rows of sa_q) are left as they were. 16-token tiles of 256 weight rows.
+// Requires inter % 128 == 0 and the rest as fp8gemm_grouped_gemm (q 1-byte, sa_q 4-byte aligned).
+int32_t fp8gemm_grouped_gemm_swiglu_quant(const uint8_t* qa, const float* sa, const uint8_t* w,
+                                          const float* sw, const uint32_t* counts, int64_t groups,
+                                          int64_t max_m, int64_t rows, int64_t inter, int64_t k,
+                                          uint8_t* q, float* sa_q, void* stream);
+
 // y[m, n] (bf16) = bf16(sum over s of partials[s][m][n]), added in split order: the reduction
 // fp8gemm_gemm runs after a workspace split. n % 16 == 0, 16-byte aligned pointers.
 int32_t fp8gemm_reduce_partials(const float* partials, void* y, int64_t m, int64_t n,

@@ -4,7 +4,15 @@
 //! M boundaries (0, 1, 8, 9, 16, 17, 32, 33, 64, 65, 128, 129 rows per expert), Qwen3-30B-A3B's
 //! expert shapes and K off multiples of 128, outputs poisoned; rows past the counts zero; the
 //! MoE layer within the GEMMs' rounding of the CPU layer and the same bits over 100 calls; bad
-//! counts refused on the device path too.
+//! counts refused on the per-expert path and clamped to max_m by the grouped kernel.
+//!
+//! Shapes with `N % 128 == 0` run the grouped kernel (one launch for every expert, counts read
+//! on the device; `src/ops/grouped_kernel.rs`), the others the dense GEMM per expert. The
+//! `grouped_kernel_*` tests sweep the kernel's tiles (swap-AB tiles of 8, 16, 32, 64 tokens and
+//! past 64 tokens per expert the 128 x 128 tokens-on-M tile, chosen by the most tokens an expert
+//! may have) with ragged counts around the token tiles, a partial last K block, NaN codes and
+//! scales past the counts, a NaN-poisoned output buffer and repeated calls; and the gated
+//! variant (gate/up GEMM + SiLU·up + quantization) against the composed ops.
 #![cfg(feature = "cuda")]
 
 #[path = "common/gpu.rs"]
@@ -14,7 +22,11 @@ mod gpu;
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_fp8::format::{act_scale_m_stride, act_scales_view, num_blocks, F8E4M3};
 use candle_fp8::models::Fp8MoeExperts;
-use candle_fp8::ops::{fp8_grouped_matmul_contiguous, fp8_grouped_matmul_masked, masked_act_scales_view};
+use candle_fp8::ops::{
+    fp8_grouped_matmul_contiguous, fp8_grouped_matmul_masked, fp8_grouped_swiglu_quantize_contiguous,
+    fp8_grouped_swiglu_quantize_masked, masked_act_scales_view, quantize_activation_masked,
+};
+use candle_fp8::quantize_activation;
 use candle_fp8::testing::reference::rel_err;
 use candle_fp8::testing::Rng;
 use candle_fp8::{AnyLinear, Fp8BlockLinear};
@@ -27,6 +39,14 @@ const CPU: Device = Device::Cpu;
 
 /// Rows per expert on both sides of the dense schedules' M boundaries.
 const BOUNDARY_COUNTS: [usize; 12] = [0, 1, 8, 9, 16, 17, 32, 33, 64, 65, 128, 129];
+
+/// Tokens per expert around the grouped kernel's token tiles (8 .. 64); each is clamped to the
+/// case's max_m, and every case also has an expert of exactly max_m.
+const KERNEL_COUNTS: [usize; 12] = [0, 1, 7, 8, 9, 31, 63, 64, 65, 127, 128, 129];
+
+/// max_m on both sides of the grouped kernel's tile choice (8, 16, 32, 64 tokens; the 128-token
+/// tokens-on-M tile beyond, several token tiles per expert past 128), and a large one.
+const KERNEL_MAX_M: [usize; 11] = [1, 8, 9, 16, 17, 32, 33, 64, 65, 129, 200];
 
 /// The MN-major scale view `[rows, kb]` of random log-spaced per-row scales.
 fn mn_major(rng: &mut Rng, rows: usize, kb: usize) -> Result<Tensor> {
@@ -86,6 +106,271 @@ fn contiguous_matches_the_cpu_op() -> Result<()> {
         }
         let tail = f32_host(&got.narrow(0, used, pad)?)?.abs()?.sum_all()?.to_scalar::<f32>()?;
         assert_eq!(tail, 0.0, "{what}: rows past the counts' sum must be zeros");
+    }
+    Ok(())
+}
+
+/// Masked operands of `counts` (each at most max_m) on the host: random codes and log-spaced
+/// scales below the counts, NaN codes and NaN scales past them (never to reach an output).
+/// Returns (qa, sa, counts as u32 [E]).
+fn masked_operands(rng: &mut Rng, max_m: usize, k: usize, counts: &[usize]) -> Result<(Tensor, Tensor, Tensor)> {
+    let e = counts.len();
+    let kb = num_blocks(k);
+    let mpad = act_scale_m_stride(max_m);
+    let mut q = codes(rng, e * max_m * k);
+    let mut buf = vec![f32::NAN; e * kb * mpad];
+    for (x, &c) in counts.iter().enumerate() {
+        for r in 0..c {
+            for g in 0..kb {
+                buf[(x * kb + g) * mpad + r] = rng.log_spaced(-6.0, 0.0);
+            }
+        }
+        for v in &mut q[(x * max_m + c) * k..(x + 1) * max_m * k] {
+            *v = F8E4M3::from_bits(0x7f);
+        }
+    }
+    let qa = Tensor::from_vec(q, (e, max_m, k), &CPU)?;
+    let sa = masked_act_scales_view(Tensor::from_vec(buf, e * kb * mpad, &CPU)?, e, max_m, kb)?;
+    let c = Tensor::from_vec(counts.iter().map(|&c| c as u32).collect::<Vec<_>>(), e, &CPU)?;
+    Ok((qa, sa, c))
+}
+
+/// The bits of a bf16 tensor (on any device).
+fn bits(t: &Tensor) -> Result<Vec<u16>> {
+    Ok(t.to_device(&CPU)?.flatten_all()?.to_vec1::<half::bf16>()?.iter().map(|v| v.to_bits()).collect())
+}
+
+/// A masked GPU output against the CPU op's: each expert's rows within 3e-3, the rows past its
+/// count +0.0.
+fn check_masked(what: &str, got: &Tensor, want: &Tensor, counts: &[usize], max_m: usize) -> Result<()> {
+    let (got, want) = (f32_host(got)?, f32_host(want)?);
+    for (x, &m) in counts.iter().enumerate() {
+        let (g, r) = (got.get(x)?, want.get(x)?);
+        if m > 0 {
+            let err = rel_err(&g.narrow(0, 0, m)?, &r.narrow(0, 0, m)?)?;
+            assert!(err <= 3e-3, "{what}, expert {x} ({m} rows): relerr {err} against the CPU op");
+        }
+        let rest: Vec<u32> =
+            g.narrow(0, m, max_m - m)?.flatten_all()?.to_vec1::<f32>()?.iter().map(|v| v.to_bits()).collect();
+        assert!(rest.iter().all(|&b| b == 0), "{what}, expert {x}: rows past count {m} must be +0.0");
+    }
+    Ok(())
+}
+
+/// The grouped kernel, masked layout: every tile (max_m on both sides of 8, 16, 32, 64 and past
+/// it: tokens on M), counts ragged around the tiles (0, 1, 7, 8, 9, 31, 63, 64, 65, 127, 128, 129,
+/// max_m, clamped to max_m), K whole and with a partial last block, fresh random codes and scales
+/// per case, NaN rows past the counts, a NaN-poisoned output: within 3e-3 of the CPU op per
+/// expert, rows past the counts +0.0, and the same bits on a second and third call.
+#[test]
+fn grouped_kernel_masked_ragged_counts() -> Result<()> {
+    let dev = kernels_device_or_skip!("grouped_kernel_masked_ragged_counts");
+    let mut rng = Rng::new(65);
+    for (i, &max_m) in KERNEL_MAX_M.iter().enumerate() {
+        // N: one and three 128-row blocks per expert; K: whole blocks, and 400 = 3 · 128 + 16.
+        let (n, k) = [(128, 256), (384, 400), (256, 128)][i % 3];
+        let mut counts: Vec<usize> = KERNEL_COUNTS.iter().map(|&c| c.min(max_m)).collect();
+        counts.push(max_m);
+        let turn = i % counts.len();
+        counts.rotate_left(turn);
+        let e = counts.len();
+        let (w, sw) = weights(&mut rng, e, n, k)?;
+        let (qa, sa, c) = masked_operands(&mut rng, max_m, k, &counts)?;
+        let want = fp8_grouped_matmul_masked(&qa, &sa, &w, &sw, &c)?;
+        let (qa, sa, w, sw, c) = (on(&qa, &dev)?, on(&sa, &dev)?, on(&w, &dev)?, on(&sw, &dev)?, on(&c, &dev)?);
+        gpu::poison(&dev, e * max_m * n)?;
+        let got = fp8_grouped_matmul_masked(&qa, &sa, &w, &sw, &c)?;
+        assert_eq!((got.dims(), got.dtype()), (&[e, max_m, n][..], DType::BF16));
+        let what = format!("grouped kernel masked E {e} max_m {max_m} N {n} K {k}");
+        check_masked(&what, &got, &want, &counts, max_m)?;
+        let first = bits(&got)?;
+        for call in 1..3 {
+            gpu::poison(&dev, e * max_m * n)?;
+            let again = fp8_grouped_matmul_masked(&qa, &sa, &w, &sw, &c)?;
+            assert!(bits(&again)? == first, "{what}: call {call} gave other bits than the first");
+        }
+        println!("{what}: ok");
+    }
+    Ok(())
+}
+
+/// The grouped kernel, masked layout, at the decode shapes of Qwen3-30B-A3B (128 experts,
+/// gate|up 2 · 768 × 2048 and down 2048 × 768) with 1-64 tokens per active expert and most
+/// experts empty, and with every expert empty (the output all +0.0).
+#[test]
+fn grouped_kernel_masked_a3b_decode() -> Result<()> {
+    let dev = kernels_device_or_skip!("grouped_kernel_masked_a3b_decode");
+    let mut rng = Rng::new(66);
+    let e = 128;
+    for (n, k) in [(1536, 2048), (2048, 768)] {
+        let (w, sw) = weights(&mut rng, e, n, k)?;
+        let (wd, swd) = (on(&w, &dev)?, on(&sw, &dev)?);
+        for (max_m, all_empty) in [(8, false), (16, false), (64, false), (64, true)] {
+            let counts: Vec<usize> =
+                (0..e).map(|x| if all_empty || x % 3 != 0 { 0 } else { [1, max_m, max_m / 2 + 1, 2][x % 4] }).collect();
+            let (qa, sa, c) = masked_operands(&mut rng, max_m, k, &counts)?;
+            let want = fp8_grouped_matmul_masked(&qa, &sa, &w, &sw, &c)?;
+            gpu::poison(&dev, e * max_m * n)?;
+            let got = fp8_grouped_matmul_masked(&on(&qa, &dev)?, &on(&sa, &dev)?, &wd, &swd, &on(&c, &dev)?)?;
+            let what = format!("grouped kernel masked A3B max_m {max_m} N {n} K {k} all_empty {all_empty}");
+            check_masked(&what, &got, &want, &counts, max_m)?;
+            println!("{what}: ok");
+        }
+    }
+    Ok(())
+}
+
+/// The grouped kernel, contiguous layout: experts of at most 8, 16, 32 and 64 tokens (swap-AB,
+/// one tile each) and of up to 300 (tokens on M, tiles cut at each expert's end), Qwen3-30B-A3B's
+/// gate|up at prefill sizes, padding rows after the counts' sum, K with a partial last block, a
+/// NaN-poisoned output: within 3e-3 of the CPU op, the padding rows +0.0, the same bits on a
+/// second call.
+#[test]
+fn grouped_kernel_contiguous_ragged_counts() -> Result<()> {
+    let dev = kernels_device_or_skip!("grouped_kernel_contiguous_ragged_counts");
+    let mut rng = Rng::new(67);
+    let cases: Vec<(usize, usize, Vec<usize>, usize)> = vec![
+        (256, 256, vec![64, 0, 1, 33, 63, 9, 17, 0], 7),
+        (256, 256, vec![300, 0, 1, 129, 64, 63, 65, 128, 127, 0], 3),
+        (384, 400, vec![0, 8, 1, 7, 0, 3], 0),
+        (128, 512, vec![16, 9, 0, 16], 2),
+        (256, 400, vec![17, 32, 0, 31], 1),
+        (128, 256, vec![0, 0, 0], 4),
+        (1536, 2048, vec![300, 0, 128, 129, 1, 255, 0, 64, 65, 200, 127, 0, 3, 256, 0, 17], 5),
+    ];
+    for (n, k, counts, pad) in cases {
+        let e = counts.len();
+        let (w, sw) = weights(&mut rng, e, n, k)?;
+        let rows = counts.iter().sum::<usize>() + pad;
+        let qa = Tensor::from_vec(codes(&mut rng, rows * k), (rows, k), &CPU)?;
+        let sa = mn_major(&mut rng, rows, num_blocks(k))?;
+        let want = fp8_grouped_matmul_contiguous(&qa, &sa, &w, &sw, &counts)?;
+        let (qa, sa, w, sw) = (on(&qa, &dev)?, on(&sa, &dev)?, on(&w, &dev)?, on(&sw, &dev)?);
+        gpu::poison(&dev, rows * n)?;
+        let got = fp8_grouped_matmul_contiguous(&qa, &sa, &w, &sw, &counts)?;
+        assert_eq!((got.dims(), got.dtype()), (&[rows, n][..], DType::BF16));
+        let what = format!("grouped kernel contiguous E {e} N {n} K {k} counts {counts:?} pad {pad}");
+        let used = rows - pad;
+        if used > 0 {
+            let err = rel_err(&f32_host(&got.narrow(0, 0, used)?)?, &f32_host(&want.narrow(0, 0, used)?)?)?;
+            assert!(err <= 3e-3, "{what}: relerr {err} against the CPU op");
+        }
+        let tail: Vec<u32> = f32_host(&got.narrow(0, used, pad)?)?
+            .flatten_all()?
+            .to_vec1::<f32>()?
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        assert!(tail.iter().all(|&b| b == 0), "{what}: rows past the counts' sum must be +0.0");
+        gpu::poison(&dev, rows * n)?;
+        let again = fp8_grouped_matmul_contiguous(&qa, &sa, &w, &sw, &counts)?;
+        assert!(bits(&again)? == bits(&got)?, "{what}: a second call gave other bits");
+        println!("{what}: ok");
+    }
+    Ok(())
+}
+
+/// `(codes, scales)` of rows `r0 .. r0 + m` of a quantized `[rows, I]` operand: the e4m3 bits
+/// and the `[m, kb]` scales' f32 bits (the scales as any view: MN-major or per expert).
+fn quantized_rows(q: &Tensor, s: &Tensor, r0: usize, m: usize) -> Result<(Vec<u8>, Vec<u32>)> {
+    let q = q.narrow(0, r0, m)?.to_device(&CPU)?.flatten_all()?.to_vec1::<F8E4M3>()?;
+    let s = s.narrow(0, r0, m)?.to_device(&CPU)?.to_vec2::<f32>()?;
+    Ok((q.iter().map(|v| v.to_bits()).collect(), s.iter().flatten().map(|v| v.to_bits()).collect()))
+}
+
+/// Rows `r0 .. r0 + m` of a quantized `[rows, I]` operand dequantized (f32 `[m, I]`).
+fn dequantized_rows(q: &Tensor, s: &Tensor, r0: usize, m: usize) -> Result<Tensor> {
+    let inter = q.dim(1)?;
+    let codes = q.narrow(0, r0, m)?.to_device(&CPU)?.flatten_all()?.to_vec1::<F8E4M3>()?;
+    let s = s.narrow(0, r0, m)?.to_device(&CPU)?.to_vec2::<f32>()?;
+    let v: Vec<f32> =
+        (0..m * inter).map(|i| candle_fp8::format::e4m3_to_f32(codes[i]) * s[i / inter][(i % inter) / 128]).collect();
+    Tensor::from_vec(v, (m, inter), &CPU)
+}
+
+/// `silu(gate) · up` of a bf16 `[.., 2·I]` GEMM output, as the MLP computes it.
+fn silu_mul(y: &Tensor) -> Result<Tensor> {
+    let last = y.rank() - 1;
+    let i = y.dim(last)? / 2;
+    candle_nn::ops::silu(&y.narrow(last, 0, i)?)? * y.narrow(last, i, i)?
+}
+
+/// The gated grouped kernel, masked layout (gate/up GEMM + SiLU·up + the down GEMM's
+/// quantization in one launch): on each row below its count, the same bits as the grouped GEMM,
+/// candle's bf16 SiLU and product and the masked quantizer on the GPU, and within the
+/// quantization's code step of those ops on the CPU; 16-token tiles over experts of 0 .. 40
+/// tokens (several tiles), K with a partial last block, Qwen3-30B-A3B's gate|up at decode, NaN
+/// rows past the counts.
+#[test]
+fn grouped_kernel_swiglu_masked_matches_the_composed_ops() -> Result<()> {
+    let dev = kernels_device_or_skip!("grouped_kernel_swiglu_masked_matches_the_composed_ops");
+    let mut rng = Rng::new(68);
+    let a3b: Vec<usize> = (0..128).map(|x| [0, 0, 1, 0, 3, 0, 0, 8][x % 8]).collect();
+    let cases: Vec<(usize, usize, usize, Vec<usize>)> = vec![
+        (16, 128, 256, vec![0, 1, 15, 16, 7, 0]),
+        (40, 256, 400, vec![17, 0, 40, 33, 1, 32, 16, 2, 39]),
+        (8, 768, 2048, a3b),
+    ];
+    for (max_m, inter, k, counts) in cases {
+        let e = counts.len();
+        let (w, sw) = weights(&mut rng, e, 2 * inter, k)?;
+        let (qa, sa, c) = masked_operands(&mut rng, max_m, k, &counts)?;
+        let (qd, sd, wd, swd, cd) = (on(&qa, &dev)?, on(&sa, &dev)?, on(&w, &dev)?, on(&sw, &dev)?, on(&c, &dev)?);
+        gpu::poison(&dev, e * max_m * inter)?;
+        let (q, s) = fp8_grouped_swiglu_quantize_masked(&qd, &sd, &wd, &swd, &cd)?;
+        assert_eq!(q.dims(), &[e, max_m, inter]);
+        assert_eq!(s.dims(), &[e, max_m, inter / 128]);
+        let y = fp8_grouped_matmul_masked(&qd, &sd, &wd, &swd, &cd)?;
+        let (q_gpu, s_gpu) = quantize_activation_masked(&silu_mul(&y)?)?;
+        let y = fp8_grouped_matmul_masked(&qa, &sa, &w, &sw, &c)?;
+        let (q_cpu, s_cpu) = quantize_activation_masked(&silu_mul(&y)?)?;
+        let what = format!("gated grouped kernel masked E {e} max_m {max_m} I {inter} K {k}");
+        for (x, &m) in counts.iter().enumerate().filter(|(_, &m)| m > 0) {
+            let got = quantized_rows(&q.get(x)?, &s.get(x)?, 0, m)?;
+            let composed = quantized_rows(&q_gpu.get(x)?, &s_gpu.get(x)?, 0, m)?;
+            assert!(got.1 == composed.1, "{what}, expert {x} ({m} rows): scales differ from the composed GPU ops");
+            assert!(got.0 == composed.0, "{what}, expert {x} ({m} rows): codes differ from the composed GPU ops");
+            let err = rel_err(
+                &dequantized_rows(&q.get(x)?, &s.get(x)?, 0, m)?,
+                &dequantized_rows(&q_cpu.get(x)?, &s_cpu.get(x)?, 0, m)?,
+            )?;
+            assert!(err <= 1.5e-2, "{what}, expert {x} ({m} rows): relerr {err} against the composed CPU ops");
+        }
+        println!("{what}: ok");
+    }
+    Ok(())
+}
+
+/// The gated grouped kernel, contiguous layout (experts of at most 64 tokens): each row below
+/// the counts' sum the same bits as the grouped GEMM, candle's bf16 SiLU and product and the
+/// quantizer on the GPU; a second call the same bits there.
+#[test]
+fn grouped_kernel_swiglu_contiguous_matches_the_composed_ops() -> Result<()> {
+    let dev = kernels_device_or_skip!("grouped_kernel_swiglu_contiguous_matches_the_composed_ops");
+    let mut rng = Rng::new(69);
+    for (inter, k, counts, pad) in [
+        (256, 256, vec![5, 0, 16, 17, 64, 1], 3),
+        (128, 400, vec![0, 2, 0, 33], 0),
+        (768, 2048, vec![1, 0, 0, 2, 1], 1),
+    ] {
+        let e = counts.len();
+        let (w, sw) = weights(&mut rng, e, 2 * inter, k)?;
+        let rows = counts.iter().sum::<usize>() + pad;
+        let qa = on(&Tensor::from_vec(codes(&mut rng, rows * k), (rows, k), &CPU)?, &dev)?;
+        let sa = on(&mn_major(&mut rng, rows, num_blocks(k))?, &dev)?;
+        let (w, sw) = (on(&w, &dev)?, on(&sw, &dev)?);
+        gpu::poison(&dev, rows * inter)?;
+        let (q, s) = fp8_grouped_swiglu_quantize_contiguous(&qa, &sa, &w, &sw, &counts)?;
+        assert_eq!((q.dims(), s.dims()), (&[rows, inter][..], &[rows, inter / 128][..]));
+        let y = fp8_grouped_matmul_contiguous(&qa, &sa, &w, &sw, &counts)?;
+        let (q2, s2) = quantize_activation(&silu_mul(&y)?)?;
+        let used = rows - pad;
+        let what = format!("gated grouped kernel contiguous I {inter} K {k} counts {counts:?}");
+        let got = quantized_rows(&q, &s, 0, used)?;
+        assert!(got == quantized_rows(&q2, &s2, 0, used)?, "{what}: differs from the composed GPU ops");
+        let (q3, s3) = fp8_grouped_swiglu_quantize_contiguous(&qa, &sa, &w, &sw, &counts)?;
+        assert!(got == quantized_rows(&q3, &s3, 0, used)?, "{what}: a second call gave other bits");
+        println!("{what}: ok");
     }
     Ok(())
 }
@@ -197,23 +482,36 @@ fn moe_layer_matches_the_cpu_layer_and_repeats() -> Result<()> {
     Ok(())
 }
 
-/// Counts past `max_m` and a count vector of the wrong length are refused on the device path,
-/// naming the argument and the value.
+/// Bad counts on the device path: a count past `max_m` is refused by the per-expert path (N not
+/// a multiple of 128: it reads the counts on the host), naming the argument and the value, and
+/// taken as `max_m` by the grouped kernel (N % 128 == 0: it never reads them on the host), whose
+/// output then equals the CPU op's with that count at max_m (so this also shows the masked op
+/// ran the kernel); a count vector of the wrong length and counts summing past the rows are
+/// refused on both.
 #[test]
 fn bad_counts_are_refused_on_the_gpu() -> Result<()> {
     let dev = kernels_device_or_skip!("bad_counts_are_refused_on_the_gpu");
     let mut rng = Rng::new(64);
-    let (e, max_m, n, k) = (4, 8, 256, 256);
-    let (w, sw) = weights(&mut rng, e, n, k)?;
+    let (e, max_m, k) = (4, 8, 256);
     let kb = num_blocks(k);
     let mpad = act_scale_m_stride(max_m);
-    let qa = Tensor::from_vec(codes(&mut rng, e * max_m * k), (e, max_m, k), &CPU)?.to_device(&dev)?;
+    let qa_h = Tensor::from_vec(codes(&mut rng, e * max_m * k), (e, max_m, k), &CPU)?;
+    let qa = qa_h.to_device(&dev)?;
     let buf: Vec<f32> = (0..e * kb * mpad).map(|_| rng.log_spaced(-6.0, 0.0)).collect();
-    let sa = masked_act_scales_view(Tensor::from_vec(buf, e * kb * mpad, &CPU)?, e, max_m, kb)?.to_device(&dev)?;
-    let (w, sw) = (w.to_device(&dev)?, sw.to_device(&dev)?);
+    let sa_h = masked_act_scales_view(Tensor::from_vec(buf, e * kb * mpad, &CPU)?, e, max_m, kb)?;
+    let sa = sa_h.to_device(&dev)?;
     let counts = |c: &[u32]| Tensor::new(c, &dev);
+    // The per-expert path (N = 240: a fast-path N, not whole 128-row blocks) refuses.
+    let (w, sw) = weights(&mut rng, e, 240, k)?;
+    let (w, sw) = (w.to_device(&dev)?, sw.to_device(&dev)?);
     let err = fp8_grouped_matmul_masked(&qa, &sa, &w, &sw, &counts(&[1, 9, 0, 2])?).unwrap_err().to_string();
     assert!(err.contains("counts[1]") && err.contains('9') && err.contains("max_m"), "{err}");
+    // The grouped kernel clamps.
+    let (w_h, sw_h) = weights(&mut rng, e, 256, k)?;
+    let (w, sw) = (w_h.to_device(&dev)?, sw_h.to_device(&dev)?);
+    let got = fp8_grouped_matmul_masked(&qa, &sa, &w, &sw, &counts(&[1, 9, 0, 2])?)?;
+    let want = fp8_grouped_matmul_masked(&qa_h, &sa_h, &w_h, &sw_h, &Tensor::new(&[1u32, 8, 0, 2], &CPU)?)?;
+    check_masked("grouped kernel, count 9 > max_m 8", &got, &want, &[1, 8, 0, 2], max_m)?;
     let err = fp8_grouped_matmul_masked(&qa, &sa, &w, &sw, &counts(&[1, 2, 3])?).unwrap_err().to_string();
     assert!(err.contains("counts") && err.contains('3') && err.contains('4'), "{err}");
     let rows = Tensor::from_vec(codes(&mut rng, 6 * k), (6, k), &CPU)?.to_device(&dev)?;

@@ -9,8 +9,8 @@ use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_fp8::format::{act_scale_m_stride, act_scales_view, num_blocks, F8E4M3};
 use candle_fp8::models::Fp8MoeExperts;
 use candle_fp8::ops::{
-    fp8_block_matmul, fp8_grouped_matmul_contiguous, fp8_grouped_matmul_masked, masked_act_scales_view,
-    quantize_activation_masked,
+    fp8_block_matmul, fp8_grouped_matmul_contiguous, fp8_grouped_matmul_masked, fp8_grouped_swiglu_quantize_contiguous,
+    fp8_grouped_swiglu_quantize_masked, masked_act_scales_view, quantize_activation_masked,
 };
 use candle_fp8::quant::quantize_activation;
 use candle_fp8::testing::reference::{reference_matmul, rel_err};
@@ -157,6 +157,58 @@ fn masked_matches_the_per_expert_reference() -> Result<()> {
             assert!(rest.iter().all(|&b| b == 0), "{what}, expert {x}: rows past count {m} must be +0.0");
         }
     }
+    Ok(())
+}
+
+/// The gate/up GEMM with SwiGLU and quantization (both layouts) is the grouped GEMM, bf16
+/// SiLU·up and the quantizer: the same codes and scales on every row below the counts; `w`
+/// without two equal halves is refused naming it.
+#[test]
+fn grouped_swiglu_quantize_is_the_composed_ops() -> Result<()> {
+    let mut rng = Rng::new(13);
+    let (e, inter, k, max_m) = (5, 128, 256, 6);
+    let wt = weights(e, 2 * inter, k, &mut rng)?;
+    let silu_mul = |y: &Tensor| -> Result<Tensor> {
+        let i = y.dim(y.rank() - 1)? / 2;
+        candle_nn::ops::silu(&y.narrow(y.rank() - 1, 0, i)?)? * y.narrow(y.rank() - 1, i, i)?
+    };
+    // Masked.
+    let counts = [3u32, 0, 6, 1, 2];
+    let x = Tensor::from_vec(rng.normal_vec(e * max_m * k, 1.0), (e, max_m, k), &CPU)?;
+    let (qa, sa) = quantize_activation_masked(&x)?;
+    let c = Tensor::new(&counts, &CPU)?;
+    let (q, s) = fp8_grouped_swiglu_quantize_masked(&qa, &sa, &wt.w, &wt.sw, &c)?;
+    assert_eq!((q.dims(), s.dims()), (&[e, max_m, inter][..], &[e, max_m, inter / 128][..]));
+    let (q2, s2) = quantize_activation_masked(&silu_mul(&fp8_grouped_matmul_masked(&qa, &sa, &wt.w, &wt.sw, &c)?)?)?;
+    for (x, &m) in counts.iter().enumerate() {
+        let m = m as usize;
+        let codes = |q: &Tensor| -> Result<Vec<u8>> {
+            Ok(q.get(x)?.narrow(0, 0, m)?.flatten_all()?.to_vec1::<F8E4M3>()?.iter().map(|v| v.to_bits()).collect())
+        };
+        assert_eq!(codes(&q)?, codes(&q2)?, "masked expert {x}: codes");
+        assert_eq!(
+            bits(&s.get(x)?.narrow(0, 0, m)?)?,
+            bits(&s2.get(x)?.narrow(0, 0, m)?)?,
+            "masked expert {x}: scales"
+        );
+    }
+    // Contiguous, with padding rows.
+    let counts = [2usize, 0, 4, 1, 0];
+    let rows = 9;
+    let x = Tensor::from_vec(rng.normal_vec(rows * k, 1.0), (rows, k), &CPU)?;
+    let (qa, sa) = quantize_activation(&x)?;
+    let (q, s) = fp8_grouped_swiglu_quantize_contiguous(&qa, &sa, &wt.w, &wt.sw, &counts)?;
+    let (q2, s2) = quantize_activation(&silu_mul(&fp8_grouped_matmul_contiguous(&qa, &sa, &wt.w, &wt.sw, &counts)?)?)?;
+    let used = counts.iter().sum::<usize>();
+    let codes = |q: &Tensor| -> Result<Vec<u8>> {
+        Ok(q.narrow(0, 0, used)?.flatten_all()?.to_vec1::<F8E4M3>()?.iter().map(|v| v.to_bits()).collect())
+    };
+    assert_eq!(codes(&q)?, codes(&q2)?, "contiguous: codes");
+    assert_eq!(bits(&s.narrow(0, 0, used)?)?, bits(&s2.narrow(0, 0, used)?)?, "contiguous: scales");
+    // [gate; up] must be two equal halves.
+    let odd = weights(e, 129, k, &mut rng)?;
+    let err = fp8_grouped_swiglu_quantize_contiguous(&qa, &sa, &odd.w, &odd.sw, &counts).unwrap_err().to_string();
+    assert!(err.contains("w:") && err.contains("129"), "{err}");
     Ok(())
 }
 

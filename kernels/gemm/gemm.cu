@@ -12,6 +12,7 @@
 
 #include "api.h"
 #include "fp8gemm/epilogue/splitk_reduce.cuh"
+#include "fp8gemm/impls/grouped.cuh"
 #include "fp8gemm/impls/launch.cuh"
 #include "fp8gemm/scheduler/streamk_fixup.cuh"
 #include "fp8gemm/scheduler/tail_fixup.cuh"
@@ -25,6 +26,8 @@ const ConfigEntry* swap_ab_configs(int* count);
 const ConfigEntry* warp_specialized_configs(int* count);
 const ConfigEntry* persistent_configs(int* count);
 int run_gemm_swiglu_quant(const GemmArgs& a);
+int run_grouped_gemm(const GroupedArgs& a, int block_tokens);
+int run_grouped_gemm_swiglu_quant(const GroupedArgs& a);
 
 namespace {
 
@@ -311,6 +314,64 @@ extern "C" int32_t fp8gemm_gemm_swiglu_quant(const uint8_t* qa, const float* sa,
   a.q_out = q;
   a.sa_out = sa_q;
   return run_gemm_swiglu_quant(a);
+}
+
+// The argument checks and GroupedArgs of the grouped entry points (outputs set by the caller).
+static int32_t grouped_args(const uint8_t* qa, const float* sa, const uint8_t* w, const float* sw,
+                            const uint32_t* counts, int64_t groups, int64_t max_m, int64_t rows,
+                            int64_t n, int64_t k, void* stream, GroupedArgs* out) {
+  if (groups < 1 || n < 128 || n % 128 != 0 || k < 16 || k % 16 != 0 || max_m < 0 || rows < 1)
+    return FP8GEMM_ERR_SHAPE;
+  if (max_m > 0 && rows != groups * max_m) return FP8GEMM_ERR_SHAPE;
+  if (groups * n > 0x7fffffff || rows > 0x7fffffff || k > 0x7fffffff) return FP8GEMM_ERR_SHAPE;
+  if (!operands_ok(qa, sa, w, sw) || !counts || (reinterpret_cast<uintptr_t>(counts) & 3) != 0)
+    return FP8GEMM_ERR_ALIGN;
+  DeviceInfo info;
+  int dev = 0;
+  if (int st = device_info(&info, &dev)) return st;
+  GroupedArgs a{};
+  a.qa = qa;
+  a.sa = sa;
+  a.w = w;
+  a.sw = sw;
+  a.counts = counts;
+  a.groups = static_cast<int>(groups);
+  a.max_m = static_cast<int>(max_m);
+  a.rows = static_cast<int>(rows);
+  a.n = static_cast<int>(n);
+  a.k = static_cast<int>(k);
+  a.sms = info.sms;
+  a.device = dev;
+  a.smem_optin = info.smem_optin;
+  a.stream = static_cast<cudaStream_t>(stream);
+  *out = a;
+  return FP8GEMM_OK;
+}
+
+extern "C" int32_t fp8gemm_grouped_gemm(const uint8_t* qa, const float* sa, const uint8_t* w,
+                                        const float* sw, void* y, const uint32_t* counts,
+                                        int64_t groups, int64_t max_m, int64_t rows, int64_t n,
+                                        int64_t k, int32_t block_tokens, void* stream) {
+  GroupedArgs a;
+  if (int st = grouped_args(qa, sa, w, sw, counts, groups, max_m, rows, n, k, stream, &a)) return st;
+  if (!y || !aligned16(y)) return FP8GEMM_ERR_ALIGN;
+  a.y = static_cast<__nv_bfloat16*>(y);
+  return run_grouped_gemm(a, block_tokens);
+}
+
+extern "C" int32_t fp8gemm_grouped_gemm_swiglu_quant(const uint8_t* qa, const float* sa,
+                                                     const uint8_t* w, const float* sw,
+                                                     const uint32_t* counts, int64_t groups,
+                                                     int64_t max_m, int64_t rows, int64_t inter,
+                                                     int64_t k, uint8_t* q, float* sa_q,
+                                                     void* stream) {
+  if (inter < 128 || inter % 128 != 0 || inter > 0x3fffffff) return FP8GEMM_ERR_SHAPE;
+  GroupedArgs a;
+  if (int st = grouped_args(qa, sa, w, sw, counts, groups, max_m, rows, 2 * inter, k, stream, &a)) return st;
+  if (!q || !sa_q || (reinterpret_cast<uintptr_t>(sa_q) & 3) != 0) return FP8GEMM_ERR_ALIGN;
+  a.q_out = q;
+  a.sa_out = sa_q;
+  return run_grouped_gemm_swiglu_quant(a);
 }
 
 extern "C" int32_t fp8gemm_reduce_partials(const float* partials, void* y, int64_t m, int64_t n,

@@ -5,7 +5,8 @@
 // File: per translation unit a header of four u32 (magic "FP8T", unit id, append count, ring
 // capacity) followed by min(count, capacity) 32-byte records (trace::Rec). Unit ids: 0 swap-AB,
 // 1 small-M, 2 warp-specialized, 3 persistent, 4 fused_quant, 5 attention, 6 sampling,
-// 7 quant (activation quantizer), 8 gemm (split-K reduce), 9 swiglu (gated gate/up GEMM).
+// 7 quant (activation quantizer), 8 gemm (split-K reduce), 9 swiglu (gated gate/up GEMM),
+// 10 grouped (mixture-of-experts GEMM).
 // A ring that wrapped (count > capacity) holds the latest `capacity` records out of order;
 // dev/trace_timeline.py sorts by entry time.
 #include <cuda_runtime.h>
@@ -32,6 +33,7 @@ int fp8gemm_trace_read_sampling(void*, uint32_t, uint32_t*);
 int fp8gemm_trace_read_quant(void*, uint32_t, uint32_t*);
 int fp8gemm_trace_read_gemm(void*, uint32_t, uint32_t*);
 int fp8gemm_trace_read_swiglu(void*, uint32_t, uint32_t*);
+int fp8gemm_trace_read_grouped(void*, uint32_t, uint32_t*);
 }
 
 extern "C" int64_t fp8gemm_trace_dump(const char* path) {
@@ -40,7 +42,8 @@ extern "C" int64_t fp8gemm_trace_dump(const char* path) {
                             fp8gemm_trace_read_warp_specialized, fp8gemm_trace_read_persistent,
                             fp8gemm_trace_read_fused_quant, fp8gemm_trace_read_attention,
                             fp8gemm_trace_read_sampling, fp8gemm_trace_read_quant,
-                            fp8gemm_trace_read_gemm, fp8gemm_trace_read_swiglu};
+                            fp8gemm_trace_read_gemm, fp8gemm_trace_read_swiglu,
+                            fp8gemm_trace_read_grouped};
   if (cudaDeviceSynchronize() != cudaSuccess) return -2;
   FILE* f = std::fopen(path, "wb");
   if (!f) return -3;

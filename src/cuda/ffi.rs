@@ -78,6 +78,36 @@ extern "C" {
         sa_q: *mut f32,
         stream: *mut c_void,
     ) -> i32;
+    pub fn fp8gemm_grouped_gemm(
+        qa: *const u8,
+        sa: *const f32,
+        w: *const u8,
+        sw: *const f32,
+        y: *mut c_void,
+        counts: *const u32,
+        groups: i64,
+        max_m: i64,
+        rows: i64,
+        n: i64,
+        k: i64,
+        block_tokens: i32,
+        stream: *mut c_void,
+    ) -> i32;
+    pub fn fp8gemm_grouped_gemm_swiglu_quant(
+        qa: *const u8,
+        sa: *const f32,
+        w: *const u8,
+        sw: *const f32,
+        counts: *const u32,
+        groups: i64,
+        max_m: i64,
+        rows: i64,
+        inter: i64,
+        k: i64,
+        q: *mut u8,
+        sa_q: *mut f32,
+        stream: *mut c_void,
+    ) -> i32;
     pub fn fp8gemm_reduce_partials(
         partials: *const f32,
         y: *mut c_void,

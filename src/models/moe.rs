@@ -5,7 +5,7 @@
 use super::layer::{Proj, SwiGlu};
 use crate::dispatch::Fp8Options;
 use crate::linear::{AnyLinear, Fp8BlockLinear};
-use crate::ops::fp8_grouped_matmul_contiguous_with;
+use crate::ops::{fp8_grouped_matmul_contiguous_with, fp8_grouped_swiglu_quantize_contiguous_with};
 use crate::quant::quantize_activation;
 use crate::shard::move_to;
 use candle_core::{bail, DType, Device, Module, Result, Tensor};
@@ -26,8 +26,9 @@ use candle_core::{bail, DType, Device, Module, Result, Tensor};
 /// weights are stacked at construction (`[E, 2I, H]` for a fused gate|up, `[E, H, I]` for down;
 /// the experts' own layers become views of the stacks, so the weights are held once) and step 3
 /// runs as: one gather, one activation quantization, the grouped gate|up GEMM
-/// ([`crate::fp8_grouped_matmul_contiguous`]), SiLU·up, one quantization, the grouped down GEMM,
-/// the weighted scatter. On the CPU this gives the bits of the per-expert loop (each expert's
+/// ([`crate::fp8_grouped_matmul_contiguous`]), SiLU·up, one quantization (for a fused gate|up in
+/// bf16 these three are [`crate::ops::fp8_grouped_swiglu_quantize_contiguous`]: one launch on
+/// CUDA at decode sizes, the same bits), the grouped down GEMM, the weighted scatter. On the CPU this gives the bits of the per-expert loop (each expert's
 /// rows see the same quantization and the same GEMM); other experts (dense, mixed, the
 /// dequant provider) run that loop, one MLP per expert that received tokens.
 ///
@@ -336,6 +337,12 @@ impl Fp8MoeExperts {
             fp8_grouped_matmul_contiguous_with(&st.opts, qa, sa, w, s, counts)?.to_dtype(dtype)
         };
         let (qa, sa) = quantize_activation(xs)?;
+        if let ([(w, s)], DType::BF16) = (st.gate_up.as_slice(), dtype) {
+            // The fused gate|up GEMM, SiLU·up and quantization: the composed ops' bits below
+            // (one launch on CUDA at decode sizes).
+            let (qa, sa) = fp8_grouped_swiglu_quantize_contiguous_with(&st.opts, &qa, &sa, w, s, counts)?;
+            return gemm(&qa, &sa, &st.down);
+        }
         let (gate, up) = match st.gate_up.as_slice() {
             [gu] => {
                 let y = gemm(&qa, &sa, gu)?;

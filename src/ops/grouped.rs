@@ -8,9 +8,11 @@
 //!
 //! Both take the weights stacked as e4m3 `[E, N, K]` with f32 scales `[E, ceil(N/128),
 //! ceil(K/128)]` and compute each expert's rows exactly as [`fp8_block_matmul`] does (the same
-//! two-level f32 accumulation, bf16 out). On the CPU each expert runs the CPU blocked GEMM; on
-//! CUDA each active expert runs the dense GEMM on narrowed views of the operands (one launch per
-//! active expert; the masked layout then reads the counts on the host).
+//! two-level f32 accumulation, bf16 out). On the CPU each expert runs the CPU blocked GEMM. On
+//! CUDA, when our kernels run the shape (sm_90, `N % 128 == 0`; `grouped_kernel.rs`), one launch
+//! of the grouped kernel covers every expert and the masked layout's counts stay on the device;
+//! otherwise each active expert runs the dense GEMM on narrowed views of the operands (the
+//! masked layout then reads the counts on the host).
 
 use super::matmul::fp8_block_matmul_with;
 use super::validate::{check_dtype, dims2};
@@ -170,6 +172,33 @@ fn validate_masked(
     Ok((GroupedShape { e, n, k }, max_m))
 }
 
+/// The contiguous operands checked as [`fp8_grouped_matmul_contiguous`] checks them; returns the
+/// rows.
+#[cfg(feature = "cuda")]
+pub(super) fn validate_contiguous_shape(
+    qa: &Tensor,
+    sa: &Tensor,
+    w: &Tensor,
+    sw: &Tensor,
+    counts: &[usize],
+) -> Result<usize> {
+    Ok(validate_contiguous(qa, sa, w, sw, counts)?.1)
+}
+
+/// The masked operands checked as [`fp8_grouped_matmul_masked`] checks them (not the counts'
+/// values); returns `(E, max_m, K)`.
+#[cfg(feature = "cuda")]
+pub(super) fn validate_masked_shape(
+    qa: &Tensor,
+    sa: &Tensor,
+    w: &Tensor,
+    sw: &Tensor,
+    counts: &Tensor,
+) -> Result<(usize, usize, usize)> {
+    let (s, max_m) = validate_masked(qa, sa, w, sw, counts)?;
+    Ok((s.e, max_m, s.k))
+}
+
 /// The scale slices of a CPU op: `sa` and `sw` from their tensors, start offsets applied.
 fn cpu_scales<'a>(
     what: &str,
@@ -314,10 +343,12 @@ fn check_masked_counts(counts: &[u32], e: usize, max_m: usize, k: usize) -> Resu
 /// off the contract.
 ///
 /// Each expert's rows equal the dense [`fp8_block_matmul`] of those rows with its weight. On the
-/// CPU the op runs the CPU kernel per expert (bit-identical to the dense op); on CUDA it runs
-/// the dense GEMM per expert with at least one row, on narrowed views, its provider chosen as
-/// for [`fp8_block_matmul`] (`CANDLE_FP8_BACKEND`; [`fp8_grouped_matmul_contiguous_with`] takes
-/// explicit options).
+/// CPU the op runs the CPU kernel per expert (bit-identical to the dense op). On CUDA, when the
+/// provider chosen as for [`fp8_block_matmul`] (`CANDLE_FP8_BACKEND`;
+/// [`fp8_grouped_matmul_contiguous_with`] takes explicit options) is ours and `N % 128 == 0`,
+/// one launch of the grouped kernel runs every expert (the counts copied to the device; swap-AB
+/// tiles up to 64 tokens per expert, tokens-on-M tiles past that); else the dense GEMM runs per
+/// expert with at least one row, on narrowed views.
 pub fn fp8_grouped_matmul_contiguous(
     qa: &Tensor,
     sa: &Tensor,
@@ -343,6 +374,10 @@ pub fn fp8_grouped_matmul_contiguous_with(
     }
     #[cfg(feature = "cuda")]
     if qa.device().is_cuda() {
+        use super::grouped_kernel::{contiguous_on_kernel, grouped_kernel_applies};
+        if grouped_kernel_applies(opts, qa, shape.n, shape.k)? {
+            return contiguous_on_kernel(qa, sa, w, sw, counts, rows);
+        }
         return per_expert_contiguous(opts, qa, sa, w, sw, counts, rows);
     }
     check_cpu_backend(opts, qa, shape)?;
@@ -364,11 +399,15 @@ pub fn fp8_grouped_matmul_contiguous_with(
 /// Returns bf16 `[E, max_m, N]`. **Rows at or past `counts[e]` are written as zeros**, whatever
 /// `qa` and `sa` hold there (their codes and scales are never read). The op's contract does not
 /// read the counts on the host: the CPU path reads them where they live, and a count past
-/// `max_m` is an error naming the expert and the value. On CUDA the op currently runs the dense
-/// GEMM per expert with at least one row, which reads the counts on the host (one device-to-host
-/// copy per call; no CUDA-graph capture there). Other errors name the argument and the value:
-/// expert counts that differ between `qa`, `w`, `sw` and `counts`, a `K`, dtype, scale shape or
-/// layout off the contract.
+/// `max_m` is an error naming the expert and the value. On CUDA, when the provider chosen as for
+/// [`fp8_block_matmul`] is ours and `N % 128 == 0`, one launch of the grouped kernel runs every
+/// expert and reads the counts on the device only (no host copy: a CUDA graph can capture the
+/// call and replay it with new counts); it cannot report a count past `max_m` and **takes such a
+/// count as `max_m`**. Otherwise the op runs the dense GEMM per expert with at least one row,
+/// which reads the counts on the host (one device-to-host copy per call; no CUDA-graph capture
+/// there) and refuses a count past `max_m` as the CPU does. Other errors name the argument and
+/// the value: expert counts that differ between `qa`, `w`, `sw` and `counts`, a `K`, dtype,
+/// scale shape or layout off the contract.
 pub fn fp8_grouped_matmul_masked(qa: &Tensor, sa: &Tensor, w: &Tensor, sw: &Tensor, counts: &Tensor) -> Result<Tensor> {
     fp8_grouped_matmul_masked_with(&Fp8Options::from_env()?, qa, sa, w, sw, counts)
 }
@@ -386,6 +425,9 @@ pub fn fp8_grouped_matmul_masked_with(
     let GroupedShape { e, n, .. } = shape;
     #[cfg(feature = "cuda")]
     if qa.device().is_cuda() {
+        if e * max_m * n > 0 && super::grouped_kernel::grouped_kernel_applies(opts, qa, n, shape.k)? {
+            return super::grouped_kernel::masked_on_kernel(qa, sa, w, sw, counts, e, max_m, n, shape.k);
+        }
         return per_expert_masked(opts, qa, sa, w, sw, counts, max_m);
     }
     check_cpu_backend(opts, qa, shape)?;

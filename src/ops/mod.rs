@@ -3,13 +3,18 @@
 //! - [`fp8_block_matmul`] / [`fp8_block_matmul_into`]: the blocked-FP8 GEMM (every provider).
 //! - [`fp8_grouped_matmul_contiguous`] / [`fp8_grouped_matmul_masked`]: the grouped GEMMs of
 //!   mixture-of-experts layers (per-expert weights `[E, N, K]`), with
-//!   [`quantize_activation_masked`] for the masked layout's operand.
+//!   [`quantize_activation_masked`] for the masked layout's operand, and
+//!   [`fp8_grouped_swiglu_quantize_masked`] / [`fp8_grouped_swiglu_quantize_contiguous`]: the
+//!   experts' gate/up GEMM with SiLU·up and the down GEMM's quantization.
 //! - [`add_rmsnorm_quantize`], [`swiglu_quantize`]: the decode step's elementwise work fused with
 //!   the activation quantization (one launch each on CUDA).
 //! - [`Unreduced`]: a GEMM output whose split-K reduction is left to its consumer.
 
 mod fused;
 mod grouped;
+#[cfg(feature = "cuda")]
+mod grouped_kernel;
+mod grouped_swiglu;
 #[cfg(feature = "cuda")]
 pub(crate) mod hopper;
 mod matmul;
@@ -21,6 +26,10 @@ pub use fused::{add_rmsnorm_quantize, add_rmsnorm_quantize_unreduced, swiglu_qua
 pub use grouped::{
     fp8_grouped_matmul_contiguous, fp8_grouped_matmul_contiguous_with, fp8_grouped_matmul_masked,
     fp8_grouped_matmul_masked_with, masked_act_scales_view, quantize_activation_masked,
+};
+pub use grouped_swiglu::{
+    fp8_grouped_swiglu_quantize_contiguous, fp8_grouped_swiglu_quantize_contiguous_with,
+    fp8_grouped_swiglu_quantize_masked, fp8_grouped_swiglu_quantize_masked_with,
 };
 pub(crate) use matmul::log_once;
 pub use matmul::{fp8_block_matmul, fp8_block_matmul_into, fp8_block_matmul_with};

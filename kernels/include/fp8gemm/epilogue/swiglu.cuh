@@ -17,16 +17,19 @@
 
 namespace fp8gemm {
 
-// Called by the 128 threads of the math warpgroup. `acc`: the tile's accumulators, four m64nTN
-// fragments of TN / 2 floats each (d[4j + 2hh + e] = MMA row (warp%4)*16 + lane/4 + 8hh of the
-// wave, token 8j + 2(lane%4) + e): the two gate waves, then the two up waves. f0: the tile's
-// first feature (a multiple of 128); q: [m][inter] e4m3; sa: [inter/128][m_pad] f32 (padding
-// rows zeroed; needs m_pad <= TN). `scratch`: 6 * TN floats of shared memory (per-warp amax
-// [4][TN], then the token scales [TN] at 5 * TN).
-template <int TN>
-__device__ __forceinline__ void swiglu_quant_epilogue(const float* acc, int f0, int m, int inter,
-                                                      float* scratch, uint8_t* __restrict__ q,
-                                                      float* __restrict__ sa) {
+// swiglu_quant_tile: called by the 128 threads of the math warpgroup. `acc`: the tile's
+// accumulators, four m64nTN fragments of TN / 2 floats each (d[4j + 2hh + e] = MMA row
+// (warp%4)*16 + lane/4 + 8hh of the wave, token 8j + 2(lane%4) + e): the two gate waves, then
+// the two up waves. f0: the tile's first feature (a multiple of 128); q: the tile's first token
+// row of [.][inter] e4m3, rows < m written; sa_group: the 128-feature group's scales of the
+// tile's first token, written for t < sa_rows (zeros from m on). `scratch`: 6 * TN floats of
+// shared memory (per-warp amax [4][TN], then the token scales [TN] at 5 * TN).
+// swiglu_quant_core: the work of both, the group's scales stored by `store_scales(t, scale)`
+// (thread t of the warpgroup, the tile's TN token scales).
+template <int TN, class StoreScales>
+__device__ __forceinline__ void swiglu_quant_core(const float* acc, int f0, int m, int inter,
+                                                  float* scratch, uint8_t* __restrict__ q,
+                                                  StoreScales store_scales) {
   constexpr int kAcc = TN / 2;
   constexpr int kGW = 2;  // waves holding gate rows
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
@@ -93,9 +96,29 @@ __device__ __forceinline__ void swiglu_quant_epilogue(const float* acc, int f0, 
             q[static_cast<int64_t>(tok) * inter + f0 + 64 * g + r + 8 * hh] =
                 quantize_e4m3(h[g][4 * j + 2 * hh + e], scale[tok]);
         }
-  // The group's scales, zeros in the padding rows m .. m_pad.
-  const int m_pad = (m + 3) / 4 * 4;
-  if (t < m_pad) sa[static_cast<int64_t>(f0 / 128) * m_pad + t] = t < m ? scale[t] : 0.f;
+  store_scales(t, scale);
+}
+
+template <int TN>
+__device__ __forceinline__ void swiglu_quant_tile(const float* acc, int f0, int m, int inter,
+                                                  float* scratch, uint8_t* __restrict__ q,
+                                                  float* __restrict__ sa_group, int sa_rows) {
+  swiglu_quant_core<TN>(acc, f0, m, inter, scratch, q, [&](int t, const float* scale) {
+    if (t < sa_rows) sa_group[t] = t < m ? scale[t] : 0.f;  // zeros in the rows m .. sa_rows
+  });
+}
+
+// The dense gated tile: every token (m <= TN; q [m][inter], sa [inter/128][m_pad]), the
+// padding rows m .. m_pad of sa zeroed.
+template <int TN>
+__device__ __forceinline__ void swiglu_quant_epilogue(const float* acc, int f0, int m, int inter,
+                                                      float* scratch, uint8_t* __restrict__ q,
+                                                      float* __restrict__ sa) {
+  swiglu_quant_core<TN>(acc, f0, m, inter, scratch, q, [&](int t, const float* scale) {
+    // The group's scales, zeros in the padding rows m .. m_pad.
+    const int m_pad = (m + 3) / 4 * 4;
+    if (t < m_pad) sa[static_cast<int64_t>(f0 / 128) * m_pad + t] = t < m ? scale[t] : 0.f;
+  });
 }
 
 }  // namespace fp8gemm

@@ -25,6 +25,7 @@
 #include "fp8gemm/ptx/tma.cuh"
 #include "fp8gemm/ptx/wgmma.cuh"
 #include "fp8gemm/scheduler/tile_scheduler.cuh"
+#include "fp8gemm/scheduler/grouped_scheduler.cuh"
 #include "fp8gemm/scheduler/streamk_fixup.cuh"
 #include "fp8gemm/epilogue/swiglu.cuh"
 #include "fp8gemm/scheduler/tail_fixup.cuh"
@@ -48,7 +49,24 @@ struct GemmParams {
   // Swap-AB: pace the first fill of the ring to this many weight stages in flight per CTA until
   // the previous kernel is done (0: request them all at once). impls/launch.cuh, kPrefillWindow.
   int prefill_window;
+  // Grouped schedules (impls/grouped.cuh) only: the experts' token layout. m is then the token
+  // rows of the stacked operand, n the output features of one expert, nb_total the scale rows
+  // of all experts' weights.
+  GroupedLayout group;
 };
+
+// Whether a schedule is grouped (its traits say kGrouped = true; the dense ones do not say).
+template <class T, class = void>
+struct IsGrouped : std::false_type {};
+template <class T>
+struct IsGrouped<T, std::void_t<decltype(T::kGrouped)>> : std::bool_constant<T::kGrouped> {};
+
+// The schedule's tile scheduler for this launch.
+template <class T>
+__device__ __forceinline__ typename T::Scheduler make_scheduler(const GemmParams& p) {
+  if constexpr (IsGrouped<T>::value) return typename T::Scheduler(p.shape, p.group, p.m, p.n);
+  else return typename T::Scheduler(p.shape);
+}
 
 // Traits every schedule provides (derived from its configuration's named knobs, impls/*.cuh):
 //   kMathWG, kWaves, TM (= kMathWG * kWaves * 64), TN, kStages,
@@ -178,8 +196,11 @@ __global__ void __launch_bounds__(T::kThreads, min_ctas_per_sm<T>())
   // it. We trigger our own dependents late (all loads issued / main loop done): triggering at
   // entry as well was measured and gained nothing (bench, 1×4096²: 6.41 vs 6.35 µs hot).
 
-  typename T::Scheduler sched(p.shape);
+  typename T::Scheduler sched = make_scheduler<T>(p);
   Tile tile;
+  constexpr bool kGrouped = IsGrouped<T>::value;
+  static_assert(!kGrouped || (!T::kStreamK && !T::kTmaStore && (T::kSwapAB || !T::kGated)),
+                "grouped: tiles of the grouped scheduler, stored directly (bounded by the counts)");
   // Swap-AB with a prefill window: the first pass's weights are loaded paced (producer below).
   const bool paced = T::kSwapAB && p.prefill_window > 0;
 
@@ -194,10 +215,12 @@ __global__ void __launch_bounds__(T::kThreads, min_ctas_per_sm<T>())
     };
     auto load_a = [&](const Tile& t, int stage, int kb, uint64_t* bar) {
       if constexpr (T::kGated) {
-        // kGateRows gate rows (features f0 ..) and the up rows of the same features.
-        const int f0 = t.row0 / 2;
-        load_a_box(ring.a(stage), bar, kb * kBlockK, f0);
-        load_a_box(ring.a(stage) + T::kGateRows * kBlockK, bar, kb * kBlockK, p.n / 2 + f0);
+        // kGateRows gate rows (features f0 ..) and the up rows of the same features; grouped,
+        // of the tile's expert (its [gate; up] rows start at row expert * n).
+        const int base = kGrouped ? t.expert * p.n : 0;
+        const int f0 = (t.row0 - base) / 2;
+        load_a_box(ring.a(stage), bar, kb * kBlockK, base + f0);
+        load_a_box(ring.a(stage) + T::kGateRows * kBlockK, bar, kb * kBlockK, base + p.n / 2 + f0);
       } else {
         load_a_box(ring.a(stage), bar, kb * kBlockK, t.row0);
       }
@@ -212,7 +235,18 @@ __global__ void __launch_bounds__(T::kThreads, min_ctas_per_sm<T>())
     };
     auto load_act = [&](const Tile& t, int stage, int kb) {
       if constexpr (T::kSwapAB) load_b(t, stage, kb); else load_a(t, stage, kb, ring.full(stage));
-      ptx::tma_load_2d(ring.scales(stage), &tmap_sa, ring.full(stage), T::kSwapAB ? t.col0 : t.row0, kb);
+      if constexpr (kGrouped) {
+        // Masked: expert e's scales are the [kb][pad4(max_m)] block of rows e * kb_total .. of a
+        // map whose inner extent is max_m (tokens past it read as 0); contiguous: the dense map.
+        const int me = p.group.max_m, tok0 = T::kSwapAB ? t.col0 : t.row0;
+        if (me > 0)
+          ptx::tma_load_2d(ring.scales(stage), &tmap_sa, ring.full(stage), tok0 - t.expert * me,
+                           t.expert * p.kb_total + kb);
+        else
+          ptx::tma_load_2d(ring.scales(stage), &tmap_sa, ring.full(stage), tok0, kb);
+      } else {
+        ptx::tma_load_2d(ring.scales(stage), &tmap_sa, ring.full(stage), T::kSwapAB ? t.col0 : t.row0, kb);
+      }
     };
     // Paced first fill (`paced`: swap-AB with p.prefill_window = W > 0): the weights of the
     // first pass through the ring are loaded by a second thread under the "weights landed"
@@ -313,6 +347,16 @@ __global__ void __launch_bounds__(T::kThreads, min_ctas_per_sm<T>())
       if (!waited) ptx::griddep_wait();
       ptx::griddep_launch_dependents();
     }
+    if constexpr (kGrouped && !T::kGated) {
+      // The warps with no loads to issue write the zeros of the rows past the counts meanwhile.
+      constexpr int kFillers = 128 - 32 * T::kIssuers;
+      if (tid_wg >= 32 * T::kIssuers) {
+        ptx::griddep_wait();  // the counts are the previous kernel's; it may still read y
+        grouped_zero_fill(p.group, p.m, p.n, y,
+                          static_cast<int64_t>(blockIdx.x) * kFillers + (tid_wg - 32 * T::kIssuers),
+                          static_cast<int64_t>(gridDim.x) * kFillers);
+      }
+    }
     if constexpr (T::kStreamK) {
       // Warp 2 (no loads to issue) raises the flag of the CTA's published partial, if any.
       if (tid_wg / 32 == 2) streamk_publish(typename T::Scheduler(p.shape), partial, kStreamKPublishBar);
@@ -344,8 +388,10 @@ __global__ void __launch_bounds__(T::kThreads, min_ctas_per_sm<T>())
     const int row0 = (T::kSwapAB ? t.row0 : t.col0) / 128;
     for (int i = threadIdx.x; i < kSwRows * n_kb; i += kMathThreads) {
       const int r = i / n_kb, j = i - r * n_kb;
-      // Gated: row 0 = the gate rows' block, row 1 = the up rows' block (n / 2 further on).
-      const int nb = T::kGated ? (r * (p.n / 2) + t.row0 / 2) / 128 : row0 + r;
+      // Gated: row 0 = the gate rows' block, row 1 = the up rows' block (n / 2 further on;
+      // grouped, from the expert's first row).
+      const int g_base = kGrouped ? t.expert * p.n : 0;
+      const int nb = T::kGated ? (g_base + r * (p.n / 2) + (t.row0 - g_base) / 2) / 128 : row0 + r;
       const float* src = sw + static_cast<int64_t>(nb) * p.kb_total + t.kb0 + j;
       if (nb >= p.nb_total) dst[i] = 0.f;
       else if (async) ptx::cp_async_4(dst + i, src);
@@ -642,6 +688,19 @@ __global__ void __launch_bounds__(T::kThreads, min_ctas_per_sm<T>())
         }
       }
       ptx::cluster_sync();  // every rank done reading its peers
+    } else if constexpr (kMode == kOutSwiGluQuant && kGrouped) {
+      // The tile's tokens of its expert: q rows col0 .. (row stride n / 2), the 128-feature
+      // group's scales in the expert's block (masked: [kb][pad4(max_m)] per expert; contiguous:
+      // the dense [kb][pad4(rows)]). Scratch after the scale cache: the producer is already
+      // filling the ring with the next tile.
+      const int inter = p.n / 2, me = p.group.max_m;
+      const int f0 = (tile.row0 - tile.expert * p.n) / 2;
+      const int m_tile = min(T::TN, tile.tok_end - tile.col0);
+      const int64_t pad = ((me > 0 ? me : p.m) + 3) / 4 * 4;
+      const int64_t group = (me > 0 ? static_cast<int64_t>(tile.expert) * (inter / 128) : 0) + f0 / 128;
+      float* sa_group = p.sa_out + group * pad + (tile.col0 - (me > 0 ? tile.expert * me : 0));
+      swiglu_quant_tile<T::TN>(&acc[0][0], f0, m_tile, inter, sw_cache + kSwRows * p.shape.kb_per_split,
+                               p.q_out + static_cast<int64_t>(tile.col0) * inter, sa_group, m_tile);
     } else if constexpr (kMode == kOutSwiGluQuant) {
       swiglu_quant_epilogue<T::TN>(&acc[0][0], tile.row0 / 2, p.m, p.n / 2,
                                    reinterpret_cast<float*>(ring.a(0)), p.q_out, p.sa_out);
@@ -660,6 +719,22 @@ __global__ void __launch_bounds__(T::kThreads, min_ctas_per_sm<T>())
         for (int s = 0; s < T::TN / 64; ++s)
           ptx::tma_store_2d(&tmap_y, stage + s * kRows * 128, tile.col0 + 64 * s, tile.row0 + wg * kRows);
         ptx::tma_store_commit();
+      }
+    } else if constexpr (kGrouped && T::kSwapAB) {
+      // Features of the tile's expert (columns of its rows of y), tokens up to its count: the
+      // columns past it hold whatever its rows held (NaN included) and are not stored.
+      const int f0 = tile.row0 - tile.expert * p.n;
+#pragma unroll
+      for (int w = 0; w < T::kWaves; ++w)
+        store_fragment<T::TN, true, false>(acc[w], f0 + w * 64, tile.col0, tile.tok_end, p.n, y, partial, 0);
+    } else if constexpr (kGrouped) {
+      // Tokens on M: token rows up to the expert's count (rows past it: the next expert's
+      // tokens, or padding), the expert's features as columns.
+      const int f0 = tile.col0 - tile.expert * p.n;
+#pragma unroll
+      for (int w = 0; w < T::kWaves; ++w) {
+        const int row0 = tile.row0 + (wg * T::kWaves + w) * 64;
+        store_fragment<T::TN, false, false>(acc[w], row0, f0, tile.tok_end, p.n, y, partial, 0);
       }
     } else {
 #pragma unroll

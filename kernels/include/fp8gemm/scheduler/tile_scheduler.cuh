@@ -13,6 +13,8 @@ struct Tile {
   int kb0, kb1;    // K blocks [kb0, kb1)
   int split;       // split-K index (0 without split)
   int tail;        // persistent split tail: index among the split tiles (-1: a whole tile)
+  int expert;      // grouped schedules only (grouped_scheduler.cuh): the tile's expert and the
+  int tok_end;     // end of its token rows (the other schedulers leave both unset)
 };
 
 struct TileShape {
