@@ -281,8 +281,11 @@ fn check_step_inputs(
         }
     }
     let cap = kd.2;
-    if offset >= cap || t > cap - offset {
-        bail!("candle-fp8 {op}: offset {offset} + {t} token(s) is beyond the cache capacity {cap}")
+    if offset >= cap {
+        bail!("candle-fp8 {op}: offset {offset} is beyond the cache capacity {cap}")
+    }
+    if t > cap - offset {
+        bail!("candle-fp8 {op}: offset {offset} + {t} tokens exceed the cache capacity {cap}")
     }
     // The caches are locked for writing while the inputs are locked for reading: one storage
     // in both roles would deadlock (and alias).

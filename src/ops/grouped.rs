@@ -374,8 +374,8 @@ pub fn fp8_grouped_matmul_contiguous_with(
     }
     #[cfg(feature = "cuda")]
     if qa.device().is_cuda() {
-        use super::grouped_kernel::{contiguous_on_kernel, grouped_kernel_applies};
-        if grouped_kernel_applies(opts, qa, shape.n, shape.k)? {
+        use super::grouped_kernel::{contiguous_on_kernel, grouped_kernel_applies, CONTIGUOUS_KERNEL};
+        if CONTIGUOUS_KERNEL && grouped_kernel_applies(opts, qa, shape.n, shape.k)? {
             return contiguous_on_kernel(qa, sa, w, sw, counts, rows);
         }
         return per_expert_contiguous(opts, qa, sa, w, sw, counts, rows);
