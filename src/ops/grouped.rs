@@ -9,10 +9,11 @@
 //! Both take the weights stacked as e4m3 `[E, N, K]` with f32 scales `[E, ceil(N/128),
 //! ceil(K/128)]` and compute each expert's rows exactly as [`fp8_block_matmul`] does (the same
 //! two-level f32 accumulation, bf16 out). On the CPU each expert runs the CPU blocked GEMM. On
-//! CUDA, when our kernels run the shape (sm_90, `N % 128 == 0`; `grouped_kernel.rs`), one launch
-//! of the grouped kernel covers every expert and the masked layout's counts stay on the device;
-//! otherwise each active expert runs the dense GEMM on narrowed views of the operands (the
-//! masked layout then reads the counts on the host).
+//! CUDA, the masked layout, when our kernels run the shape (sm_90, `N % 128 == 0`;
+//! `grouped_kernel.rs`), is one launch of the grouped kernel over every expert with the counts
+//! kept on the device; otherwise (and for the contiguous layout, whose kernel is off:
+//! `grouped_kernel::CONTIGUOUS_KERNEL`) each active expert runs the dense GEMM on narrowed views
+//! of the operands (the masked layout then reads the counts on the host).
 
 use super::matmul::fp8_block_matmul_with;
 use super::validate::{check_dtype, dims2};
@@ -343,12 +344,11 @@ fn check_masked_counts(counts: &[u32], e: usize, max_m: usize, k: usize) -> Resu
 /// off the contract.
 ///
 /// Each expert's rows equal the dense [`fp8_block_matmul`] of those rows with its weight. On the
-/// CPU the op runs the CPU kernel per expert (bit-identical to the dense op). On CUDA, when the
-/// provider chosen as for [`fp8_block_matmul`] (`CANDLE_FP8_BACKEND`;
-/// [`fp8_grouped_matmul_contiguous_with`] takes explicit options) is ours and `N % 128 == 0`,
-/// one launch of the grouped kernel runs every expert (the counts copied to the device; swap-AB
-/// tiles up to 64 tokens per expert, tokens-on-M tiles past that); else the dense GEMM runs per
-/// expert with at least one row, on narrowed views.
+/// CPU the op runs the CPU kernel per expert (bit-identical to the dense op). On CUDA the dense
+/// GEMM (provider chosen as for [`fp8_block_matmul`]: `CANDLE_FP8_BACKEND`;
+/// [`fp8_grouped_matmul_contiguous_with`] takes explicit options) runs per expert with at least
+/// one row, on narrowed views (the grouped kernel's contiguous launch is off:
+/// `grouped_kernel::CONTIGUOUS_KERNEL`).
 pub fn fp8_grouped_matmul_contiguous(
     qa: &Tensor,
     sa: &Tensor,

@@ -89,7 +89,7 @@ pub fn fp8_grouped_swiglu_quantize_masked_with(
 /// that row of `fp8_grouped_matmul_contiguous(qa, sa, w, sw, counts)`.
 ///
 /// On CUDA the ops above run in turn (the contiguous layout's grouped kernel is off:
-/// [`super::grouped_kernel::CONTIGUOUS_KERNEL`]).
+/// `grouped_kernel::CONTIGUOUS_KERNEL`).
 pub fn fp8_grouped_swiglu_quantize_contiguous(
     qa: &Tensor,
     sa: &Tensor,
