@@ -405,6 +405,16 @@ impl DecoderLayer {
         Ok((x, Some(d)))
     }
 
+    /// The q/k/v projection's output `[M, (hq + 2·hkv)·d]`: q, k and v heads side by side, as
+    /// one fused GEMM writes them (split projections concatenated).
+    #[cfg(feature = "cuda")]
+    fn qkv_heads(&self, xn: &Normed) -> Result<Tensor> {
+        match &self.qkv {
+            Proj::Fused(l, _) => xn.project(l),
+            Proj::Split(ls) => Tensor::cat(&ls.iter().map(|l| xn.project(l)).collect::<Result<Vec<_>>>()?, 1),
+        }
+    }
+
     /// The q/k/v projection, the (optional) per-head q/k RMSNorm, the per-head weights (which
     /// carry the attention scale) and RoPE: `(q|k [B, T, hq + hkv, d] roped, v [B·T, hkv·d])`.
     fn roped_qk_v(
@@ -515,11 +525,7 @@ impl DecoderLayer {
         {
             return Ok(None);
         }
-        // q | k | v heads side by side, as one fused GEMM writes them.
-        let qkv = match &self.qkv {
-            Proj::Fused(l, _) => xn.project(l)?,
-            Proj::Split(ls) => Tensor::cat(&ls.iter().map(|l| xn.project(l)).collect::<Result<Vec<_>>>()?, 1)?,
-        };
+        let qkv = self.qkv_heads(xn)?;
         cache.reserve((b, hkv, 1, d), DType::BF16, xn.device(), offset, capacity_hint)?;
         let (kc, vc) = (cache.k.as_ref().unwrap(), cache.v.as_ref().unwrap());
         let qkv = qkv.contiguous()?;
@@ -570,15 +576,8 @@ impl DecoderLayer {
             Some(PrefillAttention::Wgmma) => PrefillKernel::Wgmma,
             _ => PrefillKernel::Auto,
         };
-        let prefill_attention = |q: &Tensor, kc: &Tensor, vc: &Tensor, offset, quantized, bf16| {
-            prefill_attention_with(q, kc, vc, offset, quantized, bf16, kernel)
-        };
         let Dims { hq, hkv, d, eps, .. } = dims;
-        // q | k | v heads side by side, as one fused GEMM writes them.
-        let qkv = match &self.qkv {
-            Proj::Fused(l, _) => xn.project(l)?,
-            Proj::Split(ls) => Tensor::cat(&ls.iter().map(|l| xn.project(l)).collect::<Result<Vec<_>>>()?, 1)?,
-        };
+        let qkv = self.qkv_heads(xn)?;
         let qkv = qkv.contiguous()?.reshape((b, t, (hq + 2 * hkv) * d))?;
         cache.reserve((b, hkv, t, d), DType::BF16, xn.device(), offset, capacity_hint)?;
         let (kc, vc) = (cache.k.as_ref().expect("reserved"), cache.v.as_ref().expect("reserved"));
@@ -587,12 +586,12 @@ impl DecoderLayer {
         cache.len = offset + t;
         match &self.o {
             AnyLinear::Fp8(o) if o.quantizes_activations()? => {
-                let out = prefill_attention(&q, kc, vc, offset, true, false)?;
+                let out = prefill_attention_with(&q, kc, vc, offset, true, false, kernel)?;
                 let (qa, sa) = out.quantized.expect("requested");
                 o.forward_quantized_unreduced(&qa, &sa)
             }
             o => {
-                let out = prefill_attention(&q, kc, vc, offset, false, true)?;
+                let out = prefill_attention_with(&q, kc, vc, offset, false, true, kernel)?;
                 Ok(Unreduced::Done(o.forward(&out.bf16.expect("requested"))?))
             }
         }
