@@ -353,6 +353,34 @@ int32_t fp8gemm_prefill_attention_wgmma(const void* q, int64_t q_row, const void
                                         int64_t hkv, int64_t head_dim, int64_t cap, int64_t offset,
                                         uint8_t* qa, float* sa, void* out, void* stream);
 
+// ---- Mixture-of-experts routing (kernels/moe/routing.cu) -------------------------------------
+
+// Routing of m tokens over `experts` (<= 256) experts, one CTA: per token the softmax of its f32
+// logits [m, experts] row, its top_k (<= 32) experts (larger probability first, the lower expert
+// on ties) into ids [m, top_k] and their probabilities into weights [m, top_k] (divided by their
+// sum, taken in that order, when norm != 0). Then the masked layout of the local experts
+// [first, first + local): counts[local] tokens per expert (at most max_m) and pos [m, top_k] the
+// slot e_local * max_m + rank of each entry (rank: among the expert's tokens in token order), or
+// 0xffffffff for an expert outside the range or a rank past max_m. 4-byte aligned pointers.
+int32_t fp8gemm_moe_route(const float* logits, int64_t m, int32_t experts, int32_t top_k, int32_t norm,
+                          int32_t first, int32_t local, int64_t max_m, uint32_t* ids, float* weights,
+                          uint32_t* pos, uint32_t* counts, void* stream);
+
+// Each token row of x [m, k] (bf16 or f32, k % 8 == 0; f32: k % 4 == 0) quantized as
+// fp8gemm_quantize_act does and stored at each of its slots (pos [m, top_k], as
+// fp8gemm_moe_route writes; 0xffffffff: none) of the masked operand: q row `slot` of
+// [local * max_m, k] and its scales at [slot / max_m][k / 128][round_up(max_m, 4)] entry
+// slot % max_m. Rows and scales of no slot are left as they were. x 16-byte aligned, q 8-byte.
+int32_t fp8gemm_moe_gather_quant(const void* x, int32_t x_dtype, int64_t m, int64_t k, int32_t top_k,
+                                 const uint32_t* pos, int64_t max_m, uint8_t* q, float* sa, void* stream);
+
+// out[t][c] (f32 or bf16, out_dtype) = sum over token t's slots (pos [m, top_k]; 0xffffffff
+// skipped), in ascending slot order, of f32(y[slot][c]) * weights[t][j]: each product rounded,
+// then added to 0 in that order (no fused multiply-add), the sum rounded once to out_dtype.
+// y bf16 [slots, n].
+int32_t fp8gemm_moe_combine(const void* y, int64_t m, int64_t n, int32_t top_k, const uint32_t* pos,
+                            const float* weights, void* out, int32_t out_dtype, void* stream);
+
 // ---- Sampling (kernels/sampling/) ----------------------------------------------------------------
 
 // out[r] = argmax over c in [0, cols) of x[r * row_stride + c], for r in [0, rows), on f32 or

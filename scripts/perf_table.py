@@ -14,6 +14,8 @@ A results folder (docs/results/<gpu>/) holds what one run on one board produced:
                          provider, candle bf16, hot and cold, with `relerr` per FP8 provider
     anchors.json         `anchors.py --json` (peers): torch cuBLASLt blockwise (`_scaled_mm`),
                          tuned Triton, torch bf16 — each FP8 peer as [hot, cold, what, relerr]
+    anchors.log          read instead when there is no anchors.json: the text log of
+                         `anchors.py` (the same peers, the shapes it printed, no error figures)
     deepgemm-dense.json  optional: `deepgemm.py dense` in the same run, rows with `relerr`
     deepgemm-quoted.json optional: DeepGEMM figures quoted from another run ({"source", "rows"})
 
@@ -27,8 +29,9 @@ Error figures. A row counts as met only when
     `--no-check` has none, and its rows are never met;
   * at least one FP8 peer it is compared with carries an error figure ≤ 3e-3. A peer figure
     above 3e-3 computes something else: it is dropped from the comparison (marked ✗). A peer
-    figure with no error figure (DeepGEMM quoted from another run, marked †) is kept in the
-    comparison, so it can turn a row into a miss but never into a met row.
+    figure with no error figure (DeepGEMM quoted from another run, marked †; every peer read
+    from an anchors .log) is kept in the comparison, so it can turn a row into a miss but never
+    into a met row.
 Every error field found, its largest value and every refused row go to stderr.
 """
 import json
@@ -99,6 +102,8 @@ def main(argv):
         folder = args[0]
         bench_path = os.path.join(folder, "bench.json")
         anchors_path = os.path.join(folder, "anchors.json")
+        if not os.path.exists(anchors_path) and os.path.exists(os.path.join(folder, "anchors.log")):
+            anchors_path = os.path.join(folder, "anchors.log")
         if not os.path.exists(bench_path):
             sys.exit(f"{folder}: no bench.json (nothing measured on this board is kept here)")
         if os.path.exists(os.path.join(folder, "meta.json")):
@@ -231,6 +236,9 @@ def main(argv):
     else:
         peers_named = "cuBLASLt and Triton" if anchors else "our cuBLASLt provider only (no anchors.py in this run)"
         print(f"\nNo DeepGEMM figures in this run: the peers are {peers_named}.")
+    if anchors and not anchors_path.endswith(".json"):
+        print("cuBLASLt (torch), Triton: from the text log of `anchors.py` (no error figures), so they "
+              "can only count against ours.")
     if any("✗" in line for line in full + list(short.values())):
         print("✗ a peer figure whose relative error is above 3e-3 (dropped from the comparison).")
 

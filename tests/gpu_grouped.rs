@@ -12,7 +12,9 @@
 //! past 64 tokens per expert the 128 x 128 tokens-on-M tile, chosen by the most tokens an expert
 //! may have) with ragged counts around the token tiles, a partial last K block, NaN codes and
 //! scales past the counts, a NaN-poisoned output buffer and repeated calls; and the gated
-//! variant (gate/up GEMM + SiLU·up + quantization) against the composed ops.
+//! variant (gate/up GEMM + SiLU·up + quantization) against the composed ops. The device
+//! routing ops (`moe_route`, `moe_gather_quantize`, `moe_combine`) against their host paths, and
+//! the MoE layer (which routes on the device at up to 128 tokens) against the CPU layer.
 #![cfg(feature = "cuda")]
 
 #[path = "common/gpu.rs"]
@@ -24,7 +26,8 @@ use candle_fp8::format::{act_scale_m_stride, act_scales_view, num_blocks, F8E4M3
 use candle_fp8::models::Fp8MoeExperts;
 use candle_fp8::ops::{
     fp8_grouped_matmul_contiguous, fp8_grouped_matmul_masked, fp8_grouped_swiglu_quantize_contiguous,
-    fp8_grouped_swiglu_quantize_masked, masked_act_scales_view, quantize_activation_masked,
+    fp8_grouped_swiglu_quantize_masked, masked_act_scales_view, moe_combine, moe_gather_quantize, moe_route,
+    quantize_activation_masked, MoeRouting,
 };
 use candle_fp8::quantize_activation;
 use candle_fp8::testing::reference::rel_err;
@@ -222,11 +225,11 @@ fn grouped_kernel_masked_a3b_decode() -> Result<()> {
 
 /// The grouped kernel, contiguous layout: experts of at most 8, 16, 32 and 64 tokens (swap-AB,
 /// one tile each) and of up to 300 (tokens on M, tiles cut at each expert's end), Qwen3-30B-A3B's
-/// gate|up at prefill sizes, padding rows after the counts' sum, K with a partial last block, a
+/// gate|up at prefill sizes and its 128 experts at decode and prompt sizes (experts starting at
+/// every row alignment), padding rows after the counts' sum, K with a partial last block, a
 /// NaN-poisoned output: within 3e-3 of the CPU op, the padding rows +0.0, the same bits on a
 /// second call.
 #[test]
-#[ignore = "the contiguous layout's grouped kernel is off (ops::grouped_kernel::CONTIGUOUS_KERNEL: CUDA_ERROR_ILLEGAL_INSTRUCTION on an H100); the contiguous op runs the per-expert GEMM, which contiguous_matches_the_cpu_op checks"]
 fn grouped_kernel_contiguous_ragged_counts() -> Result<()> {
     let dev = kernels_device_or_skip!("grouped_kernel_contiguous_ragged_counts");
     let mut rng = Rng::new(67);
@@ -238,6 +241,11 @@ fn grouped_kernel_contiguous_ragged_counts() -> Result<()> {
         (256, 400, vec![17, 32, 0, 31], 1),
         (128, 256, vec![0, 0, 0], 4),
         (1536, 2048, vec![300, 0, 128, 129, 1, 255, 0, 64, 65, 200, 127, 0, 3, 256, 0, 17], 5),
+        // Qwen3-30B-A3B's 128 experts: decode-like counts (0-2, swap-AB) and a prompt's (0-22 and
+        // one of 130: tokens on M), each expert starting at any row (the scale boxes start on the 16-byte
+        // boundary below it).
+        (2048, 768, (0..128).map(|x| [0, 0, 1, 0, 2, 0, 0, 1][x % 8]).collect(), 5),
+        (1536, 2048, (0..128).map(|x| if x == 5 { 130 } else { (x * 37 + 11) % 23 }).collect(), 3),
     ];
     for (n, k, counts, pad) in cases {
         let e = counts.len();
@@ -349,7 +357,6 @@ fn grouped_kernel_swiglu_masked_matches_the_composed_ops() -> Result<()> {
 /// the counts' sum the same bits as the grouped GEMM, candle's bf16 SiLU and product and the
 /// quantizer on the GPU; a second call the same bits there.
 #[test]
-#[ignore = "the contiguous layout's grouped kernel is off (ops::grouped_kernel::CONTIGUOUS_KERNEL: CUDA_ERROR_ILLEGAL_INSTRUCTION on an H100); the contiguous op runs the per-expert GEMM, which contiguous_matches_the_cpu_op checks"]
 fn grouped_kernel_swiglu_contiguous_matches_the_composed_ops() -> Result<()> {
     let dev = kernels_device_or_skip!("grouped_kernel_swiglu_contiguous_matches_the_composed_ops");
     let mut rng = Rng::new(69);
@@ -450,6 +457,13 @@ fn moe_layer_matches_the_cpu_layer_and_repeats() -> Result<()> {
     };
     let (cpu, gpu_block) = (build(&CPU)?, build(&dev)?);
     assert!(gpu_block.is_grouped(), "the GPU block runs its experts grouped");
+    // 1 and 100 tokens (decode and a short prompt) once, 19 tokens with the repeat below.
+    for t in [1, 100] {
+        let x = Tensor::from_vec(rng.normal_vec(t * h, 1.0), (t, h), &CPU)?.to_dtype(DType::BF16)?;
+        let err = rel_err(&f32_host(&gpu_block.forward(&x.to_device(&dev)?)?)?, &f32_host(&cpu.forward(&x)?)?)?;
+        println!("MoE block, {t} tokens, GPU vs CPU (bf16): relerr {err:.2e}");
+        assert!(err <= 3e-2, "MoE block, {t} tokens: relerr {err} against the CPU block");
+    }
     let x = Tensor::from_vec(rng.normal_vec(tokens * h, 1.0), (tokens, h), &CPU)?.to_dtype(DType::BF16)?;
     let want = f32_host(&cpu.forward(&x)?)?;
     let got = gpu_block.forward(&x.to_device(&dev)?)?;
@@ -473,6 +487,61 @@ fn moe_layer_matches_the_cpu_layer_and_repeats() -> Result<()> {
     for call in 0..100 {
         let again = f32_host(&gpu_block.forward(&xd)?)?.flatten_all()?.to_vec1::<f32>()?;
         assert!(again.iter().map(|v| v.to_bits()).eq(first.iter().copied()), "call {call}: other bits");
+    }
+    Ok(())
+}
+
+/// The device routing against the host routing on the same logits: Qwen3-30B-A3B's 128
+/// experts, top-8, 1 / 7 / 64 / 128 tokens, renormalised or not, all experts or a share of them
+/// with a max_m that cuts the counts: the same experts, slots and counts, weights within 1e-6;
+/// gather + quantize and combine the host's bits; a second call the same bits.
+#[test]
+fn device_routing_matches_the_host_routing() -> Result<()> {
+    let dev = kernels_device_or_skip!("device_routing_matches_the_host_routing");
+    let mut rng = Rng::new(71);
+    let (e, top_k, h) = (128, 8, 264);
+    for (m, norm, local, max_m) in
+        [(1, true, 0..e, 1), (7, false, 0..e, 7), (64, true, 0..e, 64), (128, true, 0..e, 128), (64, true, 32..96, 3)]
+    {
+        let what = format!("{m} tokens, norm {norm}, experts {local:?}, max_m {max_m}");
+        let logits = Tensor::from_vec(rng.normal_vec(m * e, 2.0), (m, e), &CPU)?;
+        let want = moe_route(&logits, top_k, norm, local.clone(), max_m)?;
+        let got = moe_route(&logits.to_device(&dev)?, top_k, norm, local.clone(), max_m)?;
+        let u32s = |t: &Tensor| -> Result<Vec<u32>> { t.to_device(&CPU)?.flatten_all()?.to_vec1::<u32>() };
+        assert_eq!(u32s(&got.ids)?, u32s(&want.ids)?, "{what}: experts");
+        assert_eq!(u32s(&got.slots)?, u32s(&want.slots)?, "{what}: slots");
+        assert_eq!(u32s(&got.counts)?, u32s(&want.counts)?, "{what}: counts");
+        let dw = (got.weights.to_device(&CPU)? - &want.weights)?.abs()?.max_all()?.to_scalar::<f32>()?;
+        assert!(dw <= 1e-6, "{what}: weights differ by {dw}");
+        // Gather + quantize and combine on the device routing, against the host ops on it.
+        let host = MoeRouting {
+            ids: got.ids.to_device(&CPU)?,
+            weights: got.weights.to_device(&CPU)?,
+            slots: got.slots.to_device(&CPU)?,
+            counts: got.counts.to_device(&CPU)?,
+            ..got.clone()
+        };
+        let x = Tensor::from_vec(rng.normal_vec(m * h, 2.0), (m, h), &CPU)?.to_dtype(DType::BF16)?;
+        let (qa, sa) = moe_gather_quantize(&x.to_device(&dev)?, &got)?;
+        let (qh, sh) = moe_gather_quantize(&x, &host)?;
+        let codes = |t: &Tensor| -> Result<Vec<u8>> {
+            Ok(t.to_device(&CPU)?.flatten_all()?.to_vec1::<F8E4M3>()?.iter().map(|v| v.to_bits()).collect())
+        };
+        let scales = |t: &Tensor| -> Result<Vec<u32>> {
+            Ok(t.to_device(&CPU)?.flatten_all()?.to_vec1::<f32>()?.iter().map(|v| v.to_bits()).collect())
+        };
+        assert!(codes(&qa)? == codes(&qh)?, "{what}: gathered codes differ");
+        assert!(scales(&sa)? == scales(&sh)?, "{what}: gathered scales differ");
+        let y = Tensor::from_vec(rng.normal_vec(local.len() * max_m * h, 1.0), (local.len(), max_m, h), &CPU)?
+            .to_dtype(DType::BF16)?;
+        for dt in [DType::F32, DType::BF16] {
+            let a = moe_combine(&y.to_device(&dev)?, &got, dt)?;
+            let b = moe_combine(&y, &host, dt)?;
+            assert!(scales(&a.to_dtype(DType::F32)?)? == scales(&b.to_dtype(DType::F32)?)?, "{what}: combine {dt:?}");
+        }
+        let again = moe_route(&logits.to_device(&dev)?, top_k, norm, local.clone(), max_m)?;
+        assert!(scales(&again.weights)? == scales(&got.weights)?, "{what}: a second call gave other weights");
+        println!("{what}: device routing = host routing (weights within {dw:.1e})");
     }
     Ok(())
 }

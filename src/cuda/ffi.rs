@@ -108,6 +108,45 @@ extern "C" {
         sa_q: *mut f32,
         stream: *mut c_void,
     ) -> i32;
+    // ---- Mixture-of-experts routing (kernels/moe/) ----
+    pub fn fp8gemm_moe_route(
+        logits: *const f32,
+        m: i64,
+        experts: i32,
+        top_k: i32,
+        norm: i32,
+        first: i32,
+        local: i32,
+        max_m: i64,
+        ids: *mut u32,
+        weights: *mut f32,
+        pos: *mut u32,
+        counts: *mut u32,
+        stream: *mut c_void,
+    ) -> i32;
+    pub fn fp8gemm_moe_gather_quant(
+        x: *const c_void,
+        x_dtype: i32,
+        m: i64,
+        k: i64,
+        top_k: i32,
+        pos: *const u32,
+        max_m: i64,
+        q: *mut u8,
+        sa: *mut f32,
+        stream: *mut c_void,
+    ) -> i32;
+    pub fn fp8gemm_moe_combine(
+        y: *const c_void,
+        m: i64,
+        n: i64,
+        top_k: i32,
+        pos: *const u32,
+        weights: *const f32,
+        out: *mut c_void,
+        out_dtype: i32,
+        stream: *mut c_void,
+    ) -> i32;
     pub fn fp8gemm_reduce_partials(
         partials: *const f32,
         y: *mut c_void,

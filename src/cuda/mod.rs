@@ -3,7 +3,8 @@
 //! - [`ffi`]: every `extern "C"` function of `kernels/api.h`.
 //! - [`device`]: per-device facts, per-stream workspaces, typed views.
 //! - [`gemm`]: our Hopper GEMM (quantizer, GEMM, unreduced split-K, gated gate/up, reduction).
-//! - [`grouped`]: the grouped (mixture-of-experts) GEMM, every expert in one launch.
+//! - [`grouped`]: the grouped (mixture-of-experts) GEMM, every expert in one launch; [`moe`]:
+//!   the routing kernels around it (top-k and slots, gather + quantize, combine).
 //! - [`cublaslt`]: cuBLASLt with `VEC128_32F` (activations) × `BLK128x128_32F` (weights) scales.
 //! - [`dequant`]: the portable `dequant` provider.
 //! - [`fused`], [`attention`], [`sampling`]: the decode kernels; [`prefill`]: the prompt's
@@ -21,6 +22,7 @@ pub(crate) mod ffi;
 pub(crate) mod fused;
 pub(crate) mod gemm;
 pub(crate) mod grouped;
+pub(crate) mod moe;
 #[cfg(feature = "nccl")]
 pub(crate) mod nccl;
 pub(crate) mod prefill;

@@ -5,10 +5,20 @@
 use super::layer::{Proj, SwiGlu};
 use crate::dispatch::Fp8Options;
 use crate::linear::{AnyLinear, Fp8BlockLinear};
-use crate::ops::{fp8_grouped_matmul_contiguous_with, fp8_grouped_swiglu_quantize_contiguous_with};
+use crate::ops::moe_route::{choose_top_k, on_kernels};
+use crate::ops::{
+    fp8_grouped_matmul_contiguous_with, fp8_grouped_matmul_masked_with, fp8_grouped_swiglu_quantize_contiguous_with,
+    fp8_grouped_swiglu_quantize_masked_with, moe_combine, moe_gather_quantize, moe_route, MAX_DEVICE_EXPERTS,
+    MAX_DEVICE_TOP_K,
+};
 use crate::quant::quantize_activation;
 use crate::shard::move_to;
 use candle_core::{bail, DType, Device, Module, Result, Tensor};
+
+/// Most tokens per call that route on the device: the masked layout holds `experts × tokens`
+/// rows (its operand, output and zero fill grow with both), so longer prompts take the
+/// host-routed contiguous path.
+const DEVICE_ROUTING_MAX_TOKENS: usize = 128;
 
 /// The mixture-of-experts MLP of a Qwen3-MoE layer (`mlp.gate`, `mlp.experts.{e}.*` in a
 /// checkpoint), as transformers' `Qwen3MoeSparseMoeBlock` computes it:
@@ -32,8 +42,14 @@ use candle_core::{bail, DType, Device, Module, Result, Tensor};
 /// rows see the same quantization and the same GEMM); other experts (dense, mixed, the
 /// dequant provider) run that loop, one MLP per expert that received tokens.
 ///
-/// The routing is read on the host (one device-to-host copy of the `[tokens, experts]`
-/// probabilities per layer call), so a call gives the same bits every time on a given device.
+/// On an sm_90 device, grouped experts with a fused gate|up and bf16 tokens (at most 128 per
+/// call) route on the device: [`crate::ops::moe_route`] puts the tokens into the masked layout,
+/// [`crate::ops::moe_gather_quantize`] quantizes them there, the masked gate|up GEMM with SwiGLU
+/// and the masked down GEMM run every expert in one launch each, and
+/// [`crate::ops::moe_combine`] sums each token's weighted outputs — nothing is read on the host,
+/// and each row gets the host path's bits given the same routing. Otherwise the routing is read
+/// on the host (one device-to-host copy of the `[tokens, experts]` probabilities per layer
+/// call). Either way a call gives the same bits every time on a given device.
 #[derive(Debug, Clone)]
 pub struct Fp8MoeExperts {
     /// f32 `[num_experts, hidden]`.
@@ -261,15 +277,7 @@ impl Fp8MoeExperts {
             if let Some(bad) = p.iter().find(|v| !v.is_finite()) {
                 bail!("mixture of experts: token {t} has router probability {bad} (non-finite input?)")
             }
-            order.clear();
-            order.extend(0..e);
-            // Descending probability, the lower expert first on ties: a total order, so equal
-            // probabilities always choose the same experts.
-            order.sort_unstable_by(|&a, &b| p[b].total_cmp(&p[a]).then(a.cmp(&b)));
-            let chosen = &order[..self.top_k];
-            let sum: f32 = chosen.iter().map(|&i| p[i]).sum();
-            let scale = if self.norm_topk_prob { sum } else { 1.0 };
-            out.push(chosen.iter().map(|&i| (i as u32, p[i] / scale)).collect());
+            out.push(choose_top_k(p, self.top_k, self.norm_topk_prob, &mut order));
         }
         Ok(out)
     }
@@ -375,7 +383,48 @@ impl Fp8MoeExperts {
         if x.elem_count() == 0 {
             return x.zeros_like();
         }
+        if grouped {
+            if let Some((st, x2)) = self.device_routed(x)? {
+                return self.masked_mlp(st, &x2, x.dtype())?.reshape(x.dims());
+            }
+        }
         self.forward_f32(x, grouped)?.to_dtype(x.dtype())?.reshape(x.dims())
+    }
+
+    /// The stacks and `x` as `[tokens, hidden]` when the block routes on the device: grouped
+    /// experts with a fused bf16 gate|up, bf16 tokens (at most [`DEVICE_ROUTING_MAX_TOKENS`]),
+    /// and the routing kernels on `x`'s device.
+    fn device_routed(&self, x: &Tensor) -> Result<Option<(&Stacked, Tensor)>> {
+        let h = self.router.dim(1)?;
+        let m = x.elem_count() / h.max(1);
+        let Some(st) = self.grouped()? else { return Ok(None) };
+        let fits = st.gate_up.len() == 1
+            && x.dtype() == DType::BF16
+            && x.dims().last() == Some(&h)
+            && (1..=DEVICE_ROUTING_MAX_TOKENS).contains(&m)
+            && self.num_experts() <= MAX_DEVICE_EXPERTS
+            && self.top_k <= MAX_DEVICE_TOP_K
+            && on_kernels(x.device());
+        Ok(if fits { Some((st, x.reshape((m, h))?)) } else { None })
+    }
+
+    /// The block on `x` `[tokens, hidden]` with the routing on the tokens' device (nothing read
+    /// on the host): router logits, [`moe_route`] into the masked layout of the local experts
+    /// (`max_m` = tokens), [`moe_gather_quantize`], the masked gate|up GEMM with SwiGLU and
+    /// quantization, the masked down GEMM, [`moe_combine`] into `dtype`. Each row gets the bits
+    /// of the host-routed grouped path (the same quantization and GEMM per row, the same
+    /// summation order) given the same routing.
+    fn masked_mlp(&self, st: &Stacked, x: &Tensor, dtype: DType) -> Result<Tensor> {
+        let m = x.dim(0)?;
+        let [(w, s)] = st.gate_up.as_slice() else {
+            bail!("mixture of experts: the masked path needs a fused gate|up, got {} parts", st.gate_up.len())
+        };
+        let logits = x.to_dtype(DType::F32)?.matmul(&self.router.t()?)?;
+        let r = moe_route(&logits, self.top_k, self.norm_topk_prob, self.local_experts(), m)?;
+        let (qa, sa) = moe_gather_quantize(x, &r)?;
+        let (qa, sa) = fp8_grouped_swiglu_quantize_masked_with(&st.opts, &qa, &sa, w, s, &r.counts)?;
+        let y = fp8_grouped_matmul_masked_with(&st.opts, &qa, &sa, &st.down.0, &st.down.1, &r.counts)?;
+        moe_combine(&y, &r, dtype)
     }
 
     /// The sum of this block's experts' weighted outputs, f32 `[tokens, hidden]`, before the
@@ -383,6 +432,11 @@ impl Fp8MoeExperts {
     /// up (in f32, so that their sum is the whole block's up to the order of the additions).
     pub(crate) fn forward_f32(&self, x: &Tensor, grouped: bool) -> Result<Tensor> {
         let h = self.router.dim(1)?;
+        if grouped && x.elem_count() > 0 {
+            if let Some((st, x2)) = self.device_routed(x)? {
+                return self.masked_mlp(st, &x2, DType::F32);
+            }
+        }
         let routes = self.route(x)?;
         let m = routes.len();
         let dev = x.device();
@@ -566,6 +620,24 @@ mod tests {
             .iter()
             .map(|v| v.to_bits())
             .collect()
+    }
+
+    /// The device-routed (masked) path, run on the host here, gives the host-routed grouped
+    /// path's bits: bf16 tokens, fused gate|up, all experts and an expert-parallel share.
+    #[test]
+    fn masked_path_is_bit_identical_to_the_host_routed_path() -> Result<()> {
+        let (e, h) = (8, 256);
+        let router = Tensor::from_vec(values(7, e * h), (e, h), &Device::Cpu)?;
+        let moe = Fp8MoeExperts::from_experts(&router, fp8_experts(e, h, 128, 60), 3, true)?;
+        let st = moe.grouped()?.expect("stacked");
+        let x = Tensor::from_vec(values(78, 11 * h), (11, h), &Device::Cpu)?.to_dtype(DType::BF16)?;
+        let host = moe.forward_with(&x, true)?;
+        assert_eq!(bits(&moe.masked_mlp(st, &x, DType::BF16)?), bits(&host));
+        assert_eq!(bits(&moe.masked_mlp(st, &x, DType::F32)?), bits(&moe.forward_f32(&x, true)?));
+        let share = moe.expert_range(2, 6)?;
+        let st = share.grouped()?.expect("stacked share");
+        assert_eq!(bits(&share.masked_mlp(st, &x, DType::F32)?), bits(&share.forward_f32(&x, true)?));
+        Ok(())
     }
 
     /// FP8 experts are stacked and the grouped forward gives the per-expert loop's bits, with

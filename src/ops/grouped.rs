@@ -9,11 +9,11 @@
 //! Both take the weights stacked as e4m3 `[E, N, K]` with f32 scales `[E, ceil(N/128),
 //! ceil(K/128)]` and compute each expert's rows exactly as [`fp8_block_matmul`] does (the same
 //! two-level f32 accumulation, bf16 out). On the CPU each expert runs the CPU blocked GEMM. On
-//! CUDA, the masked layout, when our kernels run the shape (sm_90, `N % 128 == 0`;
-//! `grouped_kernel.rs`), is one launch of the grouped kernel over every expert with the counts
-//! kept on the device; otherwise (and for the contiguous layout, whose kernel is off:
-//! `grouped_kernel::CONTIGUOUS_KERNEL`) each active expert runs the dense GEMM on narrowed views
-//! of the operands (the masked layout then reads the counts on the host).
+//! CUDA, when our kernels run the shape (sm_90, `N % 128 == 0`; `grouped_kernel.rs`), either
+//! layout is one launch of the grouped kernel over every expert (the masked layout's counts kept
+//! on the device, the contiguous layout's copied there); otherwise each active expert runs the
+//! dense GEMM on narrowed views of the operands (the masked layout then reads the counts on the
+//! host).
 
 use super::matmul::fp8_block_matmul_with;
 use super::validate::{check_dtype, dims2};
@@ -344,11 +344,13 @@ fn check_masked_counts(counts: &[u32], e: usize, max_m: usize, k: usize) -> Resu
 /// off the contract.
 ///
 /// Each expert's rows equal the dense [`fp8_block_matmul`] of those rows with its weight. On the
-/// CPU the op runs the CPU kernel per expert (bit-identical to the dense op). On CUDA the dense
-/// GEMM (provider chosen as for [`fp8_block_matmul`]: `CANDLE_FP8_BACKEND`;
-/// [`fp8_grouped_matmul_contiguous_with`] takes explicit options) runs per expert with at least
-/// one row, on narrowed views (the grouped kernel's contiguous launch is off:
-/// `grouped_kernel::CONTIGUOUS_KERNEL`).
+/// CPU the op runs the CPU kernel per expert (bit-identical to the dense op). On CUDA, when the
+/// provider chosen as for [`fp8_block_matmul`] (`CANDLE_FP8_BACKEND`;
+/// [`fp8_grouped_matmul_contiguous_with`] takes explicit options) is ours and `N % 128 == 0`,
+/// one launch of the grouped kernel runs every expert (the counts copied to the device on
+/// every call from a temporary host buffer: not for CUDA-graph capture, which would replay the
+/// copy from freed memory — the masked op is the graph-friendly one); otherwise the dense GEMM
+/// runs per expert with at least one row, on narrowed views.
 pub fn fp8_grouped_matmul_contiguous(
     qa: &Tensor,
     sa: &Tensor,
@@ -374,8 +376,8 @@ pub fn fp8_grouped_matmul_contiguous_with(
     }
     #[cfg(feature = "cuda")]
     if qa.device().is_cuda() {
-        use super::grouped_kernel::{contiguous_on_kernel, grouped_kernel_applies, CONTIGUOUS_KERNEL};
-        if CONTIGUOUS_KERNEL && grouped_kernel_applies(opts, qa, shape.n, shape.k)? {
+        use super::grouped_kernel::{contiguous_on_kernel, grouped_kernel_applies};
+        if grouped_kernel_applies(opts, qa, shape.n, shape.k)? {
             return contiguous_on_kernel(qa, sa, w, sw, counts, rows);
         }
         return per_expert_contiguous(opts, qa, sa, w, sw, counts, rows);
@@ -448,12 +450,16 @@ fn check_cpu_backend(opts: &Fp8Options, qa: &Tensor, s: GroupedShape) -> Result<
 
 /// `[m, kb]` activation scales in any layout (e.g. rows narrowed out of a larger MN-major
 /// buffer) as the MN-major `[m, kb]` view with strides `(1, round_up(m, 4))` the dense GEMM
-/// takes: a view when they already are, else one f32 copy.
+/// takes, starting on a 16-byte boundary as its kernels require: a view when they already are,
+/// else one f32 copy.
 fn dense_act_scales(sa: &Tensor) -> Result<Tensor> {
     let (m, kb) = sa.dims2()?;
     let mpad = act_scale_m_stride(m);
     let st = sa.stride();
-    if (m <= 1 || st[0] == 1) && (kb <= 1 || st[1] == mpad) {
+    // 4 floats: a narrowed view starting mid-vector (e.g. rows 2.. of a buffer whose padded
+    // height equals this one's) would pass the stride test and reach the GEMM misaligned.
+    let aligned = sa.layout().start_offset() % 4 == 0;
+    if aligned && (m <= 1 || st[0] == 1) && (kb <= 1 || st[1] == mpad) {
         return Ok(sa.clone());
     }
     let cols = sa.t()?.contiguous()?.pad_with_zeros(1, 0, mpad - m)?;
@@ -571,6 +577,23 @@ mod tests {
 
     fn bits(t: &Tensor) -> Vec<u16> {
         t.flatten_all().unwrap().to_vec1::<bf16>().unwrap().iter().map(|v| v.to_bits()).collect()
+    }
+
+    /// Rows 2..35 of a 35-row MN-major buffer have this view's padded height (36) and
+    /// strides, but start mid-vector: they are copied to a 16-byte boundary, values kept.
+    #[test]
+    fn narrowed_scales_start_on_a_16_byte_boundary() -> Result<()> {
+        let (rows, kb) = (35, 3);
+        let mpad = act_scale_m_stride(rows);
+        let buf: Vec<f32> = (0..kb * mpad).map(|i| i as f32).collect();
+        let sa = act_scales_view(Tensor::from_vec(buf, kb * mpad, &Device::Cpu)?, rows, kb)?;
+        let part = sa.narrow(0, 2, 33)?;
+        assert_eq!((part.stride()[1], part.layout().start_offset()), (act_scale_m_stride(33), 2));
+        let dense = dense_act_scales(&part)?;
+        assert_eq!(dense.layout().start_offset() % 4, 0);
+        assert_eq!(dense.stride(), &[1, act_scale_m_stride(33)]);
+        assert_eq!(dense.to_vec2::<f32>()?, part.to_vec2::<f32>()?);
+        Ok(())
     }
 
     /// The per-expert composition that runs on CUDA gives the CPU op's bits, for both layouts

@@ -23,13 +23,6 @@ pub(crate) fn grouped_kernel_applies(opts: &Fp8Options, qa: &Tensor, n: usize, k
     Ok(choose_provider(opts.backend, &caps, 1, n, k)? == Provider::Hopper)
 }
 
-/// Whether the contiguous layout (prefill) runs on the grouped kernel. Off: on an H100 the
-/// contiguous launch stops with `CUDA_ERROR_ILLEGAL_INSTRUCTION` (tests/gpu_grouped.rs
-/// `contiguous_matches_the_cpu_op`, 2026-12-07), while the masked layout passes its suite; the
-/// contiguous ops run the dense GEMM per expert until the kernel passes
-/// `grouped_kernel_contiguous_ragged_counts` and `grouped_kernel_swiglu_contiguous_matches_the_composed_ops`.
-pub(crate) const CONTIGUOUS_KERNEL: bool = false;
-
 /// Most tokens an expert may have for the contiguous gate/up GEMM with SwiGLU to run on the gated
 /// kernel: its 16-token swap-AB tiles are a decode-size schedule; past this (prefill) the grouped
 /// GEMM's tokens-on-M tiles and one SwiGLU + quantization launch run instead.

@@ -6,6 +6,8 @@
 //!   [`quantize_activation_masked`] for the masked layout's operand, and
 //!   [`fp8_grouped_swiglu_quantize_masked`] / [`fp8_grouped_swiglu_quantize_contiguous`]: the
 //!   experts' gate/up GEMM with SiLU·up and the down GEMM's quantization.
+//! - [`moe_route`], [`moe_gather_quantize`], [`moe_combine`]: a mixture-of-experts layer's
+//!   routing around the masked grouped GEMMs (one launch each on CUDA, nothing read on the host).
 //! - [`add_rmsnorm_quantize`], [`swiglu_quantize`]: the decode step's elementwise work fused with
 //!   the activation quantization (one launch each on CUDA).
 //! - [`Unreduced`]: a GEMM output whose split-K reduction is left to its consumer.
@@ -18,6 +20,7 @@ mod grouped_swiglu;
 #[cfg(feature = "cuda")]
 pub(crate) mod hopper;
 mod matmul;
+pub(crate) mod moe_route;
 mod unreduced;
 mod validate;
 
@@ -33,5 +36,8 @@ pub use grouped_swiglu::{
 };
 pub(crate) use matmul::log_once;
 pub use matmul::{fp8_block_matmul, fp8_block_matmul_into, fp8_block_matmul_with};
+pub use moe_route::{
+    moe_combine, moe_gather_quantize, moe_route, MoeRouting, MAX_DEVICE_EXPERTS, MAX_DEVICE_TOP_K, NO_SLOT,
+};
 pub use unreduced::Unreduced;
 pub(crate) use validate::device_caps;

@@ -112,7 +112,9 @@ int run_sm90_fp8_grouped(const GroupedArgs& a) {
     const int tok = a.max_m > 0 ? a.max_m : a.rows;
     const uint64_t pad = (static_cast<uint64_t>(tok) + 3) / 4 * 4;
     const uint64_t outer = a.max_m > 0 ? static_cast<uint64_t>(a.groups) * kb_total : kb_total;
-    st = make_tmap_2d(&t_sa, true, a.sa, tok, outer, pad * 4, kTokens, 1, false);
+    // Boxes start on a 16-byte boundary, so they hold kGroupedScalePad more tokens
+    // (scale_box_tokens, impls/sm90_fp8_gemm_1d2d.cuh).
+    st = make_tmap_2d(&t_sa, true, a.sa, tok, outer, pad * 4, scale_box_tokens<T>(), 1, false);
   }
   if (st != FP8GEMM_OK) return st;
 

@@ -102,10 +102,29 @@ __host__ __device__ constexpr int cluster_inbox_bytes() {
   return cluster_sum_push<T>() ? T::kWaves * (T::TN / 4) * 128 * 4 : 0;  // half of TN/2 per thread
 }
 
+// Grouped schedules load a tile's activation scales from the 16-byte boundary at or below its
+// first token (a TMA box whose inner start is not 16-byte aligned stops the kernel with an
+// illegal instruction; a contiguous layout's experts start at any row): kGroupedScalePad more
+// tokens per box, and the consumers read from the first token's offset in it.
+constexpr int kGroupedScalePad = 4;
+template <class T>
+__host__ __device__ constexpr int scale_box_tokens() {
+  return (T::kSwapAB ? T::TN : T::TM) + (IsGrouped<T>::value ? kGroupedScalePad : 0);
+}
+
 // Shared-memory layout of a schedule; with kTmaStore the output staging holds the whole tile.
 template <class T>
-using RingOf = SmemRing<T::kStages, T::TM, T::TN, (T::kSwapAB ? T::TN : T::TM),
+using RingOf = SmemRing<T::kStages, T::TM, T::TN, scale_box_tokens<T>(),
                         T::kTmaStore ? T::TM * T::TN * 2 : 0, cluster_inbox_bytes<T>(), T::kSwapAB>;
+
+// A grouped tile's first token as the scale map's inner coordinate: masked, within its
+// expert's [kb][pad4(max_m)] block; contiguous, the token row. Its low bits are the offset of
+// the tile's scales in the (aligned) box.
+template <class T>
+__device__ __forceinline__ int grouped_scale_tok(const Tile& t, int max_m) {
+  const int tok0 = T::kSwapAB ? t.col0 : t.row0;
+  return max_m > 0 ? tok0 - t.expert * max_m : tok0;
+}
 
 // Rows of sw (128-row blocks of W) one tile can touch.
 template <class T>
@@ -238,12 +257,10 @@ __global__ void __launch_bounds__(T::kThreads, min_ctas_per_sm<T>())
       if constexpr (kGrouped) {
         // Masked: expert e's scales are the [kb][pad4(max_m)] block of rows e * kb_total .. of a
         // map whose inner extent is max_m (tokens past it read as 0); contiguous: the dense map.
-        const int me = p.group.max_m, tok0 = T::kSwapAB ? t.col0 : t.row0;
-        if (me > 0)
-          ptx::tma_load_2d(ring.scales(stage), &tmap_sa, ring.full(stage), tok0 - t.expert * me,
-                           t.expert * p.kb_total + kb);
-        else
-          ptx::tma_load_2d(ring.scales(stage), &tmap_sa, ring.full(stage), tok0, kb);
+        // From the 16-byte boundary at or below the first token (grouped_scale_tok).
+        const int me = p.group.max_m, tok = grouped_scale_tok<T>(t, me);
+        ptx::tma_load_2d(ring.scales(stage), &tmap_sa, ring.full(stage), tok & ~(kGroupedScalePad - 1),
+                         me > 0 ? t.expert * p.kb_total + kb : kb);
       } else {
         ptx::tma_load_2d(ring.scales(stage), &tmap_sa, ring.full(stage), T::kSwapAB ? t.col0 : t.row0, kb);
       }
@@ -436,8 +453,11 @@ __global__ void __launch_bounds__(T::kThreads, min_ctas_per_sm<T>())
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) acc[w][i] = 0.f;
 
+    // Grouped: the tile's scales start this many tokens into the stage's scale box.
+    int sa_off = 0;
+    if constexpr (kGrouped) sa_off = grouped_scale_tok<T>(tile, p.group.max_m) & (kGroupedScalePad - 1);
     if constexpr (kXPromote) {
-      consume_tile_xpromote<T::TN>(ring, st, sw_tile, nkb, acc[0], wg * 64 * kBlockK, wg * 64 + r_in,
+      consume_tile_xpromote<T::TN>(ring, st, sw_tile, nkb, acc[0], wg * 64 * kBlockK, wg * 64 + r_in + sa_off,
                                    first_pass && tid_wg == 0 && wg == 0, FP8GEMM_TRACE_MARK_PTR(2));
     } else {
       // Per K block the warpgroup's work is cut into units. With kSplitN (one wave, TN >= 16) a
@@ -468,7 +488,7 @@ __global__ void __launch_bounds__(T::kThreads, min_ctas_per_sm<T>())
           if (paced && first_pass && i < T::kStages) ptx::mbarrier_wait(ring.wfull(st.stage), 0);
         }
         if (i == 0 && threadIdx.x == 0) FP8GEMM_TRACE_MARK(2);
-        const float* sa_s = ring.scales(st.stage);
+        const float* sa_s = ring.scales(st.stage) + sa_off;
 
         // Scales of this K block, read before the stage is handed back.
         float swv[kSwRows];
