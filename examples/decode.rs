@@ -106,7 +106,7 @@ struct Args {
     prefill_chunk: usize,
     /// The prompt attention kernel on CUDA sm_90: auto, mma-sync or wgmma.
     #[arg(long, default_value = "auto")]
-    prefill_attention: candle_fp8::models::PrefillAttention,
+    prefill_attention: candle_fp8::models::PrefillKernel,
     /// Do not stop at end-of-sequence tokens.
     #[arg(long)]
     ignore_eos: bool,

@@ -15,6 +15,7 @@ use super::attention::{
 };
 use super::device::{raw_stream, view};
 use super::ffi::{fp8gemm_prefill_attention, fp8gemm_prefill_attention_wgmma};
+pub use crate::dispatch::PrefillKernel;
 
 /// Causal attention of `q` `[B, T, num_heads, d]` (bf16, roped, attention scale folded in; `d`
 /// 64 or 128) over `k_cache` / `v_cache` `[B, num_kv_heads, capacity, d]` (bf16, contiguous),
@@ -40,30 +41,6 @@ pub fn prefill_attention(
     bf16: bool,
 ) -> Result<AttentionOutput> {
     prefill_attention_with(q, k_cache, v_cache, offset, quantized, bf16, PrefillKernel::Auto)
-}
-
-/// Which prefill attention kernel runs (the library is built for sm_90a only, so both always can).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum PrefillKernel {
-    /// The one the model uses: [`PrefillKernel::Wgmma`] at head_dim 128, else
-    /// [`PrefillKernel::MmaSync`].
-    #[default]
-    Auto,
-    /// The mma.sync m16n8k16 kernel (64-token tiles, cp.async): head_dim 64 and 128.
-    MmaSync,
-    /// The warpgroup-MMA kernel (128-token tiles, TMA, a producer warpgroup): head_dim 128 only.
-    Wgmma,
-}
-
-impl PrefillKernel {
-    /// The kernel that runs at head_dim `d` (`Auto` resolved).
-    pub fn resolve(self, d: usize) -> PrefillKernel {
-        match self {
-            PrefillKernel::Auto if d == 128 => PrefillKernel::Wgmma,
-            PrefillKernel::Auto => PrefillKernel::MmaSync,
-            k => k,
-        }
-    }
 }
 
 /// [`prefill_attention`] by the kernel `kernel` asks for (an error for

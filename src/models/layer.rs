@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use super::kv_cache::KvCache;
 use super::moe::Fp8MoeExperts;
-use super::options::{LinearMode, PrefillAttention};
+use super::options::LinearMode;
 use crate::collective::Collective;
+use crate::dispatch::PrefillKernel;
 use crate::linear::{AnyLinear, Fp8BlockLinear};
 use crate::ops::Unreduced;
 use candle_core::{bail, DType, Device, Module, Result, Tensor, D};
@@ -249,7 +250,7 @@ pub(crate) struct Dims {
     pub(crate) fused: bool,
     /// Prompts (T > 1) take this flash prefill attention kernel (`None`: the candle ops; see
     /// [`flash_prefill_applies`]).
-    pub(crate) flash_prefill: Option<PrefillAttention>,
+    pub(crate) flash_prefill: Option<PrefillKernel>,
 }
 
 impl DecoderLayer {
@@ -570,12 +571,8 @@ impl DecoderLayer {
         dims: Dims,
     ) -> Result<Unreduced> {
         use crate::cuda::attention::{qk_norm_rope_append, QkNorm};
-        use crate::cuda::prefill::{prefill_attention_with, PrefillKernel};
-        let kernel = match dims.flash_prefill {
-            Some(PrefillAttention::MmaSync) => PrefillKernel::MmaSync,
-            Some(PrefillAttention::Wgmma) => PrefillKernel::Wgmma,
-            _ => PrefillKernel::Auto,
-        };
+        use crate::cuda::prefill::prefill_attention_with;
+        let kernel = dims.flash_prefill.unwrap_or_default();
         let Dims { hq, hkv, d, eps, .. } = dims;
         let qkv = self.qkv_heads(xn)?;
         let qkv = qkv.contiguous()?.reshape((b, t, (hq + 2 * hkv) * d))?;

@@ -22,6 +22,7 @@ mod rope;
 mod tokenizer;
 mod tp;
 
+pub use crate::dispatch::PrefillKernel;
 pub use byte_tokenizer::ByteTokenizer;
 pub use chat::{ChatTemplate, Message};
 pub use config::{DecoderConfig, Family, RopeScaling, RopeType};
@@ -29,7 +30,7 @@ pub use eval::{compare_greedy, top1_outcome, window_log_probs, AccuracyReport, L
 pub use generation::{generate, launches_ahead, Generation, Sampler};
 pub use model::DecoderModel;
 pub use moe::Fp8MoeExperts;
-pub use options::{LinearMode, ModelOptions, PrefillAttention, DEFAULT_PREFILL_CHUNK};
+pub use options::{LinearMode, ModelOptions, DEFAULT_PREFILL_CHUNK};
 pub use tokenizer::{
     TokenStream, Tokenizer, GENERATION_CONFIG_FILE, GGUF_PRE_TOKENIZERS, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE,
 };

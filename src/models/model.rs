@@ -8,11 +8,12 @@ use super::config::DecoderConfig;
 use super::kv_cache::KvCache;
 use super::layer::{causal_mask, flash_prefill_applies, linear_bytes, to_mode, DecoderLayer, Dims, Mlp, Proj, SwiGlu};
 use super::moe::Fp8MoeExperts;
-use super::options::{LinearMode, ModelOptions, PrefillAttention};
+use super::options::{LinearMode, ModelOptions};
 use super::rope::rope_tables;
 use super::tp::{layer_to_device, linear_to_device, shard_layer, VocabShard};
 use crate::checkpoint::{Checkpoint, GgufCheckpoint};
 use crate::collective::Collective;
+use crate::dispatch::PrefillKernel;
 use crate::dispatch::Provider;
 use crate::format::{f32_to_e4m3, num_blocks, BLOCK};
 use crate::linear::{AnyLinear, Fp8BlockLinear};
@@ -53,7 +54,7 @@ pub struct DecoderModel {
     mode: LinearMode,
     fused: bool,
     prefill_chunk: usize,
-    prefill_attention: PrefillAttention,
+    prefill_attention: PrefillKernel,
     /// Tensor parallelism: this rank's group (`None`: the whole model on one device).
     tp: Option<Arc<dyn Collective>>,
     /// This rank's range of a vocab-parallel embedding and lm_head (`None`: whole).

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::collective::Collective;
-use crate::dispatch::Fp8Options;
+use crate::dispatch::{Fp8Options, PrefillKernel};
 use candle_core::{DType, Device};
 
 /// How the decoder's linear layers compute.
@@ -25,34 +25,6 @@ impl std::str::FromStr for LinearMode {
             "fp8" => Ok(Self::Fp8),
             "bf16" | "dense" | "dequant" => Ok(Self::Bf16),
             o => Err(format!("unknown linear mode {o:?} (expected fp8 or bf16)")),
-        }
-    }
-}
-
-/// Which kernel computes a prompt's attention on CUDA sm_90 in bf16 (see
-/// [`ModelOptions::prefill_attention`]); elsewhere the candle ops do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum PrefillAttention {
-    /// The fastest that applies: the warpgroup-MMA kernel at head_dim 128, the `mma.sync` kernel
-    /// at 64.
-    #[default]
-    Auto,
-    /// The `mma.sync` m16n8k16 kernel at every head_dim (for comparisons).
-    MmaSync,
-    /// The warpgroup-MMA kernel (head_dim 128; an error at 64).
-    Wgmma,
-}
-
-impl std::str::FromStr for PrefillAttention {
-    type Err = String;
-
-    /// `auto`, `mma-sync` (also `mma`), or `wgmma`.
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "auto" => Ok(Self::Auto),
-            "mma-sync" | "mma_sync" | "mma" => Ok(Self::MmaSync),
-            "wgmma" => Ok(Self::Wgmma),
-            o => Err(format!("unknown prefill attention kernel {o:?} (expected auto, mma-sync or wgmma)")),
         }
     }
 }
@@ -80,8 +52,8 @@ pub struct ModelOptions {
     /// once grow with the chunk, not with the prompt's square. Chunks also shrink so that no
     /// score tensor reaches 2³¹ elements (candle's kernels index elements with 32 bits).
     pub prefill_chunk: usize,
-    /// The prompt attention kernel on CUDA sm_90 (default [`PrefillAttention::Auto`]).
-    pub prefill_attention: PrefillAttention,
+    /// The prompt attention kernel on CUDA sm_90 (default [`PrefillKernel::Auto`]).
+    pub prefill_attention: PrefillKernel,
     /// Tensor parallelism: build only rank `comm.rank()`'s share of the model in a group of
     /// `comm.world()` ranks, layer by layer (see `DecoderModel::shard`): a checkpoint's layers
     /// are read on the host and cut there, so the device holds the rank's share and never the
@@ -105,7 +77,7 @@ impl Default for ModelOptions {
             fp8: None,
             fused_kernels: true,
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
-            prefill_attention: PrefillAttention::Auto,
+            prefill_attention: PrefillKernel::Auto,
             tensor_parallel: None,
             vocab_parallel: true,
         }
@@ -139,7 +111,7 @@ impl ModelOptions {
     }
 
     /// These options with the prompt attention kernel `kernel`.
-    pub fn prefill_attention(self, kernel: PrefillAttention) -> Self {
+    pub fn prefill_attention(self, kernel: PrefillKernel) -> Self {
         Self { prefill_attention: kernel, ..self }
     }
 
