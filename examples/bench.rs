@@ -488,7 +488,8 @@ mod imp {
                     judge.check(&format!("grouped {} expert {x}", c.label), &got, &r, MAX_RELERR)?;
                 }
             }
-            // The contiguous op copies its host counts to the device per call: no graph.
+            // The contiguous op copies its host counts to the device per call: no graph (the
+            // checked call above was the warm-up).
             let (us, mode) = if c.masked {
                 time_us(stream, args.reps, args, &mut |_| run().map(drop).map_err(Into::into))?
             } else {
@@ -894,9 +895,9 @@ mod imp {
     }
 
     /// µs per call of `f` launched directly (no graph), median of `args.samples` runs of
-    /// `reps` calls between two events. For ops that copy host data to the device on every
-    /// call (the contiguous grouped GEMM's counts): a graph would replay the copy from a host
-    /// buffer freed after the capture.
+    /// `reps` calls between two events, after the caller's warm-up calls. For ops that copy host
+    /// data to the device on every call (the contiguous grouped GEMM's counts): a graph would
+    /// replay the copy from a host buffer freed after the capture.
     fn time_direct(
         stream: &std::sync::Arc<CudaStream>,
         reps: usize,
@@ -906,9 +907,6 @@ mod imp {
         let ctx = stream.context();
         let ev = || ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT));
         let (e0, e1) = (ev()?, ev()?);
-        for i in 0..reps.min(3) {
-            f(i)?;
-        }
         let mut times = Vec::with_capacity(args.samples);
         for _ in 0..args.samples {
             e0.record(stream)?;

@@ -157,9 +157,9 @@ pub(super) fn status(what: &str, st: i32) -> Result<()> {
 /// - `k_cache`, `v_cache`: bf16 contiguous `[B, num_kv_heads, capacity, d]`, two distinct
 ///   buffers; k and v are written in place at positions `offset .. offset + T <= capacity`.
 ///
-/// Returns q, bf16 `[B, num_heads, d]` (2-D `qkv`) or `[B, T, num_heads, d]` (3-D). The result equals candle's `rms_norm(·, ones, eps)` (or
-/// nothing) → `broadcast_mul(qk_norm)` → `rope_thd` bit for bit (same f32 association, same
-/// bf16 rounding points).
+/// Returns q, bf16 `[B, num_heads, d]` (2-D `qkv`) or `[B, T, num_heads, d]` (3-D). The result
+/// equals candle's `rms_norm(·, ones, eps)` (or nothing) → `broadcast_mul(qk_norm)` →
+/// `rope_thd` bit for bit (same f32 association, same bf16 rounding points).
 ///
 /// `qk_norm`, `cos` and `sin` are read before the kernel waits for the kernel launched just
 /// before it (programmatic dependent launch): they must be model constants (weights, RoPE

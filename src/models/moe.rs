@@ -5,7 +5,7 @@
 use super::layer::{Proj, SwiGlu};
 use crate::dispatch::Fp8Options;
 use crate::linear::{AnyLinear, Fp8BlockLinear};
-use crate::ops::moe_route::{choose_top_k, on_kernels};
+use crate::ops::moe_route::{host_top_k, on_kernels};
 use crate::ops::{
     fp8_grouped_matmul_contiguous_with, fp8_grouped_matmul_masked_with, fp8_grouped_swiglu_quantize_contiguous_with,
     fp8_grouped_swiglu_quantize_masked_with, moe_combine, moe_gather_quantize, moe_route, MAX_DEVICE_EXPERTS,
@@ -264,22 +264,13 @@ impl Fp8MoeExperts {
     /// softmax probabilities (f32), divided by their sum over the chosen experts when
     /// [`Fp8MoeExperts::norm_topk_prob`].
     pub fn route(&self, x: &Tensor) -> Result<Vec<Vec<(u32, f32)>>> {
-        let (e, h) = self.router.dims2()?;
+        let h = self.router.dim(1)?;
         let m = x.elem_count() / h.max(1);
         if x.dims().last() != Some(&h) {
             bail!("mixture of experts: input has shape {:?}, expected [.., {h}]", x.dims())
         }
         let logits = x.reshape((m, h))?.to_dtype(DType::F32)?.matmul(&self.router.t()?)?;
-        let probs = candle_nn::ops::softmax_last_dim(&logits)?.flatten_all()?.to_vec1::<f32>()?;
-        let mut out = Vec::with_capacity(m);
-        let mut order: Vec<usize> = Vec::with_capacity(e);
-        for (t, p) in probs.chunks_exact(e.max(1)).enumerate() {
-            if let Some(bad) = p.iter().find(|v| !v.is_finite()) {
-                bail!("mixture of experts: token {t} has router probability {bad} (non-finite input?)")
-            }
-            out.push(choose_top_k(p, self.top_k, self.norm_topk_prob, &mut order));
-        }
-        Ok(out)
+        host_top_k(&logits, self.top_k, self.norm_topk_prob, "mixture of experts")
     }
 
     pub(crate) fn experts(&self) -> &[SwiGlu] {
@@ -388,7 +379,7 @@ impl Fp8MoeExperts {
                 return self.masked_mlp(st, &x2, x.dtype())?.reshape(x.dims());
             }
         }
-        self.forward_f32(x, grouped)?.to_dtype(x.dtype())?.reshape(x.dims())
+        self.host_routed_f32(x, grouped)?.to_dtype(x.dtype())?.reshape(x.dims())
     }
 
     /// The stacks and `x` as `[tokens, hidden]` when the block routes on the device: grouped
@@ -431,12 +422,17 @@ impl Fp8MoeExperts {
     /// cast to `x`'s dtype: on an expert-parallel rank its experts' share, which the ranks add
     /// up (in f32, so that their sum is the whole block's up to the order of the additions).
     pub(crate) fn forward_f32(&self, x: &Tensor, grouped: bool) -> Result<Tensor> {
-        let h = self.router.dim(1)?;
         if grouped && x.elem_count() > 0 {
             if let Some((st, x2)) = self.device_routed(x)? {
                 return self.masked_mlp(st, &x2, DType::F32);
             }
         }
+        self.host_routed_f32(x, grouped)
+    }
+
+    /// [`Fp8MoeExperts::forward_f32`] with the routing read on the host.
+    fn host_routed_f32(&self, x: &Tensor, grouped: bool) -> Result<Tensor> {
+        let h = self.router.dim(1)?;
         let routes = self.route(x)?;
         let m = routes.len();
         let dev = x.device();

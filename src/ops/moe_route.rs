@@ -46,11 +46,29 @@ pub struct MoeRouting {
     pub max_m: usize,
 }
 
+/// Each token's `(expert, weight)` choices from its router `logits` `[m, experts]` (f32, any
+/// device): candle's softmax, read on the host, then [`choose_top_k`] per token. A non-finite
+/// probability is an error naming the token, prefixed by `what`. The host routing of
+/// [`moe_route`] and of `Fp8MoeExperts::route`.
+pub(crate) fn host_top_k(logits: &Tensor, top_k: usize, norm: bool, what: &str) -> Result<Vec<Vec<(u32, f32)>>> {
+    let e = logits.dim(1)?;
+    let probs = candle_nn::ops::softmax_last_dim(logits)?.flatten_all()?.to_vec1::<f32>()?;
+    let mut order = Vec::with_capacity(e);
+    probs
+        .chunks_exact(e.max(1))
+        .enumerate()
+        .map(|(t, p)| match p.iter().find(|v| !v.is_finite()) {
+            Some(bad) => bail!("{what}: token {t} has router probability {bad} (non-finite input?)"),
+            None => Ok(choose_top_k(p, top_k, norm, &mut order)),
+        })
+        .collect()
+}
+
 /// `(expert, weight)` of the `top_k` most probable experts of one token's probabilities `p`
 /// (ties: the lower expert first), the weights divided by their sum in that order when `norm`.
-/// `order` is scratch. The one definition of the selection, for the host routing and the CPU
-/// op (the device kernel implements the same order).
-pub(crate) fn choose_top_k(p: &[f32], top_k: usize, norm: bool, order: &mut Vec<usize>) -> Vec<(u32, f32)> {
+/// `order` is scratch. The one definition of the selection (the device kernel implements the
+/// same order).
+fn choose_top_k(p: &[f32], top_k: usize, norm: bool, order: &mut Vec<usize>) -> Vec<(u32, f32)> {
     order.clear();
     order.extend(0..p.len());
     // Descending probability, the lower expert first on ties: a total order, so equal
@@ -128,19 +146,8 @@ pub fn moe_route(
             return Ok(MoeRouting { ids, weights, slots, counts, local, max_m });
         }
     }
-    let probs = candle_nn::ops::softmax_last_dim(logits)?.to_device(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?;
-    let mut order = Vec::with_capacity(e);
-    let mut ids = Vec::with_capacity(m * top_k);
-    let mut weights = Vec::with_capacity(m * top_k);
-    for (t, p) in probs.chunks_exact(e).enumerate() {
-        if let Some(bad) = p.iter().find(|v| !v.is_finite()) {
-            bail!("moe_route: token {t} has router probability {bad} (non-finite input?)")
-        }
-        for (x, w) in choose_top_k(p, top_k, norm_topk_prob, &mut order) {
-            ids.push(x);
-            weights.push(w);
-        }
-    }
+    let (ids, weights): (Vec<u32>, Vec<f32>) =
+        host_top_k(logits, top_k, norm_topk_prob, "moe_route")?.into_iter().flatten().unzip();
     let (slots, counts) = host_slots(&ids, &local, max_m);
     let dev = logits.device();
     Ok(MoeRouting {
