@@ -46,46 +46,10 @@ __global__ void __launch_bounds__(256) quantize_act_kernel(const T* __restrict__
     // Lane 0 of a valid group always is: it writes the scale.
     const bool live = kRagged ? valid && col_blk * 128 + sub * kVals < k : valid;
     float v[kVals];
+    load_group_vec(x + off, live, v);
+    const float s = group_scale<kLanes>(v);
     if (live) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(x + off);
-      if constexpr (sizeof(T) == 2) {
-        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float2 f = __bfloat1622float2(h[i]);
-          v[2 * i] = f.x;
-          v[2 * i + 1] = f.y;
-        }
-      } else {
-        const float* f = reinterpret_cast<const float*>(&raw);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) v[i] = f[i];
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < kVals; ++i) v[i] = 0.f;
-    }
-    // NaN-propagating max (fmaxf would drop a NaN): a NaN input gives a NaN scale and NaN
-    // codes, exactly as the CPU quantizer does, so a bad activation is never hidden.
-    float amax = 0.f;
-#pragma unroll
-    for (int i = 0; i < kVals; ++i) amax = max_nan(amax, fabsf(v[i]));
-#pragma unroll
-    for (int o = kLanes / 2; o > 0; o /= 2) amax = max_nan(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float s = act_scale(amax);
-    if (live) {
-      uint16_t packed[kVals / 2];
-#pragma unroll
-      for (int i = 0; i < kVals / 2; ++i)
-        packed[i] = ptx::cvt_e4m3x2(ptx::div_rn(v[2 * i], s), ptx::div_rn(v[2 * i + 1], s));
-      if constexpr (kVals == 8) {
-        uint2 out;
-        out.x = packed[0] | (uint32_t(packed[1]) << 16);
-        out.y = packed[2] | (uint32_t(packed[3]) << 16);
-        *reinterpret_cast<uint2*>(q + off) = out;
-      } else {
-        *reinterpret_cast<uint32_t*>(q + off) = packed[0] | (uint32_t(packed[1]) << 16);
-      }
+      store_codes<kVals>(q + off, pack_codes(v, s));
       if (sub == 0) sa[col_blk * m_pad + row] = s;
     }
   }

@@ -141,48 +141,14 @@ __global__ void __launch_bounds__(128) gather_quant_kernel(const T* __restrict__
     const int64_t col = g * 128 + sub * kVals;
     const bool live = valid && (!kRagged || col < k);
     float v[kVals];
-    if (live) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(x + t * k + col);
-      if constexpr (sizeof(T) == 2) {
-        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float2 f = __bfloat1622float2(h[i]);
-          v[2 * i] = f.x;
-          v[2 * i + 1] = f.y;
-        }
-      } else {
-        const float* f = reinterpret_cast<const float*>(&raw);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) v[i] = f[i];
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < kVals; ++i) v[i] = 0.f;
-    }
-    float amax = 0.f;
-#pragma unroll
-    for (int i = 0; i < kVals; ++i) amax = max_nan(amax, fabsf(v[i]));
-#pragma unroll
-    for (int o = kLanes / 2; o > 0; o /= 2) amax = max_nan(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float s = act_scale(amax);
+    load_group_vec(x + t * k + col, live, v);
+    const float s = group_scale<kLanes>(v);
     if (!live) continue;
-    uint16_t packed[kVals / 2];
-#pragma unroll
-    for (int i = 0; i < kVals / 2; ++i)
-      packed[i] = ptx::cvt_e4m3x2(ptx::div_rn(v[2 * i], s), ptx::div_rn(v[2 * i + 1], s));
+    const uint2 codes = pack_codes(v, s);
     for (int j = 0; j < top_k; ++j) {
       const uint32_t p = slot[j];
       if (p == kNoSlot) continue;
-      uint8_t* dst = q + static_cast<int64_t>(p) * k + col;
-      if constexpr (kVals == 8) {
-        uint2 out;
-        out.x = packed[0] | (uint32_t(packed[1]) << 16);
-        out.y = packed[2] | (uint32_t(packed[3]) << 16);
-        *reinterpret_cast<uint2*>(dst) = out;
-      } else {
-        *reinterpret_cast<uint32_t*>(dst) = packed[0] | (uint32_t(packed[1]) << 16);
-      }
+      store_codes<kVals>(q + static_cast<int64_t>(p) * k + col, codes);
       if (sub == 0) {
         const int64_t e = p / max_m, r = p % max_m;
         sa[(e * kb + g) * m_pad + r] = s;

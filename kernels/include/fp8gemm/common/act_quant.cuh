@@ -32,6 +32,66 @@ __device__ __forceinline__ uint8_t quantize_e4m3(float v, float s) {
   return static_cast<uint8_t>(ptx::cvt_e4m3x2(ptx::div_rn(v, s), 0.f) & 0xff);
 }
 
+// One lane's 16-byte vector of a group: 8 bf16 or 4 f32 values as floats, zeros when !live.
+template <typename T>
+__device__ __forceinline__ void load_group_vec(const T* __restrict__ p, bool live, float (&v)[16 / sizeof(T)]) {
+  constexpr int kVals = 16 / sizeof(T);
+  if (live) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    if constexpr (sizeof(T) == 2) {
+      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = __bfloat1622float2(h[i]);
+        v[2 * i] = f.x;
+        v[2 * i + 1] = f.y;
+      }
+    } else {
+      const float* f = reinterpret_cast<const float*>(&raw);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[i] = f[i];
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVals; ++i) v[i] = 0.f;
+  }
+}
+
+// The scale of a group held by kLanes adjacent lanes (kVals values each): the NaN-propagating
+// amax (fmaxf would drop a NaN: a NaN input gives a NaN scale and NaN codes, as the CPU
+// quantizer does, so a bad activation is never hidden) reduced over the lanes, then act_scale.
+template <int kLanes, int kVals>
+__device__ __forceinline__ float group_scale(const float (&v)[kVals]) {
+  float amax = 0.f;
+#pragma unroll
+  for (int i = 0; i < kVals; ++i) amax = max_nan(amax, fabsf(v[i]));
+#pragma unroll
+  for (int o = kLanes / 2; o > 0; o /= 2) amax = max_nan(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  return act_scale(amax);
+}
+
+// The e4m3 codes of a lane's kVals (8 or 4) values at scale s, packed for one 8-byte (.x, .y)
+// or 4-byte (.x) store (store_codes).
+template <int kVals>
+__device__ __forceinline__ uint2 pack_codes(const float (&v)[kVals], float s) {
+  static_assert(kVals == 8 || kVals == 4, "a 16-byte vector of bf16 or f32");
+  uint16_t packed[kVals / 2];
+#pragma unroll
+  for (int i = 0; i < kVals / 2; ++i) packed[i] = ptx::cvt_e4m3x2(ptx::div_rn(v[2 * i], s), ptx::div_rn(v[2 * i + 1], s));
+  uint2 out;
+  out.x = packed[0] | (uint32_t(packed[1]) << 16);
+  if constexpr (kVals == 8) out.y = packed[2] | (uint32_t(packed[3]) << 16);
+  else out.y = 0;
+  return out;
+}
+
+// Stores pack_codes' result.
+template <int kVals>
+__device__ __forceinline__ void store_codes(uint8_t* q, uint2 c) {
+  if constexpr (kVals == 8) *reinterpret_cast<uint2*>(q) = c;
+  else *reinterpret_cast<uint32_t*>(q) = c.x;
+}
+
 // candle 0.11's bf16 `silu(gate) * up`: usilu_bf16 (f32 math, one rounding to bf16) then
 // bmul_bf16 (__hmul2), for two adjacent elements.
 __device__ __forceinline__ float2 silu_mul_bf16x2(__nv_bfloat162 gate, __nv_bfloat162 up) {
