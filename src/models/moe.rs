@@ -374,12 +374,18 @@ impl Fp8MoeExperts {
         if x.elem_count() == 0 {
             return x.zeros_like();
         }
-        if grouped {
+        self.forward_as(x, grouped, x.dtype())?.reshape(x.dims())
+    }
+
+    /// The block's output `[tokens, hidden]` in `dtype`: routed on the device where
+    /// [`Fp8MoeExperts::device_routed`] allows it (and `grouped`), else on the host.
+    fn forward_as(&self, x: &Tensor, grouped: bool, dtype: DType) -> Result<Tensor> {
+        if grouped && x.elem_count() > 0 {
             if let Some((st, x2)) = self.device_routed(x)? {
-                return self.masked_mlp(st, &x2, x.dtype())?.reshape(x.dims());
+                return self.masked_mlp(st, &x2, dtype);
             }
         }
-        self.host_routed_f32(x, grouped)?.to_dtype(x.dtype())?.reshape(x.dims())
+        self.host_routed_f32(x, grouped)?.to_dtype(dtype)
     }
 
     /// The stacks and `x` as `[tokens, hidden]` when the block routes on the device: grouped
@@ -422,12 +428,7 @@ impl Fp8MoeExperts {
     /// cast to `x`'s dtype: on an expert-parallel rank its experts' share, which the ranks add
     /// up (in f32, so that their sum is the whole block's up to the order of the additions).
     pub(crate) fn forward_f32(&self, x: &Tensor, grouped: bool) -> Result<Tensor> {
-        if grouped && x.elem_count() > 0 {
-            if let Some((st, x2)) = self.device_routed(x)? {
-                return self.masked_mlp(st, &x2, DType::F32);
-            }
-        }
-        self.host_routed_f32(x, grouped)
+        self.forward_as(x, grouped, DType::F32)
     }
 
     /// [`Fp8MoeExperts::forward_f32`] with the routing read on the host.
