@@ -197,17 +197,6 @@ struct DecodeParams {
   unsigned* counters;
 };
 
-// Eight bf16 values (one 16-byte load) as floats, in order.
-__device__ __forceinline__ void unpack_bf16x8(const uint4& raw, float (&f)[8]) {
-  const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const float2 v = __bfloat1622float2(h2[e]);
-    f[2 * e] = v.x;
-    f[2 * e + 1] = v.y;
-  }
-}
-
 // Max over the block's 128 threads with NaN propagation (red: 4 floats of shared memory).
 __device__ __forceinline__ float block_amax(float a, float* red) {
 #pragma unroll

@@ -32,6 +32,17 @@ __device__ __forceinline__ uint8_t quantize_e4m3(float v, float s) {
   return static_cast<uint8_t>(ptx::cvt_e4m3x2(ptx::div_rn(v, s), 0.f) & 0xff);
 }
 
+// Eight bf16 values (one 16-byte load) as floats, in order.
+__device__ __forceinline__ void unpack_bf16x8(const uint4& raw, float (&f)[8]) {
+  const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 v = __bfloat1622float2(h2[e]);
+    f[2 * e] = v.x;
+    f[2 * e + 1] = v.y;
+  }
+}
+
 // One lane's 16-byte vector of a group: 8 bf16 or 4 f32 values as floats, zeros when !live.
 template <typename T>
 __device__ __forceinline__ void load_group_vec(const T* __restrict__ p, bool live, float (&v)[16 / sizeof(T)]) {
@@ -39,13 +50,7 @@ __device__ __forceinline__ void load_group_vec(const T* __restrict__ p, bool liv
   if (live) {
     const uint4 raw = *reinterpret_cast<const uint4*>(p);
     if constexpr (sizeof(T) == 2) {
-      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 f = __bfloat1622float2(h[i]);
-        v[2 * i] = f.x;
-        v[2 * i + 1] = f.y;
-      }
+      unpack_bf16x8(raw, v);
     } else {
       const float* f = reinterpret_cast<const float*>(&raw);
 #pragma unroll
